@@ -1,0 +1,7 @@
+//! One module per store, each behind its cargo feature.
+
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub(crate) mod sqlx_error;
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;

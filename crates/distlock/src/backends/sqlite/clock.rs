@@ -1,0 +1,37 @@
+//! The clock SQLite leases are judged by: CLOCK_BOOTTIME, shared by every process on the machine,
+//! never set by anyone, and still counting while the machine sleeps. Paired with the kernel's
+//! boot id, so leases written before a reboot are over after it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since boot.
+pub(super) fn boottime_ms() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let clock = libc::CLOCK_BOOTTIME;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let clock = libc::CLOCK_MONOTONIC;
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    debug_assert_eq!(rc, 0, "clock_gettime failed");
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// This boot's identity. Without /proc (not Linux) a constant: leases then survive a reboot
+/// until their boottime deadline, which a new boot reaches later.
+pub(super) fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown-boot".to_string())
+}
+
+/// The wall clock in microseconds: the floor under fencing tokens.
+pub(super) fn wall_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,208 @@
+//! The embedded SQLite backend: a lock table in one file, shared by every process on the
+//! machine that opens it. No server. See `docs.md` for its guarantees.
+//!
+//! Every take, extend and release is one `BEGIN IMMEDIATE` transaction (the write lock is taken
+//! up front, so two processes never both read "free" and both write). WAL mode lets readers
+//! proceed during a write; a busy timeout makes writers queue instead of failing.
+
+mod clock;
+mod config;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::Row;
+
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+use crate::backends::sqlx_error::from_sqlx;
+use crate::error::{Error, Result};
+use crate::types::FencingToken;
+
+const NAME: &str = "sqlite";
+
+/// How long a writer queues behind another process's transaction before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Locks in an SQLite file. Built by [`crate::connect`] from `sqlite:PATH`.
+pub struct SqliteBackend {
+    pool: SqlitePool,
+    path: PathBuf,
+    boot_id: String,
+}
+
+impl std::fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteBackend").field("path", &self.path).finish()
+    }
+}
+
+fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |e| from_sqlx(NAME, what, e)
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the file `url` names and its tables.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let path = config::parse(url)?;
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(err("building connect options"))?
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL: no fsync per commit in WAL mode. A power cut may lose the last commits;
+            // leases end at reboot anyway and fencing tokens have a wall-clock floor.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|e| {
+                from_sqlx(
+                    NAME,
+                    &format!("opening {}", path.display()),
+                    e,
+                )
+            })?;
+        sqlx::raw_sql(include_str!("sql/schema.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the lock tables"))?;
+        Ok(SqliteBackend {
+            pool,
+            path,
+            boot_id: clock::boot_id(),
+        })
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err("starting a write transaction"))
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            notifies: false,
+            renews: true,
+            queues: false,
+        }
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        let name = req.name.as_str();
+        let owner = req.owner.as_str();
+        let mut tx = self.begin().await?;
+        let now = clock::boottime_ms();
+        let expires = now + req.lease.as_millis() as i64;
+        let row = sqlx::query(include_str!("sql/select_lock.sql"))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err("reading the lock"))?;
+        if let Some(row) = &row {
+            let live = row.get::<String, _>("boot_id") == self.boot_id
+                && row.get::<i64, _>("expires_ms") > now;
+            if live && row.get::<String, _>("owner") != owner {
+                let left = row.get::<i64, _>("expires_ms") - now;
+                tx.rollback().await.map_err(err("ending the transaction"))?;
+                return Ok(Attempt::Held {
+                    retry_after: Some(Duration::from_millis(left as u64)),
+                });
+            }
+            if live {
+                sqlx::query(include_str!("sql/reenter.sql"))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(expires)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err("re-entering the lock"))?;
+                tx.commit().await.map_err(err("committing"))?;
+                return Ok(Attempt::Acquired {
+                    token: FencingToken(row.get::<i64, _>("token") as u64),
+                    session_lost: None,
+                });
+            }
+        }
+        let token: i64 = sqlx::query(include_str!("sql/next_token.sql"))
+            .bind(name)
+            .bind(clock::wall_us())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err("bumping the fencing counter"))?
+            .get(0);
+        sqlx::query(include_str!("sql/take.sql"))
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .bind(&self.boot_id)
+            .bind(expires)
+            .execute(&mut *tx)
+            .await
+            .map_err(err("taking the lock"))?;
+        tx.commit().await.map_err(err("committing"))?;
+        Ok(Attempt::Acquired {
+            token: FencingToken(token as u64),
+            session_lost: None,
+        })
+    }
+
+    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let expires = clock::boottime_ms() + req.lease.as_millis() as i64;
+        let done = sqlx::query(include_str!("sql/extend.sql"))
+            .bind(req.name.as_str())
+            .bind(req.owner.as_str())
+            .bind(expires)
+            .bind(&self.boot_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(err("extending the lease"))?;
+        tx.commit().await.map_err(err("committing"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+        let name = req.name.as_str();
+        let owner = req.owner.as_str();
+        let mut tx = self.begin().await?;
+        let left = sqlx::query(include_str!("sql/release.sql"))
+            .bind(name)
+            .bind(owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err("releasing the lock"))?;
+        let outcome = match left {
+            Some(row) => Released::StillHeld {
+                holds: row.get::<i64, _>(0) as u32,
+            },
+            None => {
+                let deleted = sqlx::query(include_str!("sql/delete.sql"))
+                    .bind(name)
+                    .bind(owner)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err("freeing the lock"))?;
+                if deleted.rows_affected() == 1 {
+                    Released::Freed
+                } else {
+                    Released::NotHeld
+                }
+            }
+        };
+        tx.commit().await.map_err(err("committing"))?;
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,232 @@
+//! `connect(url)` and the [`Client`] every lock hangs off.
+//!
+//! # URL schemes
+//!
+//! | scheme | backend | feature |
+//! |---|---|---|
+//! | `sqlite:PATH`, `sqlite://PATH` | embedded SQLite file, shared by processes on one machine | `sqlite` (default) |
+//! | `redis://`, `rediss://` | one Redis server | `redis` |
+//! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
+//! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
+//!
+//! `redlock://`, `zk://`, `etcd://` and `memcached://` are reserved for backends to come and
+//! answer [`ErrorKind::Unsupported`] for now. Any other scheme is [`ErrorKind::InvalidUrl`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::core::{LeaseTable, LocalWakeups};
+use crate::error::{Error, ErrorKind, Result};
+use crate::lock::{Lock, MultiLock};
+use crate::types::LockKind;
+
+/// The URL used when none is given: an SQLite file in the working directory.
+pub const DEFAULT_URL: &str = "sqlite:distlock.db";
+
+/// Every scheme distlock knows, built into this binary or not.
+const KNOWN_SCHEMES: &[&str] = &[
+    "sqlite", "redis", "rediss", "redlock", "postgres", "postgresql", "mysql", "mariadb", "zk",
+    "etcd", "memcached",
+];
+
+/// Connects to the store `url` names. See the [module docs](self) for the schemes.
+///
+/// Errors: [`ErrorKind::InvalidUrl`] for a malformed URL or unknown scheme,
+/// [`ErrorKind::Unsupported`] for a scheme this build lacks, [`ErrorKind::Connection`] when the
+/// store cannot be reached. Messages never include the URL's password.
+pub async fn connect(url: &str) -> Result<Client> {
+    let url = url.trim();
+    let Some((scheme, _)) = url.split_once(':') else {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            format!(
+                "{:?} has no scheme; expected e.g. sqlite:./locks.db or redis://127.0.0.1:6379",
+                redact(url)
+            ),
+        ));
+    };
+    let backend: Arc<dyn Backend> = match scheme.to_ascii_lowercase().as_str() {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Arc::new(crate::backends::sqlite::SqliteBackend::connect(url).await?),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Arc::new(crate::backends::redis::RedisBackend::connect(url).await?),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => {
+            Arc::new(crate::backends::postgres::PostgresBackend::connect(url).await?)
+        }
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => Arc::new(crate::backends::mysql::MysqlBackend::connect(url).await?),
+        known if KNOWN_SCHEMES.contains(&known) => {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("the {known}: backend is not part of this build of distlock"),
+            ));
+        }
+        other => {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                format!(
+                    "unknown scheme {other:?} in {:?}; known: sqlite, redis, rediss, postgres, mysql",
+                    redact(url)
+                ),
+            ));
+        }
+    };
+    Ok(Client::from_backend(backend))
+}
+
+/// `url` with any password replaced by `***`, for messages and `Debug`.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_string()
+            };
+            format!(
+                "{}{}{}",
+                &url[..scheme_end + 3],
+                masked,
+                &url[scheme_end + 3 + at..]
+            )
+        }
+        None => url.to_string(),
+    }
+}
+
+/// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made
+/// from it. Clones share connections, the watchdogs and the in-process wake-ups.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) leases: LeaseTable,
+    pub(crate) local: LocalWakeups,
+    /// Where guards dropped outside a runtime send their release.
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Client {
+    /// A client over a backend built by hand (tests, custom stores).
+    pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Client {
+            inner: Arc::new(ClientInner {
+                backend,
+                leases: LeaseTable::default(),
+                local: LocalWakeups::default(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            }),
+        }
+    }
+
+    /// The backend's short name: `"sqlite"`, `"redis"`, …
+    pub fn backend_name(&self) -> &'static str {
+        self.inner.backend.name()
+    }
+
+    /// An exclusive, reentrant lock named `name`. Nothing is sent to the store until it is
+    /// acquired; an invalid name is reported then, as [`ErrorKind::InvalidName`].
+    pub fn lock(&self, name: impl AsRef<str>) -> Lock {
+        Lock::new(self.clone(), name.as_ref(), LockKind::Mutex)
+    }
+
+    /// A lock that serves waiters first come, first served.
+    pub fn fair_lock(&self, name: impl AsRef<str>) -> Lock {
+        Lock::new(self.clone(), name.as_ref(), LockKind::Fair)
+    }
+
+    /// A read-write lock: many readers or one writer.
+    pub fn rw_lock(&self, name: impl AsRef<str>) -> RwLock {
+        RwLock {
+            client: self.clone(),
+            name: name.as_ref().to_string(),
+        }
+    }
+
+    /// A semaphore with `permits` permits; each acquired permit is a guard with its own lease.
+    pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Lock {
+        Lock::new(self.clone(), name.as_ref(), LockKind::Permit { permits })
+    }
+
+    /// All of `names` or none, taken in a fixed order so that callers naming the same locks in
+    /// different orders cannot deadlock.
+    pub fn multi_lock<I, S>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        MultiLock::new(
+            self.clone(),
+            names.into_iter().map(|n| n.as_ref().to_string()).collect(),
+        )
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("backend", &self.inner.backend)
+            .finish()
+    }
+}
+
+/// Both sides of a read-write lock.
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    client: Client,
+    name: String,
+}
+
+impl RwLock {
+    /// The shared side: any number of readers at once, none while a writer holds the lock.
+    pub fn read(&self) -> Lock {
+        Lock::new(self.client.clone(), &self.name, LockKind::Read)
+    }
+
+    /// The exclusive side.
+    pub fn write(&self) -> Lock {
+        Lock::new(self.client.clone(), &self.name, LockKind::Write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("mysql://root@h/db"), "mysql://root@h/db");
+        assert_eq!(redact("sqlite:./a.db"), "sqlite:./a.db");
+        assert_eq!(redact("redis://u:p@ss@h"), "redis://u:***@h");
+    }
+
+    #[tokio::test]
+    async fn bad_urls_are_typed_errors() {
+        let err = connect("nonsense").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        let err = connect("ftp://u:hunter2@h").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let err = connect("zk://127.0.0.1:2181").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+    }
+}

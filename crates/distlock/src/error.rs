@@ -1,0 +1,162 @@
+//! The one error type every distlock call returns.
+//!
+//! Contention is not an error: `try_acquire` answers `Ok(None)` when the lock is taken. Errors are
+//! for what the caller must act on: bad input, a deadline that passed, a lock that is not (or no
+//! longer) ours, a store that could not be reached or refused the request.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// What went wrong, as a value a caller can match on. New kinds may be added.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A lock name that is empty, longer than 512 bytes or contains control characters.
+    InvalidName,
+    /// A lease outside 10 ms ..= 24 h, or another duration the call cannot honour.
+    InvalidLease,
+    /// A URL that is malformed, names an unknown scheme, or a backend this build lacks.
+    InvalidUrl,
+    /// Another argument that makes no sense (zero permits, an empty multi-lock, …).
+    InvalidInput,
+    /// The wait for a lock reached its deadline.
+    Timeout,
+    /// The caller released (or extended) a lock it does not hold.
+    NotHeld,
+    /// The lease ended before the operation finished: someone else may hold the lock now.
+    LeaseLost,
+    /// This backend cannot do what was asked (a lock flavour, an operation).
+    Unsupported,
+    /// The store could not be reached, or the connection broke mid-call.
+    Connection,
+    /// The store answered with an error.
+    Backend,
+}
+
+impl ErrorKind {
+    fn describe(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidName => "invalid lock name",
+            ErrorKind::InvalidLease => "invalid lease",
+            ErrorKind::InvalidUrl => "invalid URL",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::Timeout => "timed out waiting for the lock",
+            ErrorKind::NotHeld => "lock not held",
+            ErrorKind::LeaseLost => "lease lost",
+            ErrorKind::Unsupported => "unsupported by this backend",
+            ErrorKind::Connection => "connection failure",
+            ErrorKind::Backend => "backend error",
+        }
+    }
+}
+
+/// A distlock error: a [`kind`](Error::kind), the backend it came from, a message and maybe the
+/// store's own error as [`source`](StdError::source).
+///
+/// `Display` never shows a password: URLs are redacted before they reach a message.
+pub struct Error {
+    kind: ErrorKind,
+    backend: &'static str,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+/// `Result` with distlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` with a message saying what and why.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            backend: "",
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the underlying error (a driver's, an I/O error).
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Names the backend the error came from (`"sqlite"`, `"redis"`, …).
+    pub fn with_backend(mut self, backend: &'static str) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The backend the error came from, or `""` when it came from the core (bad input).
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The message without the kind prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// True when trying again later may succeed: a timeout or a connection failure.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.kind, ErrorKind::Timeout | ErrorKind::Connection)
+    }
+
+    /// True for [`ErrorKind::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// True for [`ErrorKind::NotHeld`].
+    pub fn is_not_held(&self) -> bool {
+        self.kind == ErrorKind::NotHeld
+    }
+
+    pub(crate) fn unsupported(backend: &'static str, what: impl fmt::Display) -> Self {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!("the {backend} backend does not support {what}"),
+        )
+        .with_backend(backend)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.describe())?;
+        if !self.backend.is_empty() {
+            write!(f, " ({})", self.backend)?;
+        }
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("backend", &self.backend)
+            .field("message", &self.message)
+            .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .finish()
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_ref()
+            .map(|s| s.as_ref() as &(dyn StdError + 'static))
+    }
+}

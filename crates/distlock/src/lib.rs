@@ -1,0 +1,45 @@
+//! # distlock
+//!
+//! Distributed locks with leases, fencing tokens and a "lock lost" signal, over the stores you
+//! already run — one API for all of them.
+//!
+//! ```no_run
+//! # async fn demo() -> distlock::Result<()> {
+//! let client = distlock::connect("sqlite:./locks.db").await?;
+//! let lock = client.lock("order:42");
+//! let guard = lock.acquire().await?;              // waits; the lease is renewed until release
+//! let token = guard.fencing_token();              // strictly increasing per lock name
+//! tokio::select! {
+//!     _ = async { /* work, passing `token` to the resource */ } => {}
+//!     lost = guard.lost() => return Err(lost),    // renewal failed: stop writing
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! * [`client`]: `connect(url)` and the scheme table; [`Client`] makes locks.
+//! * [`lock`], [`guard`]: the user API ([`Lock`], [`Guard`], [`MultiLock`]).
+//! * [`backend`]: the [`Backend`] trait — the few steps that must be atomic in a store.
+//! * `core`: written once for every backend — the wait loop, the watchdog and lost signal,
+//!   reentrant holders sharing one lease.
+//! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files
+//!   and a `docs.md` stating its guarantees.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod backend;
+pub mod backends;
+pub mod client;
+mod core;
+pub mod error;
+pub mod guard;
+pub mod lock;
+mod types;
+
+pub use backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+pub use client::{Client, DEFAULT_URL, RwLock, connect, redact};
+pub use error::{Error, ErrorKind, Result};
+pub use guard::Guard;
+pub use lock::{Lock, MultiGuard, MultiLock};
+pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};

@@ -1,0 +1,333 @@
+//! [`Lock`]: a handle to one named lock of one flavour, and [`MultiLock`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{LockRequest, Released};
+use crate::client::Client;
+use crate::core::wait::{self, Deadline};
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::{self, Guard};
+use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
+
+/// A named lock, not yet taken. Configure it (lease, renewal, owner), then acquire.
+///
+/// Each acquisition acts as a new owner unless [`owner`](Lock::owner) fixes one: two tasks
+/// sharing a `Lock` value still exclude each other. Re-entry is explicit: acquire again with the
+/// same owner token, or call [`Guard::reenter`].
+#[derive(Clone, Debug)]
+pub struct Lock {
+    client: Client,
+    name: String,
+    kind: LockKind,
+    lease: Duration,
+    renew: bool,
+    owner: Option<OwnerToken>,
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str, kind: LockKind) -> Self {
+        Lock {
+            client,
+            name: name.to_string(),
+            kind,
+            lease: Lease::DEFAULT.duration(),
+            renew: true,
+            owner: None,
+        }
+    }
+
+    /// The lease: how long the lock outlives a holder that stops renewing (crashes, hangs).
+    /// 10 ms ..= 24 h; 30 s by default. Checked at acquisition ([`ErrorKind::InvalidLease`]).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Turns the watchdog off: the lock is held for one lease at most, and the guard's
+    /// [`lost`](Guard::lost) fires when it ends.
+    pub fn no_watchdog(mut self) -> Self {
+        self.renew = false;
+        self
+    }
+
+    /// Acquires as `owner`: acquisitions with the same token re-enter each other's hold.
+    pub fn owner(mut self, owner: OwnerToken) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The lock's name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn request(&self) -> Result<LockRequest> {
+        if let LockKind::Permit { permits: 0 } = self.kind {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a semaphore needs at least one permit",
+            ));
+        }
+        Ok(LockRequest {
+            name: LockName::new(&self.name)?,
+            kind: self.kind,
+            owner: self.owner.clone().unwrap_or_else(OwnerToken::random),
+            lease: Lease::new(self.lease)?,
+        })
+    }
+
+    /// Waits as long as it takes to acquire the lock.
+    ///
+    /// # Cancel Safety
+    ///
+    /// See [`acquire_timeout`](Lock::acquire_timeout).
+    pub async fn acquire(&self) -> Result<Guard> {
+        wait::acquire(&self.client, self.request()?, self.renew, Deadline::Never)
+            .await?
+            .ok_or_else(unreachable_timeout)
+    }
+
+    /// Acquires the lock if it is free (or already ours), never waiting. `Ok(None)` if another
+    /// owner holds it.
+    pub async fn try_acquire(&self) -> Result<Option<Guard>> {
+        wait::acquire(&self.client, self.request()?, self.renew, Deadline::Now).await
+    }
+
+    /// Waits at most `wait` for the lock; [`ErrorKind::Timeout`] after that.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Dropping the future while a request is in flight may leave the lock taken in the store
+    /// without a guard; it is freed when its lease ends (no watchdog runs for it).
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<Guard> {
+        let req = self.request()?;
+        let name = req.name.clone();
+        let deadline = Deadline::At(Instant::now() + wait);
+        match wait::acquire(&self.client, req, self.renew, deadline).await? {
+            Some(guard) => Ok(guard),
+            None => Err(wait::timed_out(&name, wait)),
+        }
+    }
+
+    /// Releases one hold of the owner set with [`owner`](Lock::owner), without a guard.
+    /// [`ErrorKind::NotHeld`] if that owner does not hold the lock (someone else's lock is left
+    /// as it is). Returns the holds that owner has left.
+    pub async fn release(&self) -> Result<u32> {
+        let Some(owner) = &self.owner else {
+            return Err(Error::new(
+                ErrorKind::NotHeld,
+                format!(
+                    "lock {:?}: release without a guard needs the owner token",
+                    self.name
+                ),
+            ));
+        };
+        let mut req = self.request()?;
+        req.owner = owner.clone();
+        match guard::release_one(&self.client, &req).await? {
+            Released::Freed => Ok(0),
+            Released::StillHeld { holds } => Ok(holds),
+            Released::NotHeld => Err(Error::new(
+                ErrorKind::NotHeld,
+                format!("lock {:?} is not held by this owner", self.name),
+            )
+            .with_backend(self.client.backend_name())),
+        }
+    }
+
+    /// Free permits of a semaphore (only for locks made by [`Client::semaphore`]).
+    pub async fn available_permits(&self) -> Result<u32> {
+        let req = self.request()?;
+        if !matches!(req.kind, LockKind::Permit { .. }) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "available_permits is only for semaphores",
+            ));
+        }
+        self.client.inner.backend.available_permits(&req).await
+    }
+}
+
+/// Several locks taken all together or not at all.
+///
+/// Names are sorted and de-duplicated, and taken in that order, so two callers asking for
+/// {a, b} and {b, a} cannot deadlock. If one cannot be taken, the ones already taken are
+/// released before the call returns.
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    client: Client,
+    names: Vec<String>,
+    lease: Duration,
+    renew: bool,
+}
+
+/// The guards of a [`MultiLock`], one per name, in name order.
+#[derive(Debug)]
+#[must_use = "dropping the guards releases the locks at once (in the background)"]
+pub struct MultiGuard {
+    guards: Vec<Guard>,
+}
+
+impl MultiLock {
+    pub(crate) fn new(client: Client, mut names: Vec<String>) -> Self {
+        names.sort();
+        names.dedup();
+        MultiLock {
+            client,
+            names,
+            lease: Lease::DEFAULT.duration(),
+            renew: true,
+        }
+    }
+
+    /// The lease of every lock (see [`Lock::lease`]).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Turns the watchdog off for every lock (see [`Lock::no_watchdog`]).
+    pub fn no_watchdog(mut self) -> Self {
+        self.renew = false;
+        self
+    }
+
+    fn locks(&self) -> Result<Vec<Lock>> {
+        if self.names.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a multi-lock needs at least one name",
+            ));
+        }
+        self.names
+            .iter()
+            .map(|n| {
+                LockName::new(n)?;
+                let mut lock = self.client.lock(n).lease(self.lease);
+                lock.renew = self.renew;
+                Ok(lock)
+            })
+            .collect()
+    }
+
+    /// Waits for all the locks.
+    pub async fn acquire(&self) -> Result<MultiGuard> {
+        self.take_all(None).await?.ok_or_else(unreachable_timeout)
+    }
+
+    /// Takes all the locks if every one is free now; `Ok(None)` (holding none) otherwise.
+    pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
+        let mut guards = Vec::new();
+        for lock in self.locks()? {
+            match lock.try_acquire().await {
+                Ok(Some(g)) => guards.push(g),
+                Ok(None) => {
+                    release_all(guards).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    release_all(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiGuard { guards }))
+    }
+
+    /// Waits at most `wait` for all the locks; [`ErrorKind::Timeout`] (holding none) after that.
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<MultiGuard> {
+        let deadline = Instant::now() + wait;
+        match self.take_all(Some(deadline)).await? {
+            Some(g) => Ok(g),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "locks {:?} not all free after {}",
+                    self.names,
+                    crate::types::show_duration(wait)
+                ),
+            )),
+        }
+    }
+
+    async fn take_all(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
+        let mut guards = Vec::new();
+        for lock in self.locks()? {
+            let taken = match deadline {
+                None => lock.acquire().await.map(Some),
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    match lock.acquire_timeout(left).await {
+                        Ok(g) => Ok(Some(g)),
+                        Err(e) if e.is_timeout() => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            match taken {
+                Ok(Some(g)) => guards.push(g),
+                Ok(None) => {
+                    release_all(guards).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    release_all(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiGuard { guards }))
+    }
+}
+
+/// A wait without deadline only ends by acquiring; this error exists so no path can panic.
+fn unreachable_timeout() -> Error {
+    Error::new(ErrorKind::Timeout, "a wait without deadline gave up")
+}
+
+async fn release_all(guards: Vec<Guard>) {
+    for g in guards.into_iter().rev() {
+        let name = g.name().clone();
+        if let Err(e) = g.release().await {
+            tracing::warn!(lock = %name, "releasing after a failed multi-lock: {e}");
+        }
+    }
+}
+
+impl MultiGuard {
+    /// The guards, in name order.
+    pub fn guards(&self) -> &[Guard] {
+        &self.guards
+    }
+
+    /// Each lock's fencing token, in name order.
+    pub fn fencing_tokens(&self) -> Vec<FencingToken> {
+        self.guards.iter().map(Guard::fencing_token).collect()
+    }
+
+    /// Resolves when any of the leases is lost.
+    pub async fn lost(&self) -> Error {
+        let all: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
+        futures_util::future::select_all(all).await.0
+    }
+
+    /// Releases every lock; `Ok(true)` if all were still held.
+    pub async fn release(self) -> Result<bool> {
+        let mut all_held = true;
+        let mut first_err = None;
+        for g in self.guards.into_iter().rev() {
+            match g.release().await {
+                Ok(held) => all_held &= held,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(all_held),
+        }
+    }
+}
