@@ -1,1 +1,50 @@
-fn main() {}
+//! `distlock`: run a command under a distributed lock, and more.
+//!
+//! Each subcommand lives in `cmd/<name>.rs`; this file only parses arguments and dispatches.
+
+mod cmd;
+mod duration;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Distributed locks for scripts, cron jobs and services.
+#[derive(Parser, Debug)]
+#[command(name = "distlock", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run COMMAND while holding lock NAME (like flock, for many machines).
+    Exec(cmd::exec::ExecArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DISTLOCK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("distlock: cannot start the async runtime: {e}");
+            return ExitCode::from(71);
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Exec(args) => cmd::exec::run(args).await,
+        }
+    })
+}

@@ -26,8 +26,17 @@ pub const DEFAULT_URL: &str = "sqlite:distlock.db";
 
 /// Every scheme distlock knows, built into this binary or not.
 const KNOWN_SCHEMES: &[&str] = &[
-    "sqlite", "redis", "rediss", "redlock", "postgres", "postgresql", "mysql", "mariadb", "zk",
-    "etcd", "memcached",
+    "sqlite",
+    "redis",
+    "rediss",
+    "redlock",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "zk",
+    "etcd",
+    "memcached",
 ];
 
 /// Connects to the store `url` names. See the [module docs](self) for the schemes.

@@ -84,13 +84,9 @@ impl Guard {
     /// when every guard is released.
     pub async fn reenter(&self) -> Result<Guard> {
         let req = self.lease.req.clone();
-        let guard = crate::core::wait::acquire(
-            &self.client,
-            req,
-            true,
-            crate::core::wait::Deadline::Now,
-        )
-        .await?;
+        let guard =
+            crate::core::wait::acquire(&self.client, req, true, crate::core::wait::Deadline::Now)
+                .await?;
         guard.ok_or_else(|| {
             Error::new(
                 ErrorKind::LeaseLost,

@@ -12,7 +12,9 @@ pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Er
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => ErrorKind::Connection,
-        sqlx::Error::Database(db) if backend == "sqlite" && is_sqlite_busy(db.code().as_deref()) => {
+        sqlx::Error::Database(db)
+            if backend == "sqlite" && is_sqlite_busy(db.code().as_deref()) =>
+        {
             ErrorKind::Connection
         }
         sqlx::Error::Configuration(_) => ErrorKind::InvalidUrl,

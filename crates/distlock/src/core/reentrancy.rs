@@ -45,7 +45,14 @@ impl LeaseTable {
         } else {
             stale = None;
         }
-        let mut lease = HeldLease::start(backend.clone(), req.clone(), token, sent, renew, session_lost);
+        let mut lease = HeldLease::start(
+            backend.clone(),
+            req.clone(),
+            token,
+            sent,
+            renew,
+            session_lost,
+        );
         let table = self.held.clone();
         let drop_key = key.clone();
         lease.set_on_drop(move || {

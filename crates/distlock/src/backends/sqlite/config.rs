@@ -39,8 +39,14 @@ mod tests {
     fn paths() {
         assert_eq!(parse("sqlite:a.db").unwrap(), PathBuf::from("a.db"));
         assert_eq!(parse("sqlite://./a.db").unwrap(), PathBuf::from("./a.db"));
-        assert_eq!(parse("sqlite:///tmp/a.db").unwrap(), PathBuf::from("/tmp/a.db"));
+        assert_eq!(
+            parse("sqlite:///tmp/a.db").unwrap(),
+            PathBuf::from("/tmp/a.db")
+        );
         assert_eq!(parse("sqlite:").unwrap_err().kind(), ErrorKind::InvalidUrl);
-        assert_eq!(parse("sqlite::memory:").unwrap_err().kind(), ErrorKind::InvalidUrl);
+        assert_eq!(
+            parse("sqlite::memory:").unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
     }
 }

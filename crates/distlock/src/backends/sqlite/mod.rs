@@ -13,8 +13,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
 use crate::backends::sqlx_error::from_sqlx;
@@ -35,7 +37,9 @@ pub struct SqliteBackend {
 
 impl std::fmt::Debug for SqliteBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteBackend").field("path", &self.path).finish()
+        f.debug_struct("SqliteBackend")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -60,13 +64,7 @@ impl SqliteBackend {
             .max_connections(4)
             .connect_with(options)
             .await
-            .map_err(|e| {
-                from_sqlx(
-                    NAME,
-                    &format!("opening {}", path.display()),
-                    e,
-                )
-            })?;
+            .map_err(|e| from_sqlx(NAME, &format!("opening {}", path.display()), e))?;
         sqlx::raw_sql(include_str!("sql/schema.sql"))
             .execute(&pool)
             .await

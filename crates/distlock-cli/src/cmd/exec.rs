@@ -1,0 +1,206 @@
+//! `distlock exec`: run a command while holding a lock.
+//!
+//! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] when the
+//! lock could not be had (taken with `--no-wait`, `--wait` ran out, the store unreachable);
+//! [`EXIT_LEASE_LOST`] when the lease was lost while COMMAND ran (COMMAND is then stopped);
+//! [`EXIT_USAGE`] for an invalid name, lease or URL; 126/127 when COMMAND cannot be started.
+
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use distlock::{ErrorKind, Guard};
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::duration;
+
+/// The lock was not obtained (EX_TEMPFAIL: try again later).
+pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
+/// The lease was lost while COMMAND ran; COMMAND was stopped.
+pub(crate) const EXIT_LEASE_LOST: u8 = 76;
+/// Invalid arguments: lock name, lease, URL (EX_USAGE).
+pub(crate) const EXIT_USAGE: u8 = 64;
+/// How long COMMAND gets between SIGTERM and SIGKILL after the lease is lost.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Arguments of `distlock exec`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: COMMAND's own; 75 if the lock was not obtained; 76 if the lease \
+                  was lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after 5s); 64 for \
+                  invalid arguments; 126/127 if COMMAND cannot be run.\n\
+                  COMMAND's environment gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN."
+)]
+pub(crate) struct ExecArgs {
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs.
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    lease: Duration,
+    /// Give up (exit 75) if the lock is not free within this time [default: wait forever].
+    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Give up (exit 75) at once if the lock is taken.
+    #[arg(long)]
+    no_wait: bool,
+    /// The lock's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub(crate) async fn run(args: ExecArgs) -> ExitCode {
+    let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
+    let client = match distlock::connect(url).await {
+        Ok(c) => c,
+        Err(e) => return not_obtained(&args.name, &e),
+    };
+    let lock = client.lock(&args.name).lease(args.lease);
+    let mut interrupted = Signals::new();
+    let taken = tokio::select! {
+        taken = async {
+            if args.no_wait {
+                lock.try_acquire().await
+            } else if let Some(wait) = args.wait {
+                lock.acquire_timeout(wait).await.map(Some)
+            } else {
+                lock.acquire().await.map(Some)
+            }
+        } => taken,
+        sig = interrupted.next() => {
+            eprintln!("distlock: interrupted while waiting for lock {:?}", args.name);
+            return ExitCode::from(128u8.saturating_add(sig as u8));
+        }
+    };
+    let guard = match taken {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            eprintln!("distlock: lock {:?} is held by another owner", args.name);
+            return ExitCode::from(EXIT_NOT_OBTAINED);
+        }
+        Err(e) => return not_obtained(&args.name, &e),
+    };
+    let code = run_holding(&args, &guard, &mut interrupted).await;
+    let name = guard.name().to_string();
+    if let Err(e) = guard.release().await {
+        eprintln!("distlock: releasing lock {name:?} failed ({e}); it frees when its lease ends");
+    }
+    code
+}
+
+fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
+    eprintln!("distlock: lock {name:?} not obtained: {e}");
+    match e.kind() {
+        ErrorKind::InvalidName
+        | ErrorKind::InvalidLease
+        | ErrorKind::InvalidUrl
+        | ErrorKind::InvalidInput
+        | ErrorKind::Unsupported => ExitCode::from(EXIT_USAGE),
+        _ => ExitCode::from(EXIT_NOT_OBTAINED),
+    }
+}
+
+/// Runs COMMAND to its end, forwarding signals and stopping it if the lease is lost.
+async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> ExitCode {
+    let mut child = match Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("DISTLOCK_LOCK_NAME", &args.name)
+        .env("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("distlock: cannot run {:?}: {e}", args.command[0]);
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return ExitCode::from(code);
+        }
+    };
+    let pid = child.id();
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            status = child.wait() => return exit_code_of(status),
+            sig = signals.next() => {
+                if let Some(pid) = pid {
+                    send(pid, sig);
+                }
+            }
+            why = &mut lost => {
+                eprintln!("distlock: {why}; stopping the command");
+                if let Some(pid) = pid {
+                    send(pid, libc::SIGTERM);
+                    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+                        eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
+                        let _ = child.kill().await;
+                    }
+                }
+                return ExitCode::from(EXIT_LEASE_LOST);
+            }
+        }
+    }
+}
+
+fn exit_code_of(status: std::io::Result<std::process::ExitStatus>) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => ExitCode::from(code as u8),
+            (None, Some(sig)) => ExitCode::from(128u8.saturating_add(sig as u8)),
+            (None, None) => ExitCode::FAILURE,
+        },
+        Err(e) => {
+            eprintln!("distlock: waiting for the command failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn send(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped) and a valid signal.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// The signals `exec` passes on to COMMAND.
+struct Signals {
+    streams: Vec<(i32, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        let wanted = [
+            (libc::SIGINT, SignalKind::interrupt()),
+            (libc::SIGTERM, SignalKind::terminate()),
+            (libc::SIGHUP, SignalKind::hangup()),
+            (libc::SIGQUIT, SignalKind::quit()),
+        ];
+        let streams = wanted
+            .into_iter()
+            .filter_map(|(num, kind)| signal(kind).ok().map(|s| (num, s)))
+            .collect();
+        Signals { streams }
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> i32 {
+        let waits = self.streams.iter_mut().map(|(num, s)| {
+            let num = *num;
+            Box::pin(async move {
+                s.recv().await;
+                num
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
+}
