@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Makes sure every server the test suite needs is installed and answering on 127.0.0.1.
+# Idempotent: a server that already answers is left alone; a missing package is installed with
+# apt-get; a server that is installed but down is started in the background (no systemd).
+#
+#   scripts/services.sh            all servers
+#   scripts/services.sh redis pg   only these (names: redis, pg, mysql)
+#
+# State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
+# (default /var/tmp/distlock-services).
+set -euo pipefail
+
+D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
+mkdir -p "$D"
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=(redis pg mysql)
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+apt_updated=0
+need_pkg() { # need_pkg COMMAND PACKAGE...
+  command -v "$1" >/dev/null 2>&1 && return 0
+  shift
+  if [ $apt_updated -eq 0 ]; then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  log "installing $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+wait_for() { # wait_for NAME SECONDS CHECK...
+  local name=$1 secs=$2
+  shift 2
+  for _ in $(seq 1 $((secs * 10))); do
+    if "$@" >/dev/null 2>&1; then log "$name ready"; return 0; fi
+    sleep 0.1
+  done
+  log "$name did not answer within ${secs}s"
+  return 1
+}
+
+redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
+
+start_redis() { # start_redis PORT
+  local port=$1
+  redis_ping "$port" && return 0
+  mkdir -p "$D/redis-$port"
+  log "starting redis on 127.0.0.1:$port"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$D/redis-$port" --save '' --appendonly no \
+    --daemonize yes --logfile "$D/redis-$port/redis.log" --pidfile "$D/redis-$port/redis.pid"
+  wait_for "redis:$port" 10 redis_ping "$port"
+}
+
+ensure_redis() {
+  need_pkg redis-server redis-server redis-tools
+  need_pkg redis-benchmark redis-tools
+  start_redis 6379
+}
+
+pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q; }
+
+ensure_pg() {
+  need_pkg pg_isready postgresql postgresql-client
+  if ! pg_up; then
+    local cluster
+    cluster=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1 || true)
+    if [ -n "$cluster" ] && command -v pg_ctlcluster >/dev/null; then
+      log "starting the PostgreSQL $cluster cluster"
+      pg_ctlcluster --skip-systemctl-redirect "$cluster" main start || true
+    fi
+  fi
+  if ! pg_up; then
+    # No usable cluster: a private one, trusting local connections.
+    local bin
+    bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    if [ ! -f "$D/pg/data/PG_VERSION" ]; then
+      log "initdb in $D/pg"
+      mkdir -p "$D/pg" && chown postgres "$D/pg"
+      runuser -u postgres -- "$bin/initdb" -D "$D/pg/data" -U postgres --auth=trust >/dev/null
+    fi
+    log "starting a private PostgreSQL on 127.0.0.1:5432"
+    runuser -u postgres -- "$bin/pg_ctl" -D "$D/pg/data" -l "$D/pg/log" -w start \
+      -o "-c listen_addresses=127.0.0.1 -c port=5432 -k $D/pg -c fsync=off -c max_connections=300" >/dev/null
+  fi
+  wait_for postgresql 30 pg_up
+  if ! psql -h 127.0.0.1 -U postgres -Atc "select 1 from pg_database where datname='distlock_test'" | grep -q 1; then
+    psql -h 127.0.0.1 -U postgres -qc 'create database distlock_test'
+  fi
+}
+
+mysql_up() { mariadb -h127.0.0.1 -P3306 -uroot -e 'select 1'; }
+
+ensure_mysql() {
+  need_pkg mariadbd mariadb-server mariadb-client
+  if ! mysql_up >/dev/null 2>&1; then
+    log "starting mariadbd"
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- \
+      --bind-address=127.0.0.1 --port=3306 >/dev/null 2>&1 || true
+    if ! wait_for mariadb 15 mysql_up; then
+      # No usable system instance: a private one.
+      if [ ! -d "$D/maria/mysql" ]; then
+        mariadb-install-db --no-defaults --datadir="$D/maria" --user=root \
+          --auth-root-authentication-method=normal --skip-test-db >/dev/null
+      fi
+      log "starting a private mariadbd on 127.0.0.1:3306"
+      (mariadbd --no-defaults --datadir="$D/maria" --user=root --bind-address=127.0.0.1 \
+        --port=3306 --socket="$D/mysqld.sock" --pid-file="$D/mysqld.pid" --skip-log-bin \
+        --max-connections=500 >"$D/maria.log" 2>&1 &)
+    fi
+  fi
+  wait_for mariadb 30 mysql_up
+  mariadb -h127.0.0.1 -uroot -e 'create database if not exists distlock_test'
+}
+
+for s in "${want[@]}"; do
+  case "$s" in
+    redis) ensure_redis ;;
+    pg|postgres) ensure_pg ;;
+    mysql|mariadb) ensure_mysql ;;
+    *) log "unknown service $s (known: redis, pg, mysql)"; exit 2 ;;
+  esac
+done
