@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run COMMAND while holding lock NAME (like flock, for many machines).
     Exec(cmd::exec::ExecArgs),
+    /// Show overselling and lost updates under load, and every strategy that prevents them.
+    Demo(cmd::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Demo(args) => cmd::demo::run(args).await,
         }
     })
 }
