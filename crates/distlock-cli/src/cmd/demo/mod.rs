@@ -74,15 +74,17 @@ pub(crate) struct DemoArgs {
     /// Requests per run (N); the stock scenario puts N items on sale to N buyers.
     #[arg(long, short = 'n', default_value_t = 5000)]
     requests: u32,
-    /// Requests in flight at once, spread over the instances.
-    #[arg(long, short = 'c', default_value_t = 48)]
+    /// Requests in flight at once, spread over the instances. Enough to show every race; more
+    /// mostly adds waiters polling the lock store.
+    #[arg(long, short = 'c', default_value_t = 16)]
     concurrency: u32,
     /// Segments of the segmented strategy (S).
     #[arg(long, default_value_t = 8)]
     segments: u32,
-    /// Time between reading a value and writing it back, as a database round trip would take;
-    /// it widens the race window of the unprotected strategies.
-    #[arg(long, default_value = "1ms", value_parser = duration::parse)]
+    /// Extra time between reading a value and writing it back, as a slower database round trip
+    /// or business logic would take: it widens the race window. None by default: the race
+    /// shows without it (the read and the write are separate statements).
+    #[arg(long, default_value = "0s", value_parser = duration::parse)]
     pause: Duration,
     /// Compare-and-swap attempts of the optimistic strategy before a request gives up.
     #[arg(long, default_value_t = 100)]
@@ -162,6 +164,9 @@ fn check(args: &DemoArgs) -> Result<(), String> {
         return Err(
             "--requests, --concurrency, --segments and --retries must be at least 1".into(),
         );
+    }
+    if let Some(url) = &args.store {
+        Store::check_url(url).map_err(|e| format!("--store: {e}"))?;
     }
     if args.segments > args.requests {
         return Err("--segments cannot exceed --requests (each segment needs an item)".into());

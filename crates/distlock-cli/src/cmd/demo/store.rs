@@ -72,31 +72,17 @@ pub(crate) struct StockAudit {
 }
 
 impl Store {
+    /// Checks that `url` names a store the demo can use, without opening it.
+    pub(crate) fn check_url(url: &str) -> Result<()> {
+        sqlite_path(url).map(|_| ())
+    }
+
     /// Opens the store `url` names, creating an SQLite file if needed.
     pub(crate) async fn open(url: &str, connections: u32) -> Result<Store> {
-        let scheme = url.split(':').next().unwrap_or("").to_ascii_lowercase();
-        match scheme.as_str() {
-            "sqlite" => {
-                let path = url
-                    .strip_prefix("sqlite://")
-                    .or_else(|| url.strip_prefix("sqlite:"))
-                    .unwrap_or("");
-                if path.is_empty() || path.contains(":memory:") {
-                    bail!("the demo's store needs a file shared by the instances: sqlite:PATH");
-                }
-                Ok(Store::Sqlite(
-                    open_sqlite(Path::new(path), connections).await?,
-                ))
-            }
-            "postgres" | "postgresql" | "mysql" | "mariadb" => bail!(
-                "the demo's inventory store speaks only SQLite so far; {scheme}: will come with \
-                 its own sql/{scheme}/ statements"
-            ),
-            _ => bail!(
-                "{:?} is not a store URL the demo knows (sqlite:PATH)",
-                distlock::redact(url)
-            ),
-        }
+        let path = sqlite_path(url)?;
+        Ok(Store::Sqlite(
+            open_sqlite(Path::new(path), connections).await?,
+        ))
     }
 
     /// Drops and recreates the tables, then puts `products` products with `units` units each
@@ -273,6 +259,31 @@ impl Store {
     pub(crate) async fn close(&self) {
         let Store::Sqlite(pool) = self;
         pool.close().await;
+    }
+}
+
+/// The file of an `sqlite:PATH` store URL; the error names what the demo can use instead.
+fn sqlite_path(url: &str) -> Result<&str> {
+    let scheme = url.split(':').next().unwrap_or("").to_ascii_lowercase();
+    match scheme.as_str() {
+        "sqlite" => {
+            let path = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+                .unwrap_or("");
+            if path.is_empty() || path.contains(":memory:") {
+                bail!("the demo's store needs a file shared by the instances: sqlite:PATH");
+            }
+            Ok(path)
+        }
+        "postgres" | "postgresql" | "mysql" | "mariadb" => bail!(
+            "the demo's inventory store speaks only SQLite so far; {scheme}: will come with its \
+             own sql/{scheme}/ statements"
+        ),
+        _ => bail!(
+            "{:?} is not a store URL the demo knows (sqlite:PATH)",
+            distlock::redact(url)
+        ),
     }
 }
 

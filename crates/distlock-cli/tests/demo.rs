@@ -1,0 +1,213 @@
+//! `distlock demo` end to end: real instance processes, real HTTP, the embedded SQLite store and
+//! lock, small sizes. Each test asserts the audits the demo prints as JSON.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn demo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .arg("demo")
+        .args(args)
+        .output()
+        .expect("running distlock demo")
+}
+
+/// The JSON objects of a `--json` run, after checking the exit status.
+fn runs(args: &[&str], expect_success: bool) -> Vec<Value> {
+    let out = demo(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.success(),
+        expect_success,
+        "exit status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+fn find<'a>(runs: &'a [Value], scenario: &str, strategy: &str, instances: u64) -> &'a Value {
+    runs.iter()
+        .find(|r| {
+            r["scenario"] == scenario && r["strategy"] == strategy && r["instances"] == instances
+        })
+        .unwrap_or_else(|| panic!("no {scenario}/{strategy}/{instances} run in {runs:#?}"))
+}
+
+/// Stock: no unit oversold; counter: no update lost; and no request failed.
+fn assert_correct(run: &Value) {
+    assert_eq!(run["correct"], true, "{run}");
+    assert_eq!(run["failed"], 0, "{run}");
+    assert_eq!(run["verdict"], "correct", "{run}");
+    match run["scenario"].as_str() {
+        Some("stock") => assert_eq!(run["oversold"], 0, "{run}"),
+        Some("counter") => assert_eq!(run["lost_updates"], 0, "{run}"),
+        other => panic!("unknown scenario {other:?}"),
+    }
+}
+
+#[test]
+fn every_protecting_strategy_is_correct_across_three_instances() {
+    let all = runs(
+        &[
+            "--json",
+            "--requests",
+            "120",
+            "--instances",
+            "3",
+            "--concurrency",
+            "12",
+            "--segments",
+            "4",
+            "--strategy",
+            "optimistic,lock,atomic,segmented",
+        ],
+        true,
+    );
+    assert_eq!(all.len(), 8, "{all:#?}");
+    for run in &all {
+        assert_correct(run);
+        assert_eq!(run["requests"], 120);
+    }
+    // With a lock or an atomic statement every buyer gets an item and every "+1" counts.
+    for strategy in ["lock:sqlite", "atomic", "segmented:sqlite"] {
+        for scenario in ["stock", "counter"] {
+            assert_eq!(find(&all, scenario, strategy, 3)["succeeded"], 120);
+        }
+    }
+}
+
+#[test]
+fn no_protection_oversells_and_loses_updates() {
+    // A 5 ms pause between read and write: with 12 requests in flight, reads that overlap a
+    // write are certain, so the race must show.
+    let all = runs(
+        &[
+            "--json",
+            "--requests",
+            "120",
+            "--concurrency",
+            "12",
+            "--pause",
+            "5ms",
+            "--strategy",
+            "none",
+        ],
+        true,
+    );
+    let stock = find(&all, "stock", "none", 3);
+    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
+    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
+    let counter = find(&all, "counter", "none", 3);
+    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    assert_eq!(counter["correct"], false, "{counter}");
+}
+
+#[test]
+fn a_local_mutex_is_correct_in_one_instance_and_wrong_in_three() {
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--requests",
+            "120",
+            "--concurrency",
+            "12",
+            "--pause",
+            "5ms",
+            "--strategy",
+            "local-mutex",
+        ],
+        true,
+    );
+    assert_eq!(all.len(), 2, "one instance, then three: {all:#?}");
+    assert_correct(find(&all, "counter", "local-mutex", 1));
+    let three = find(&all, "counter", "local-mutex", 3);
+    assert!(three["lost_updates"].as_i64().unwrap() > 0, "{three}");
+}
+
+#[test]
+fn the_table_verdicts_and_chart_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("demo.svg");
+    let out = demo(&[
+        "--scenario",
+        "counter",
+        "--strategy",
+        "none,atomic",
+        "--requests",
+        "60",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("| scenario |"), "{stdout}");
+    assert!(
+        stdout.contains("atomic               (3 instances): correct"),
+        "{stdout}"
+    );
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(svg.contains("atomic"), "{svg}");
+}
+
+#[test]
+fn an_instance_that_cannot_start_is_reported_with_its_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock_url = format!(
+        "sqlite:{}",
+        dir.path().join("missing/dir/locks.db").display()
+    );
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "lock",
+            "--requests",
+            "10",
+            "--lock-url",
+            &lock_url,
+        ],
+        false,
+    );
+    assert_eq!(all.len(), 1);
+    let run = &all[0];
+    assert_eq!(run["verdict"], "FAILED", "{run}");
+    let problems = run["problems"].to_string();
+    assert!(problems.contains("failed to start"), "{problems}");
+    assert!(
+        problems.contains("connecting to the lock store"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn invalid_arguments_exit_64() {
+    assert_eq!(demo(&["--instances", "0"]).status.code(), Some(64));
+    assert_eq!(
+        demo(&["--requests", "4", "--segments", "8"]).status.code(),
+        Some(64)
+    );
+    let bad_store = demo(&["--store", "ftp://user:hunter2@x"]);
+    assert_eq!(bad_store.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&bad_store.stderr);
+    assert!(
+        stderr.contains("--store") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+}
