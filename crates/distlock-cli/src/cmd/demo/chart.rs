@@ -11,9 +11,9 @@ use super::strategy::Scenario;
 const BAR: f64 = 56.0;
 const GAP: f64 = 28.0;
 const PLOT_HEIGHT: f64 = 220.0;
-const PANEL_HEIGHT: f64 = PLOT_HEIGHT + 120.0;
+const PANEL_HEIGHT: f64 = PLOT_HEIGHT + 150.0;
 const LEFT: f64 = 70.0;
-const TOP: f64 = 50.0;
+const TOP: f64 = 64.0;
 
 /// The SVG document for `runs`.
 pub(crate) fn svg(runs: &[RunReport]) -> String {
@@ -28,7 +28,7 @@ pub(crate) fn svg(runs: &[RunReport]) -> String {
         .filter(|(_, rs)| !rs.is_empty())
         .collect();
     let most_bars = panels.iter().map(|(_, rs)| rs.len()).max().unwrap_or(1);
-    let width = LEFT + most_bars as f64 * (BAR + GAP) + GAP + 20.0;
+    let width = (LEFT + most_bars as f64 * (BAR + GAP) + GAP + 20.0).max(640.0);
     let height = TOP + panels.len() as f64 * PANEL_HEIGHT + 30.0;
     let top_rate = runs
         .iter()
@@ -44,7 +44,11 @@ pub(crate) fn svg(runs: &[RunReport]) -> String {
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="24" font-size="16" font-weight="bold">distlock demo: throughput per strategy (green = audit correct, red = wrong)</text>"#
+        r#"<text x="{LEFT}" y="22" font-size="16" font-weight="bold">distlock demo: requests per second, by strategy</text>"#
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="40" fill="#555">green: the audit found the run correct; red: it did not (damage on the bar)</text>"##
     );
     for (i, (scenario, rs)) in panels.iter().enumerate() {
         let y0 = TOP + i as f64 * PANEL_HEIGHT;
@@ -62,7 +66,8 @@ fn panel(
     scale: f64,
     width: f64,
 ) {
-    let base = y0 + 20.0 + PLOT_HEIGHT;
+    // Room above the plot for the panel title and the labels of a full-height bar.
+    let base = y0 + 50.0 + PLOT_HEIGHT;
     let what = match scenario {
         Scenario::Stock => "stock: N items, N buyers (bar label: units oversold)",
         Scenario::Counter => "counter: N \"+1\" requests (bar label: updates lost)",
