@@ -147,11 +147,19 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
         eprintln!("distlock demo: {e}");
         return ExitCode::from(EXIT_USAGE);
     }
-    match demo(args).await {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("distlock demo: {e:#}");
-            ExitCode::FAILURE
+    // On Ctrl-C the demo future is dropped: that kills the instances (kill_on_drop) and removes
+    // the temporary directory.
+    tokio::select! {
+        outcome = demo(args) => match outcome {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("distlock demo: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ndistlock demo: interrupted");
+            ExitCode::from(130)
         }
     }
 }
@@ -192,19 +200,31 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
     let store = Store::open(&store_url, PARENT_STORE_CONNECTIONS).await?;
     let plans = plan(&args, &lock_urls);
     if !args.json {
+        let shown = |given: bool, url: &str| {
+            if given {
+                distlock::redact(url)
+            } else {
+                "sqlite (temporary file)".to_string()
+            }
+        };
+        let locks: Vec<String> = lock_urls
+            .iter()
+            .map(|u| shown(!args.lock_urls.is_empty(), u))
+            .collect();
+        let pause = if args.pause.is_zero() {
+            "none".to_string()
+        } else {
+            humantime::format_duration(args.pause).to_string()
+        };
         println!(
-            "distlock demo: {} runs of {} requests, {} in flight, {} instances; store {}; pause \
-             between read and write {}",
+            "distlock demo: {} run{} of {} requests, {} in flight; store: {}; locks: {}; extra \
+             pause between read and write: {pause}",
             plans.len(),
+            if plans.len() == 1 { "" } else { "s" },
             args.requests,
             args.concurrency,
-            args.instances,
-            if args.store.is_some() {
-                distlock::redact(&store_url)
-            } else {
-                "sqlite (temporary file)".into()
-            },
-            humantime::format_duration(args.pause),
+            shown(args.store.is_some(), &store_url),
+            locks.join(", "),
         );
     }
 
