@@ -197,6 +197,36 @@ fn an_instance_that_cannot_start_is_reported_with_its_stderr() {
 }
 
 #[test]
+fn requests_that_time_out_fail_the_run() {
+    // Every request sleeps 50 ms between read and write but may take only 10 ms.
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "optimistic",
+            "--requests",
+            "6",
+            "--pause",
+            "50ms",
+            "--request-timeout",
+            "10ms",
+        ],
+        false,
+    );
+    let optimistic = find(&all, "counter", "optimistic", 3);
+    assert_eq!(optimistic["verdict"], "FAILED", "{optimistic}");
+    assert_eq!(optimistic["failed"], 6, "{optimistic}");
+    assert!(
+        optimistic["problems"]
+            .to_string()
+            .contains("no answer within 10ms"),
+        "{optimistic}"
+    );
+}
+
+#[test]
 fn invalid_arguments_exit_64() {
     assert_eq!(demo(&["--instances", "0"]).status.code(), Some(64));
     assert_eq!(

@@ -176,7 +176,11 @@ fn check(args: &DemoArgs) -> Result<(), String> {
     if let Some(url) = &args.store {
         Store::check_url(url).map_err(|e| format!("--store: {e}"))?;
     }
-    if args.segments > args.requests {
+    let segmented = args
+        .strategy
+        .iter()
+        .any(|s| matches!(s, StrategyChoice::All | StrategyChoice::Segmented));
+    if segmented && args.segments > args.requests {
         return Err("--segments cannot exceed --requests (each segment needs an item)".into());
     }
     Ok(())
