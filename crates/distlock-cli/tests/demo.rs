@@ -226,6 +226,78 @@ fn requests_that_time_out_fail_the_run() {
     );
 }
 
+/// The pids of the running children of `parent` whose command line contains `needle`.
+fn children_of(parent: u32, needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name (which is in parentheses): state, ppid, …
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if ppid == Some(parent) && cmdline.contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn an_instance_killed_mid_run_is_reported() {
+    // 20 ms per request, 4 in flight: the run lasts well over a second.
+    let child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "demo",
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "none",
+        ])
+        .args(["--requests", "400", "--concurrency", "4", "--pause", "20ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let victim = loop {
+        let instances = children_of(child.id(), "demo serve");
+        if instances.len() == 3 {
+            break instances[1];
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the instances never showed up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let it serve a little first.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on a pid that is a child of our own child, with a valid signal.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "a killed instance must fail the demo"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(run["verdict"], "FAILED", "{run}");
+    let problems = run["problems"].to_string();
+    assert!(
+        problems.contains("exited while serving") || problems.contains("failed to start"),
+        "{problems}"
+    );
+    assert!(problems.contains("SIGKILL"), "{problems}");
+}
+
 #[test]
 fn invalid_arguments_exit_64() {
     assert_eq!(demo(&["--instances", "0"]).status.code(), Some(64));

@@ -51,7 +51,10 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
 #[derive(clap::Args, Debug)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "Strategies: none (no protection), local-mutex (a mutex inside each instance; \
+    after_help = "Scenarios: stock (N items with one unit each on sale, N buyers each ordering \
+                  the next item in stock: read, check, write stock - 1, insert an order), counter \
+                  (one counter at 0, N \"+1\" requests: read, add, write).\n\
+                  Strategies: none (no protection), local-mutex (a mutex inside each instance; \
                   also run with 1 instance when K > 1), optimistic (version compare-and-swap, \
                   retried), lock (a distlock lock; once per --lock-url), atomic (one \
                   check-and-decrement statement), segmented (the hot stock split into \
@@ -257,7 +260,8 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
     }
     let failures = runs.iter().filter(|r| r.verdict().is_failure()).count();
     if failures > 0 {
-        eprintln!("distlock demo: {failures} runs WRONG or FAILED (see above)");
+        let runs = if failures == 1 { "run" } else { "runs" };
+        eprintln!("distlock demo: {failures} {runs} WRONG or FAILED (see above)");
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

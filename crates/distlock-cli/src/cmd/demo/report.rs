@@ -116,7 +116,8 @@ impl RunReport {
             Verdict::Wrong => {
                 format!("{who}: WRONG!!! {findings}; this strategy must be correct: this is a bug")
             }
-            Verdict::Failed => format!("{who}: FAILED"),
+            Verdict::Failed if findings.is_empty() => format!("{who}: FAILED"),
+            Verdict::Failed => format!("{who}: FAILED (the audit found: {findings})"),
         };
         for problem in &self.problems {
             let _ = write!(line, "\n    {}", problem.replace('\n', "\n    "));
