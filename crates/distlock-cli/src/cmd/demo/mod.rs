@@ -38,7 +38,7 @@ use self::instances::Instances;
 use self::progress::Progress;
 use self::report::RunReport;
 use self::store::Store;
-use self::strategy::{Method, Scenario, Settings, Strategy};
+use self::strategy::{LockStore, Method, Scenario, Settings, Strategy};
 use crate::cmd::exec::EXIT_USAGE;
 use crate::duration;
 
@@ -205,7 +205,8 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
         args.lock_urls.clone()
     };
     let store = Store::open(&store_url, PARENT_STORE_CONNECTIONS).await?;
-    let plans = plan(&args, &lock_urls);
+    let lock_stores = LockStore::named(&lock_urls);
+    let plans = plan(&args, &lock_stores);
     if !args.json {
         let shown = |given: bool, url: &str| {
             if given {
@@ -269,7 +270,7 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
 
 /// The runs, in order: each scenario, each strategy; `lock` once per lock URL; `local-mutex`
 /// with one instance first when K > 1, to show it correct there and wrong with K.
-fn plan(args: &DemoArgs, lock_urls: &[String]) -> Vec<Plan> {
+fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
     let scenarios = match args.scenario {
         ScenarioChoice::All => vec![Scenario::Stock, Scenario::Counter],
         ScenarioChoice::Stock => vec![Scenario::Stock],
@@ -287,10 +288,7 @@ fn plan(args: &DemoArgs, lock_urls: &[String]) -> Vec<Plan> {
         .into_iter()
         .filter(|s| args.strategy.contains(s) || args.strategy.contains(&StrategyChoice::All))
         .collect();
-    let plain = |method| Strategy {
-        method,
-        lock_url: None,
-    };
+    let plain = |method| Strategy { method, lock: None };
     let mut plans = Vec::new();
     for scenario in scenarios {
         let mut add = |strategy: Strategy, instances| {
@@ -313,10 +311,10 @@ fn plan(args: &DemoArgs, lock_urls: &[String]) -> Vec<Plan> {
                 }
                 StrategyChoice::Optimistic => add(plain(Method::Optimistic), args.instances),
                 StrategyChoice::Lock => {
-                    for url in lock_urls {
+                    for lock in lock_stores {
                         let strategy = Strategy {
                             method: Method::Lock,
-                            lock_url: Some(url.clone()),
+                            lock: Some(lock.clone()),
                         };
                         add(strategy, args.instances);
                     }
@@ -325,7 +323,7 @@ fn plan(args: &DemoArgs, lock_urls: &[String]) -> Vec<Plan> {
                 StrategyChoice::Segmented => {
                     let strategy = Strategy {
                         method: Method::Segmented,
-                        lock_url: lock_urls.first().cloned(),
+                        lock: lock_stores.first().cloned(),
                     };
                     add(strategy, args.instances);
                 }
@@ -370,7 +368,7 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         lock_wait: args.request_timeout,
         lease: LOCK_LEASE,
     };
-    let lock_url = report.strategy.lock_url.clone();
+    let lock_url = report.strategy.lock.as_ref().map(|l| l.url.clone());
     let mut running =
         match Instances::start(instances, &settings, store_url, lock_url.as_deref()).await {
             Ok(running) => running,

@@ -259,10 +259,7 @@ mod tests {
     fn run(method: Method, instances: u32, audit: Audit) -> RunReport {
         RunReport {
             scenario: Scenario::Counter,
-            strategy: Strategy {
-                method,
-                lock_url: None,
-            },
+            strategy: Strategy { method, lock: None },
             instances,
             requests: 10,
             load: Some(Load {

@@ -74,19 +74,52 @@ impl Method {
     }
 }
 
-/// One strategy as run and reported: a method, and for lock methods the lock store's URL.
+/// One strategy as run and reported: a method, and for lock methods the lock store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Strategy {
     pub(crate) method: Method,
-    pub(crate) lock_url: Option<String>,
+    pub(crate) lock: Option<LockStore>,
+}
+
+/// A store the lock strategies take their locks in: a distlock URL and the short name the
+/// table shows for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockStore {
+    pub(crate) url: String,
+    /// The URL's scheme (`sqlite`, `redis`, …), numbered (`sqlite#2`) when several URLs share
+    /// it, so that a URL's host or password never reaches the table.
+    pub(crate) name: String,
+}
+
+impl LockStore {
+    /// Names `urls` by scheme, numbering the schemes that repeat.
+    pub(crate) fn named(urls: &[String]) -> Vec<LockStore> {
+        let schemes: Vec<String> = urls.iter().map(|u| lock_scheme(u)).collect();
+        schemes
+            .iter()
+            .enumerate()
+            .map(|(i, scheme)| {
+                let same = schemes.iter().filter(|s| *s == scheme).count();
+                let nth = schemes[..=i].iter().filter(|s| *s == scheme).count();
+                let name = if same > 1 {
+                    format!("{scheme}#{nth}")
+                } else {
+                    scheme.clone()
+                };
+                LockStore {
+                    url: urls[i].clone(),
+                    name,
+                }
+            })
+            .collect()
+    }
 }
 
 impl Strategy {
-    /// `none`, `optimistic`, `lock:sqlite`, `segmented:redis`, …: the lock store by its scheme,
-    /// so a URL's host or password never reaches the table.
+    /// `none`, `optimistic`, `lock:sqlite`, `segmented:redis`, …
     pub(crate) fn label(&self) -> String {
-        match &self.lock_url {
-            Some(url) => format!("{}:{}", self.method.name(), lock_scheme(url)),
+        match &self.lock {
+            Some(lock) => format!("{}:{}", self.method.name(), lock.name),
             None => self.method.name().to_string(),
         }
     }
@@ -109,7 +142,7 @@ impl fmt::Display for Strategy {
 }
 
 /// The scheme of a lock URL, lower-cased: `sqlite`, `redis`, `postgres`, …
-pub(crate) fn lock_scheme(url: &str) -> String {
+fn lock_scheme(url: &str) -> String {
     url.split(':').next().unwrap_or("").to_ascii_lowercase()
 }
 
@@ -375,14 +408,26 @@ mod tests {
 
     #[test]
     fn labels_name_the_lock_store_by_scheme_only() {
-        let s = Strategy {
-            method: Method::Lock,
-            lock_url: Some("redis://:secret@10.0.0.1:6379".into()),
-        };
-        assert_eq!(s.label(), "lock:redis");
+        let urls = [
+            "redis://:secret@10.0.0.1:6379".to_string(),
+            "sqlite:/tmp/a.db".to_string(),
+            "sqlite:/tmp/b.db".to_string(),
+        ];
+        let stores = LockStore::named(&urls);
+        let labels: Vec<String> = stores
+            .into_iter()
+            .map(|lock| {
+                Strategy {
+                    method: Method::Lock,
+                    lock: Some(lock),
+                }
+                .label()
+            })
+            .collect();
+        assert_eq!(labels, ["lock:redis", "lock:sqlite#1", "lock:sqlite#2"]);
         let s = Strategy {
             method: Method::None,
-            lock_url: None,
+            lock: None,
         };
         assert_eq!(s.label(), "none");
     }
@@ -402,10 +447,7 @@ mod tests {
 
     #[test]
     fn only_none_and_multi_instance_local_mutex_may_be_wrong() {
-        let of = |method| Strategy {
-            method,
-            lock_url: None,
-        };
+        let of = |method| Strategy { method, lock: None };
         assert!(!of(Method::None).must_be_correct(1));
         assert!(of(Method::LocalMutex).must_be_correct(1));
         assert!(!of(Method::LocalMutex).must_be_correct(3));
