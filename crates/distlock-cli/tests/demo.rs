@@ -305,6 +305,13 @@ fn invalid_arguments_exit_64() {
         demo(&["--requests", "4", "--segments", "8"]).status.code(),
         Some(64)
     );
+    let unknown_lock = demo(&["--strategy", "lock", "--lock-url", "nosuch://u:hunter2@h"]);
+    assert_eq!(unknown_lock.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&unknown_lock.stderr);
+    assert!(
+        stderr.contains("--lock-url") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
     let bad_store = demo(&["--store", "ftp://user:hunter2@x"]);
     assert_eq!(bad_store.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&bad_store.stderr);

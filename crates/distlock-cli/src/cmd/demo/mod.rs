@@ -33,6 +33,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use distlock::ErrorKind;
 
 use self::instances::Instances;
 use self::progress::Progress;
@@ -44,6 +45,8 @@ use crate::duration;
 
 /// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
 const LOCK_LEASE: Duration = Duration::from_secs(10);
+/// How long the up-front check of a lock URL may take.
+const LOCK_URL_CHECK: Duration = Duration::from_secs(10);
 /// Connections of the parent's own pool to the store (seeding and auditing only).
 const PARENT_STORE_CONNECTIONS: u32 = 1;
 
@@ -204,9 +207,15 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
     } else {
         args.lock_urls.clone()
     };
-    let store = Store::open(&store_url, PARENT_STORE_CONNECTIONS).await?;
     let lock_stores = LockStore::named(&lock_urls);
     let plans = plan(&args, &lock_stores);
+    if plans.iter().any(|p| p.strategy.lock.is_some())
+        && let Err(e) = check_lock_urls(&args.lock_urls).await
+    {
+        eprintln!("distlock demo: {e}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let store = Store::open(&store_url, PARENT_STORE_CONNECTIONS).await?;
     if !args.json {
         let shown = |given: bool, url: &str| {
             if given {
@@ -266,6 +275,21 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A lock URL this build cannot use is an argument error, said once up front rather than by
+/// every instance of every run. Other failures (a server down) are left to the instances, which
+/// report them with their stderr.
+async fn check_lock_urls(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        let connected = tokio::time::timeout(LOCK_URL_CHECK, distlock::connect(url)).await;
+        if let Ok(Err(e)) = connected
+            && matches!(e.kind(), ErrorKind::InvalidUrl | ErrorKind::Unsupported)
+        {
+            return Err(format!("--lock-url {}: {e}", distlock::redact(url)));
+        }
+    }
+    Ok(())
 }
 
 /// The runs, in order: each scenario, each strategy; `lock` once per lock URL; `local-mutex`
