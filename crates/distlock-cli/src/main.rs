@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run COMMAND while holding lock NAME (like flock, for many machines).
     Exec(cmd::exec::ExecArgs),
+    /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
         }
     })
 }

@@ -1,3 +1,4 @@
 //! One module per subcommand.
 
+pub(crate) mod bench;
 pub(crate) mod exec;
