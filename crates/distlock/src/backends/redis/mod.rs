@@ -33,9 +33,9 @@ const WAITER_TTL: Duration = Duration::from_secs(6);
 /// How long one command may take before the call fails (the watchdog retries within the lease).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// While the server refuses connections (restarting), requests that were surely not sent are
-/// retried this long before the error reaches the caller.
-const REFUSED_RETRY_FOR: Duration = Duration::from_secs(5);
+/// While the server is unreachable (restarting), requests that surely were not sent are retried
+/// this long before the error reaches the caller.
+const NOT_SENT_RETRY_FOR: Duration = Duration::from_secs(5);
 
 struct Scripts {
     acquire: Script,
@@ -163,8 +163,10 @@ impl RedisBackend {
         })
     }
 
-    /// Runs `script` by hash (loading it after `NOSCRIPT`). A request refused at connect time
-    /// was never sent, so it is retried while the server restarts; anything else is returned.
+    /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
+    /// the server (connection refused, or the write itself failed) is retried for a while, so a
+    /// server restart is ridden out; an error after which the script may have run is returned,
+    /// since running it twice could count a hold twice.
     async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
@@ -180,12 +182,12 @@ impl RedisBackend {
             invocation.arg(*arg);
         }
         let mut conn = self.conn.clone();
-        let give_up = tokio::time::Instant::now() + REFUSED_RETRY_FOR;
+        let give_up = tokio::time::Instant::now() + NOT_SENT_RETRY_FOR;
         let mut pause = Duration::from_millis(20);
         loop {
             match invocation.invoke_async(&mut conn).await {
                 Ok(value) => return Ok(value),
-                Err(e) if e.is_connection_refusal() && tokio::time::Instant::now() < give_up => {
+                Err(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -193,6 +195,17 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// True when the request cannot have reached the server: the connection was refused, or
+/// writing it failed. (A reset or EOF while awaiting the answer is ambiguous, and not retried.)
+/// redis-rs keeps the I/O error kind private, so a failed write is recognised by its text.
+fn surely_not_sent(e: &RedisError) -> bool {
+    if e.is_connection_refusal() {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    e.is_connection_dropped() && (text.contains("broken pipe") || text.contains("not connected"))
 }
 
 trait WithHint {
