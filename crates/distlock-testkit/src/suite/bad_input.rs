@@ -55,7 +55,11 @@ pub(super) async fn awkward_names_round_trip(ctx: Ctx) -> Outcome {
     // 512 bytes exactly, ending in a multi-byte character.
     let mut longest = base.clone();
     while longest.len() + "é".len() <= 512 {
-        longest.push(if longest.len() % 2 == 0 { 'a' } else { '%' });
+        longest.push(if longest.len().is_multiple_of(2) {
+            'a'
+        } else {
+            '%'
+        });
     }
     while longest.len() < 512 {
         longest.push('z');
@@ -73,7 +77,7 @@ pub(super) async fn awkward_names_round_trip(ctx: Ctx) -> Outcome {
         let again = ctx.contender(name).try_acquire().await?;
         check!(again.is_none(), "{name:?} is not held after acquiring it");
         // A name differing only where SQL LIKE or a glob would match must be a different lock.
-        let lookalike = name.replace('%', "_").replace(' ', "_").replace('\\', "/");
+        let lookalike = name.replace(['%', ' '], "_").replace('\\', "/");
         if lookalike != *name {
             let other = ctx.lock(&lookalike).try_acquire().await?;
             check!(other.is_some(), "{lookalike:?} is held because {name:?} is");

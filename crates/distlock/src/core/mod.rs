@@ -6,6 +6,9 @@ pub(crate) mod lease;
 pub(crate) mod reentrancy;
 pub(crate) mod wait;
 
+#[cfg(test)]
+mod tests;
+
 pub(crate) use reentrancy::LeaseTable;
 pub(crate) use wait::LocalWakeups;
 

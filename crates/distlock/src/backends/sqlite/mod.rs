@@ -55,25 +55,54 @@ impl SqliteBackend {
             .map_err(err("building connect options"))?
             .filename(&path)
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
             // NORMAL: no fsync per commit in WAL mode. A power cut may lose the last commits;
             // leases end at reboot anyway and fencing tokens have a wall-clock floor.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT);
+        // Processes opening a new file at the same moment race to switch it to WAL and create
+        // the tables; the loser sees SQLITE_BUSY outside any busy handler. Retry until the busy
+        // timeout, like a writer would wait.
+        let started = std::time::Instant::now();
+        let mut nap = Duration::from_millis(2);
+        loop {
+            match Self::prepare(&path, options.clone()).await {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() && started.elapsed() < BUSY_TIMEOUT => {
+                    tokio::time::sleep(nap).await;
+                    nap = (nap * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The file is in WAL mode for good now; pool connections need not switch it again.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
             .await
             .map_err(|e| from_sqlx(NAME, &format!("opening {}", path.display()), e))?;
-        sqlx::raw_sql(include_str!("sql/schema.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the lock tables"))?;
         Ok(SqliteBackend {
             pool,
             path,
             boot_id: clock::boot_id(),
         })
+    }
+
+    /// Switches the file to WAL (a lasting setting, which needs an exclusive lock no busy
+    /// handler waits for) and creates the tables, on one connection of its own.
+    async fn prepare(path: &std::path::Path, options: SqliteConnectOptions) -> Result<()> {
+        use sqlx::{ConnectOptions, Connection};
+        let mut conn = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .connect()
+            .await
+            .map_err(|e| from_sqlx(NAME, &format!("opening {}", path.display()), e))?;
+        sqlx::raw_sql(include_str!("sql/schema.sql"))
+            .execute(&mut conn)
+            .await
+            .map_err(err("creating the lock tables"))?;
+        conn.close()
+            .await
+            .map_err(err("closing the setup connection"))
     }
 
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
