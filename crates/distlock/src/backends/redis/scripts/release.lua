@@ -8,12 +8,12 @@
 --         0   the lock is free: the key is deleted and '' is published on the channel in the
 --             same script, so a waiter that subscribed before its retry cannot miss it. '' means
 --             "wake one waiter" to each subscribed client.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+local holds = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if not holds then
   return -1
 end
-local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if left > 0 then
-  return left
+if holds > 1 then
+  return redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], '')
