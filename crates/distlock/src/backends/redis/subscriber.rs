@@ -3,7 +3,8 @@
 //! Redisson opens subscriptions per lock and its users run out of pub/sub connections; here a
 //! single task owns a single connection. Waiters register locally (no round trip when their
 //! channel is already subscribed); the task subscribes a channel when its first waiter arrives
-//! and unsubscribes when its last one leaves. Each release message wakes as few waiters as it
+//! and unsubscribes it once it has had no waiter for a second (a busy lock's waiters come and go
+//! constantly; re-subscribing each time would cost a round trip per wait). Each release message wakes as few waiters as it
 //! can, decided by its payload:
 //!
 //! * `""`: wake one waiter of this client (round robin over the channel's waiters);
@@ -32,6 +33,8 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
 /// Reconnection backoff bounds.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// How long a channel stays subscribed after its last waiter left.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
 /// Longest wait for a new pub/sub connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -186,6 +189,8 @@ struct Connection {
     sink: PubSubSink,
     messages: PubSubStream,
     subscribed: HashSet<String>,
+    /// Subscribed channels without waiters, and since when.
+    idle: HashMap<String, Instant>,
 }
 
 /// Connects and subscribes every channel currently wanted.
@@ -210,6 +215,7 @@ async fn open(
         sink,
         messages,
         subscribed: channels.into_iter().collect(),
+        idle: HashMap::new(),
     })
 }
 
@@ -226,6 +232,13 @@ async fn run(
         let reconnect = async {
             match reconnect_at {
                 Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let sweep_at = conn.as_ref().and_then(|c| c.idle.values().min().copied());
+        let sweep = async move {
+            match sweep_at {
+                Some(oldest) => tokio::time::sleep_until(oldest + IDLE_GRACE).await,
                 None => std::future::pending().await,
             }
         };
@@ -266,16 +279,34 @@ async fn run(
                     let _ = ack.send(());
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    let still_wanted = lock(&registry).channels.contains_key(&channel);
                     if let Some(c) = conn.as_mut()
-                        && !still_wanted
-                        && c.subscribed.remove(&channel)
-                        && let Err(e) = c.sink.unsubscribe(&channel).await
+                        && c.subscribed.contains(&channel)
                     {
-                        tracing::debug!("redis UNSUBSCRIBE failed: {e}");
+                        c.idle.insert(channel, Instant::now());
                     }
                 }
             },
+            () = sweep => {
+                if let Some(c) = conn.as_mut() {
+                    let now = Instant::now();
+                    let wanted = lock(&registry).channels.keys().cloned().collect::<HashSet<_>>();
+                    let expired: Vec<String> = c
+                        .idle
+                        .iter()
+                        .filter(|(ch, since)| wanted.contains(*ch) || now >= **since + IDLE_GRACE)
+                        .map(|(ch, _)| ch.clone())
+                        .collect();
+                    for channel in expired {
+                        c.idle.remove(&channel);
+                        if !wanted.contains(&channel)
+                            && c.subscribed.remove(&channel)
+                            && let Err(e) = c.sink.unsubscribe(&channel).await
+                        {
+                            tracing::debug!("redis UNSUBSCRIBE failed: {e}");
+                        }
+                    }
+                }
+            }
             message = message => match message {
                 Some(msg) => dispatch(&registry, msg.get_channel_name(), msg.get_payload_bytes()),
                 None => {
