@@ -74,6 +74,7 @@ fn main() -> std::process::ExitCode {
             "redis::restart_reconnects_fires_lost_and_keeps_tokens_increasing",
             restart,
         )
+        .case("redis::acl_user_and_password", acl_user_and_password)
         .run()
 }
 
@@ -553,6 +554,11 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     fn start(port: u16, dir: std::path::PathBuf) -> Result<Self, Failure> {
+        Self::start_with(port, dir, &[])
+    }
+
+    /// Starts with `extra` configuration arguments (`restart` does not repeat them).
+    fn start_with(port: u16, dir: std::path::PathBuf, extra: &[&str]) -> Result<Self, Failure> {
         let child = std::process::Command::new("redis-server")
             .args([
                 "--bind",
@@ -564,6 +570,7 @@ impl PrivateRedis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .stdout(std::process::Stdio::null())
@@ -574,7 +581,7 @@ impl PrivateRedis {
                 ))
             })?;
         let server = PrivateRedis { child, port, dir };
-        for _ in 0..100 {
+        for _ in 0..500 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return Ok(server);
             }
@@ -659,5 +666,62 @@ async fn restart(ctx: Ctx) -> Outcome {
     check!(again.fencing_token() > first_token, "tokens went backwards");
     again.release().await?;
     drop(server);
+    Ok(())
+}
+
+async fn acl_user_and_password(ctx: Ctx) -> Outcome {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = ctx.dir.path().join(format!("redis-acl-{port}"));
+    std::fs::create_dir_all(&dir)?;
+    let _server = PrivateRedis::start_with(
+        port,
+        dir,
+        &[
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "locker",
+            "on",
+            ">s3cret-pw",
+            "~distlock:*",
+            "&distlock:*",
+            "+@all",
+        ],
+    )?;
+    let url = format!("redis://locker:s3cret-pw@127.0.0.1:{port}/0");
+    let client = distlock::connect(&url).await?;
+    let name = ctx.unique_name("acl");
+    let g = client.lock(&name).acquire().await?;
+    let waiter = {
+        let lock = distlock::connect(&url).await?.lock(&name);
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.release().await?;
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| Failure("the waiter was not woken under ACL".into()))???;
+    woken.release().await?;
+    for bad in [
+        format!("redis://locker:wrong-pw@127.0.0.1:{port}"),
+        format!("redis://intruder:s3cret-pw@127.0.0.1:{port}"),
+    ] {
+        let err = match distlock::connect(&bad).await {
+            Ok(c) => c.lock(&name).try_acquire().await.unwrap_err(),
+            Err(e) => e,
+        };
+        let shown = format!("{err} {err:?}");
+        check!(
+            err.kind() == ErrorKind::Backend,
+            "bad credentials gave {err:?}"
+        );
+        check!(
+            !shown.contains("s3cret-pw") && !shown.contains("wrong-pw"),
+            "password shown: {shown}"
+        );
+    }
     Ok(())
 }

@@ -241,6 +241,18 @@ impl std::error::Error for SourceText {}
 /// A redis-rs error as a distlock error: transport trouble is `Connection`, the rest `Backend`.
 /// redis-rs messages carry no URL, so no password can leak through them.
 fn from_redis(what: &str, e: RedisError) -> Error {
+    use ::redis::{ErrorKind as Redis, ServerErrorKind};
+    if matches!(
+        e.kind(),
+        Redis::AuthenticationFailed | Redis::Server(ServerErrorKind::NoPerm)
+    ) {
+        return Error::new(
+            ErrorKind::Backend,
+            format!("{what}: the server refused the user or password in the URL, or its ACL forbids scripts"),
+        )
+        .with_backend(NAME)
+        .with_source(e);
+    }
     let kind = if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
