@@ -23,6 +23,8 @@ enum Command {
     Exec(cmd::exec::ExecArgs),
     /// Show overselling and lost updates under load, and every strategy that prevents them.
     Demo(cmd::demo::DemoArgs),
+    /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Exec(args) => cmd::exec::run(args).await,
             Command::Demo(args) => cmd::demo::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
         }
     })
 }

@@ -5,3 +5,6 @@ pub(crate) mod sqlx_error;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+#[cfg(feature = "redis")]
+pub mod redis;

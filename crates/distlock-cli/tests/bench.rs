@@ -1,0 +1,166 @@
+//! `distlock bench` end to end: the real binary, real child processes, real stores.
+
+use std::process::Command;
+
+fn bench(url: &str, extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args(["bench", "--url", url, "--duration", "1s", "--json"])
+        .args(extra)
+        .output()
+        .expect("running distlock bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "distlock bench {extra:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+fn check_report(r: &serde_json::Value, workload: &str, workers: u64, processes: u64) {
+    assert_eq!(r["workload"], workload, "{r}");
+    assert_eq!(r["workers"], workers, "{r}");
+    assert_eq!(r["processes"], processes, "{r}");
+    assert_eq!(r["overlaps"], 0, "{r}");
+    assert_eq!(r["token_order_violations"], 0, "{r}");
+    assert_eq!(r["errors"], 0, "{r}");
+    let cycles = r["cycles"].as_u64().unwrap();
+    assert!(cycles > 0, "{r}");
+    assert!(
+        r["min_per_worker"].as_u64().unwrap() > 0,
+        "a worker starved: {r}"
+    );
+    assert!(
+        r["p50_us"].as_u64().unwrap() <= r["p99_us"].as_u64().unwrap(),
+        "{r}"
+    );
+    for field in ["cycles_per_sec", "handoffs_per_sec", "seconds"] {
+        assert!(r[field].as_f64().is_some(), "{field} missing: {r}");
+    }
+}
+
+fn redis_url() -> Option<String> {
+    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    if skipped
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case("redis"))
+    {
+        eprintln!("SKIPPED: distlock bench against Redis, because DISTLOCK_SKIP={skipped}");
+        return None;
+    }
+    let url = std::env::var("DISTLOCK_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
+    let addr = url.trim_start_matches("redis://").trim_end_matches('/');
+    if std::net::TcpStream::connect(addr).is_err() {
+        panic!(
+            "Redis not reachable at {addr}; run scripts/services.sh (or set DISTLOCK_SKIP=redis)"
+        );
+    }
+    Some(url)
+}
+
+#[test]
+fn sqlite_contended_over_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("bench.db").display());
+    let r = bench(
+        &url,
+        &[
+            "--workload",
+            "contended",
+            "--workers",
+            "4",
+            "--processes",
+            "2",
+        ],
+    );
+    check_report(&r, "contended", 4, 2);
+    assert_eq!(r["backend"], "sqlite");
+}
+
+#[test]
+fn sqlite_uncontended_has_no_handoffs() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("bench.db").display());
+    let r = bench(
+        &url,
+        &[
+            "--workload",
+            "uncontended",
+            "--workers",
+            "2",
+            "--processes",
+            "1",
+        ],
+    );
+    check_report(&r, "uncontended", 2, 1);
+    assert_eq!(r["handoffs_per_sec"], 0.0, "own names cannot hand off: {r}");
+}
+
+#[test]
+fn redis_contended_lock_and_fair_lock() {
+    let Some(url) = redis_url() else { return };
+    let r = bench(
+        &url,
+        &[
+            "--workload",
+            "contended",
+            "--workers",
+            "4",
+            "--processes",
+            "2",
+        ],
+    );
+    check_report(&r, "contended", 4, 2);
+    assert_eq!(r["backend"], "redis");
+    let r = bench(
+        &url,
+        &[
+            "--workload",
+            "contended",
+            "--kind",
+            "fair",
+            "--workers",
+            "4",
+            "--processes",
+            "2",
+        ],
+    );
+    check_report(&r, "contended", 4, 2);
+    assert_eq!(r["kind"], "fair");
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "bench",
+            "--url",
+            "redis://u:hunter2@127.0.0.1:1",
+            "--workload",
+            "contended",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(stderr.contains("redis"), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "bench",
+            "--url",
+            "sqlite:/tmp/x.db",
+            "--workload",
+            "contended",
+            "--workers",
+            "2",
+            "--processes",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}

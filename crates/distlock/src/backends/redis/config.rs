@@ -1,0 +1,133 @@
+//! `redis://[user:password@]host:port[/db]` and `rediss://…` → connection settings.
+//!
+//! The URL is checked here so a typo gets a precise [`ErrorKind::InvalidUrl`] naming the part at
+//! fault; redis-rs then builds its connection info from the same string. Every message shows the
+//! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
+
+use crate::client::redact;
+use crate::error::{Error, ErrorKind, Result};
+
+/// What `connect` needs from the URL.
+pub(super) struct RedisConfig {
+    /// The URL with its password masked: the only form ever shown.
+    pub(super) shown: String,
+    /// `rediss://`: TLS (rustls).
+    pub(super) tls: bool,
+    /// redis-rs's settings, password included.
+    pub(super) info: redis::ConnectionInfo,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not `info`: it holds the password.
+        f.debug_struct("RedisConfig")
+            .field("url", &self.shown)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::InvalidUrl,
+        format!(
+            "{:?}: {why}; expected redis://[user:password@]host:port[/db] or rediss://…",
+            redact(url)
+        ),
+    )
+    .with_backend("redis")
+}
+
+/// Checks `url` and turns it into connection settings.
+pub(super) fn parse(url: &str) -> Result<RedisConfig> {
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("rediss://") {
+        (true, rest)
+    } else if let Some(rest) = url.strip_prefix("redis://") {
+        (false, rest)
+    } else {
+        return Err(invalid(url, "not a redis:// or rediss:// URL"));
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host_port = match authority.rfind('@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
+    let (host, port) = match host_port.rsplit_once(':') {
+        // An IPv6 literal without a port: "[::1]".
+        Some((h, _)) if host_port.ends_with(']') => (h, None),
+        Some((h, p)) => (h, Some(p)),
+        None => (host_port, None),
+    };
+    if host.is_empty() {
+        return Err(invalid(url, "no host"));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(invalid(
+            url,
+            format!("port {port:?} is not a number 1-65535"),
+        ));
+    }
+    let path = rest[authority_end..]
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("")
+        .trim_start_matches('/');
+    if !path.is_empty() && path.parse::<u32>().is_err() {
+        return Err(invalid(
+            url,
+            format!("database {path:?} is not a number (redis://host:port/0)"),
+        ));
+    }
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+        invalid(
+            url,
+            format!("rejected by the Redis client ({:?})", e.kind()),
+        )
+    })?;
+    Ok(RedisConfig {
+        shown: redact(url),
+        tls,
+        info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_urls() {
+        let c = parse("redis://127.0.0.1:6379").unwrap();
+        assert!(!c.tls);
+        assert_eq!(c.shown, "redis://127.0.0.1:6379");
+        let c = parse("rediss://app:s3cret@cache.example:6380/2").unwrap();
+        assert!(c.tls);
+        assert_eq!(c.shown, "rediss://app:***@cache.example:6380/2");
+        assert_eq!(c.info.redis_settings().db(), 2);
+        assert_eq!(c.info.redis_settings().username(), Some("app"));
+        assert!(parse("redis://localhost").is_ok());
+        assert!(parse("redis://:pw@[::1]:6379/0").is_ok());
+        let shown = format!("{:?}", parse("redis://u:hunter2@h:1").unwrap());
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn bad_urls_name_the_fault_and_hide_the_password() {
+        for (url, fault) in [
+            ("redis://", "no host"),
+            ("redis://u:hunter2@h:port/0", "port"),
+            ("redis://u:hunter2@h:0", "port"),
+            ("redis://u:hunter2@h:6379/zero", "database"),
+            ("http://u:hunter2@h:6379", "not a redis"),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = err.to_string();
+            assert!(shown.contains(fault), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
+    }
+}

@@ -1,0 +1,39 @@
+-- prelude.lua: helpers prepended to every distlock script (not a script on its own).
+--
+-- Defines:
+--   now_ms()             the server's clock in milliseconds (TIME): every lease is judged by
+--                        this one clock, never by a client's.
+--   next_fence(key)      bumps and returns the fencing counter stored at `key`; the counter
+--                        lives FENCE_TTL_MS from its creation, then starts again from the clock.
+--   keep_for(key, ms)    makes `key` live at least `ms` more milliseconds (never shortens it).
+--
+-- Fencing invariant: the counter starts at the server's clock in microseconds when it is created
+-- (first use, or after it expired or was lost in a restart of a Redis that keeps nothing on
+-- disk), and goes up by one per take. A counter therefore stays below the clock as long as its
+-- name is taken less than once per microsecond on average (Redis cannot do a million takes a
+-- second), so a counter created later always starts above every token handed out before. It
+-- breaks only if the server's clock is set back while the counter is lost. The hot path is one
+-- INCR; TIME only runs when the counter is new. Tokens stay below 2^53 (Lua numbers are doubles)
+-- until the year 2255.
+local FENCE_TTL_MS = 86400000
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function next_fence(key)
+  local token = redis.call('INCR', key)
+  if token == 1 then
+    local t = redis.call('TIME')
+    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', key, string.format('%.0f', token), 'PX', FENCE_TTL_MS)
+  end
+  return token
+end
+
+local function keep_for(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end

@@ -1,0 +1,27 @@
+-- rw_extend.lua: restart the lease of one side of a read-write lock, only for its holder.
+--
+-- KEYS[1] writer hash; KEYS[2] readers; KEYS[3] reader holds (see rw_acquire.lua).
+-- ARGV[1] owner token; ARGV[2] lease in ms; ARGV[3] 'read' or 'write'.
+--
+-- Returns 1 if the owner still held that side (its lease restarts), 0 if its lease had ended or
+-- it never held it (nothing changed).
+local owner = ARGV[1]
+local lease = tonumber(ARGV[2])
+local now = now_ms()
+if ARGV[3] == 'read' then
+  local ends = redis.call('ZSCORE', KEYS[2], owner)
+  if (not ends) or tonumber(ends) <= now then
+    return 0
+  end
+  redis.call('ZADD', KEYS[2], now + lease, owner)
+  keep_for(KEYS[2], lease)
+  keep_for(KEYS[3], lease)
+  return 1
+end
+if redis.call('HGET', KEYS[1], 'w') ~= owner
+    or tonumber(redis.call('HGET', KEYS[1], 'wexp')) <= now then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'wexp', now + lease)
+redis.call('PEXPIRE', KEYS[1], lease)
+return 1

@@ -1,0 +1,341 @@
+//! One pub/sub connection per client, shared by every waiting lock.
+//!
+//! Redisson opens subscriptions per lock and its users run out of pub/sub connections; here a
+//! single task owns a single connection. Waiters register locally (no round trip when their
+//! channel is already subscribed); the task subscribes a channel when its first waiter arrives
+//! and unsubscribes it once it has had no waiter for a second (a busy lock's waiters come and go
+//! constantly; re-subscribing each time would cost a round trip per wait). Each release message wakes as few waiters as it
+//! can, decided by its payload:
+//!
+//! * `""`: wake one waiter of this client (round robin over the channel's waiters);
+//! * `"*"`: wake every waiter (a writer left a read-write lock: all readers may go);
+//! * anything else: the SHA-1 of a fair-lock waiter's owner token: wake that waiter only.
+//!
+//! Every waiter has its own [`Notify`], whose stored permit means a wake-up that arrives while
+//! the waiter is busy retrying is not lost. If the connection breaks, the task reconnects with
+//! backoff, subscribes every channel still wanted, and wakes every waiter once (messages sent
+//! meanwhile are gone). Waiters never depend on it alone: each sleep is bounded by the lease left.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::backend::Wakeups;
+
+/// How long a new waiter waits for its SUBSCRIBE to be confirmed before relying on its timer.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
+/// Reconnection backoff bounds.
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// How long a channel stays subscribed after its last waiter left.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+/// Longest wait for a new pub/sub connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The client's shared subscriber. Dropping it ends its task and closes the connection.
+pub(super) struct Subscriber {
+    commands: mpsc::UnboundedSender<Command>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+enum Command {
+    /// Make sure the channel is subscribed; answer once it is (or cannot be now).
+    Subscribe(String, oneshot::Sender<()>),
+    /// The channel's last waiter left.
+    Unsubscribe(String),
+}
+
+#[derive(Default)]
+struct Registry {
+    channels: HashMap<String, VecDeque<Waiter>>,
+    next_id: u64,
+}
+
+struct Waiter {
+    id: u64,
+    /// SHA-1 (hex) of the owner token, for fair-lock waiters woken by name.
+    wake_key: Option<String>,
+    notify: Arc<Notify>,
+}
+
+impl Subscriber {
+    /// Starts the subscriber task. It connects on the first wait, not before.
+    pub(super) fn start(client: redis::Client) -> Self {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let registry = Arc::new(Mutex::new(Registry::default()));
+        tokio::spawn(run(client, registry.clone(), rx));
+        Subscriber { commands, registry }
+    }
+
+    /// Registers a waiter on `channel` and returns once the channel is subscribed (or the
+    /// connection is down, in which case the reconnection wakes it).
+    pub(super) async fn watch(&self, channel: String, wake_key: Option<String>) -> Wakeups {
+        let notify = Arc::new(Notify::new());
+        let id = {
+            let mut registry = lock(&self.registry);
+            let id = registry.next_id;
+            registry.next_id += 1;
+            registry
+                .channels
+                .entry(channel.clone())
+                .or_default()
+                .push_back(Waiter {
+                    id,
+                    wake_key,
+                    notify: notify.clone(),
+                });
+            id
+        };
+        let registration = Registration {
+            registry: self.registry.clone(),
+            commands: self.commands.clone(),
+            channel: channel.clone(),
+            id,
+        };
+        let (ack, confirmed) = oneshot::channel();
+        if self.commands.send(Command::Subscribe(channel, ack)).is_ok() {
+            let _ = tokio::time::timeout(SUBSCRIBE_WAIT, confirmed).await;
+        }
+        Box::pin(futures_util::stream::unfold(
+            (notify, registration),
+            |(notify, registration)| async move {
+                notify.notified().await;
+                Some(((), (notify, registration)))
+            },
+        ))
+    }
+
+    /// Whether a waiter with `wake_key` listens on `channel` (a fair-lock owner waiting in line).
+    pub(super) fn is_watching(&self, channel: &str, wake_key: &str) -> bool {
+        lock(&self.registry)
+            .channels
+            .get(channel)
+            .is_some_and(|waiters| {
+                waiters
+                    .iter()
+                    .any(|w| w.wake_key.as_deref() == Some(wake_key))
+            })
+    }
+}
+
+fn lock(registry: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    registry.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes its waiter when the wake-up stream is dropped (the wait ended).
+struct Registration {
+    registry: Arc<Mutex<Registry>>,
+    commands: mpsc::UnboundedSender<Command>,
+    channel: String,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut registry = lock(&self.registry);
+        if let Entry::Occupied(mut waiters) = registry.channels.entry(self.channel.clone()) {
+            waiters.get_mut().retain(|w| w.id != self.id);
+            if waiters.get().is_empty() {
+                waiters.remove();
+                // Sent under the registry lock, so it is queued before any later Subscribe.
+                let _ = self
+                    .commands
+                    .send(Command::Unsubscribe(self.channel.clone()));
+            }
+        }
+    }
+}
+
+/// Wakes the waiters a message on `channel` is for.
+fn dispatch(registry: &Mutex<Registry>, channel: &str, payload: &[u8]) {
+    let mut registry = lock(registry);
+    let Some(waiters) = registry.channels.get_mut(channel) else {
+        return;
+    };
+    match payload {
+        b"" => {
+            if let Some(first) = waiters.pop_front() {
+                first.notify.notify_one();
+                waiters.push_back(first);
+            }
+        }
+        b"*" => waiters.iter().for_each(|w| w.notify.notify_one()),
+        key => waiters
+            .iter()
+            .filter(|w| w.wake_key.as_deref().map(str::as_bytes) == Some(key))
+            .for_each(|w| w.notify.notify_one()),
+    }
+}
+
+fn wake_all(registry: &Mutex<Registry>) {
+    let registry = lock(registry);
+    for waiters in registry.channels.values() {
+        waiters.iter().for_each(|w| w.notify.notify_one());
+    }
+}
+
+fn wanted(registry: &Mutex<Registry>) -> Vec<String> {
+    lock(registry).channels.keys().cloned().collect()
+}
+
+/// The live connection and the channels it has confirmed.
+struct Connection {
+    sink: PubSubSink,
+    messages: PubSubStream,
+    subscribed: HashSet<String>,
+    /// Subscribed channels without waiters, and since when.
+    idle: HashMap<String, Instant>,
+}
+
+/// Connects and subscribes every channel currently wanted.
+async fn open(
+    client: &redis::Client,
+    registry: &Mutex<Registry>,
+) -> redis::RedisResult<Connection> {
+    let pubsub = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
+        .await
+        .map_err(|_| {
+            redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "timed out opening the pub/sub connection",
+            ))
+        })??;
+    let (mut sink, messages) = pubsub.split();
+    let channels = wanted(registry);
+    if !channels.is_empty() {
+        sink.subscribe(&channels).await?;
+    }
+    Ok(Connection {
+        sink,
+        messages,
+        subscribed: channels.into_iter().collect(),
+        idle: HashMap::new(),
+    })
+}
+
+async fn run(
+    client: redis::Client,
+    registry: Arc<Mutex<Registry>>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut conn: Option<Connection> = None;
+    // Set once a connection broke: reconnect at this time, then wake everyone.
+    let mut reconnect_at: Option<Instant> = None;
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        let reconnect = async {
+            match reconnect_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let sweep_at = conn.as_ref().and_then(|c| c.idle.values().min().copied());
+        let sweep = async move {
+            match sweep_at {
+                Some(oldest) => tokio::time::sleep_until(oldest + IDLE_GRACE).await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = async {
+            match conn.as_mut() {
+                Some(c) => c.messages.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe(channel, ack)) => {
+                    if conn.is_none() && reconnect_at.is_none() {
+                        // First wait of this client: connect now (lazily).
+                        match open(&client, &registry).await {
+                            Ok(c) => conn = Some(c),
+                            Err(e) => {
+                                tracing::debug!("redis pub/sub connection failed: {e}");
+                                reconnect_at = Some(Instant::now() + backoff);
+                            }
+                        }
+                    }
+                    if let Some(c) = conn.as_mut()
+                        && !c.subscribed.contains(&channel)
+                    {
+                        match c.sink.subscribe(&channel).await {
+                            Ok(()) => {
+                                c.subscribed.insert(channel);
+                            }
+                            Err(e) => {
+                                tracing::debug!("redis SUBSCRIBE failed: {e}");
+                                conn = None;
+                                reconnect_at = Some(Instant::now());
+                            }
+                        }
+                    }
+                    let _ = ack.send(());
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    if let Some(c) = conn.as_mut()
+                        && c.subscribed.contains(&channel)
+                    {
+                        c.idle.insert(channel, Instant::now());
+                    }
+                }
+            },
+            () = sweep => {
+                if let Some(c) = conn.as_mut() {
+                    let now = Instant::now();
+                    let wanted = lock(&registry).channels.keys().cloned().collect::<HashSet<_>>();
+                    let expired: Vec<String> = c
+                        .idle
+                        .iter()
+                        .filter(|(ch, since)| wanted.contains(*ch) || now >= **since + IDLE_GRACE)
+                        .map(|(ch, _)| ch.clone())
+                        .collect();
+                    for channel in expired {
+                        c.idle.remove(&channel);
+                        if !wanted.contains(&channel)
+                            && c.subscribed.remove(&channel)
+                            && let Err(e) = c.sink.unsubscribe(&channel).await
+                        {
+                            tracing::debug!("redis UNSUBSCRIBE failed: {e}");
+                        }
+                    }
+                }
+            }
+            message = message => match message {
+                Some(msg) => dispatch(&registry, msg.get_channel_name(), msg.get_payload_bytes()),
+                None => {
+                    tracing::debug!("redis pub/sub connection lost; reconnecting");
+                    conn = None;
+                    reconnect_at = Some(Instant::now());
+                }
+            },
+            () = reconnect => {
+                if lock(&registry).channels.is_empty() {
+                    // Nobody waits: connect again lazily, at the next wait.
+                    reconnect_at = None;
+                    continue;
+                }
+                match open(&client, &registry).await {
+                    Ok(c) => {
+                        conn = Some(c);
+                        reconnect_at = None;
+                        backoff = RECONNECT_MIN;
+                        // Messages published while we were away are lost: everyone retries once.
+                        wake_all(&registry);
+                    }
+                    Err(e) => {
+                        tracing::debug!("redis pub/sub reconnection failed: {e}");
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                        reconnect_at = Some(Instant::now() + backoff);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,727 @@
+//! The conformance suite against the real Redis (DISTLOCK_REDIS_URL, default
+//! redis://127.0.0.1:6379), for the lock, the fair lock, each side of the read-write lock and a
+//! one-permit semaphore; then the cases only they have (`redis::…`), including a restart of a
+//! private redis-server started on a free port.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{ErrorKind, OwnerToken};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+
+fn flavours() -> Vec<Flavour> {
+    vec![
+        Flavour::mutex(),
+        Flavour {
+            name: "fair",
+            make: |c, n| c.fair_lock(n),
+            self_exclusive: true,
+            contender: |c, n| c.fair_lock(n),
+        },
+        Flavour {
+            name: "write",
+            make: |c, n| c.rw_lock(n).write(),
+            self_exclusive: true,
+            contender: |c, n| c.rw_lock(n).write(),
+        },
+        Flavour {
+            name: "read",
+            make: |c, n| c.rw_lock(n).read(),
+            self_exclusive: false,
+            contender: |c, n| c.rw_lock(n).write(),
+        },
+        Flavour {
+            name: "semaphore1",
+            make: |c, n| c.semaphore(n, 1),
+            self_exclusive: true,
+            contender: |c, n| c.semaphore(n, 1),
+        },
+    ]
+}
+
+fn main() -> std::process::ExitCode {
+    let url = std::env::var("DISTLOCK_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
+    Suite::new("redis", "Redis", url)
+        .flavours(flavours())
+        .case(
+            "redis::readers_share_writers_exclude",
+            readers_share_writers_exclude,
+        )
+        .case(
+            "redis::waiting_writer_holds_back_new_readers",
+            writer_preference,
+        )
+        .case(
+            "redis::read_to_write_upgrade_is_refused",
+            upgrade_is_refused,
+        )
+        .case("redis::semaphore_counts_permits", semaphore_counts_permits)
+        .case(
+            "redis::semaphore_permit_of_crashed_holder_returns",
+            semaphore_crashed_permit,
+        )
+        .case("redis::fair_lock_serves_in_arrival_order", fair_order)
+        .case(
+            "redis::fair_queue_drops_leavers_and_crashed_waiters",
+            fair_leavers,
+        )
+        .case(
+            "redis::waiters_share_two_connections_and_wake_few",
+            waiters_at_scale,
+        )
+        .case(
+            "redis::restart_reconnects_fires_lost_and_keeps_tokens_increasing",
+            restart,
+        )
+        .case("redis::acl_user_and_password", acl_user_and_password)
+        .run()
+}
+
+/// A raw connection for looking at the keys (never for taking locks).
+async fn raw(url: &str) -> Result<redis::aio::MultiplexedConnection, Failure> {
+    Ok(redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut probe: F) -> Outcome
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, Failure>>,
+{
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        if probe().await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= until {
+            return Err(Failure(format!("{what}: not within {within:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn readers_share_writers_exclude(ctx: Ctx) -> Outcome {
+    let rw = ctx.client.rw_lock(ctx.unique_name("rw"));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let r = rw.read().try_acquire().await?;
+        check!(r.is_some(), "a reader was refused while only readers held");
+        readers.push(r.unwrap());
+    }
+    let tokens: Vec<u64> = readers.iter().map(|g| g.fencing_token().get()).collect();
+    check!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "reader tokens do not increase: {tokens:?}"
+    );
+    check!(
+        rw.write().try_acquire().await?.is_none(),
+        "a writer got in among readers"
+    );
+    for r in readers {
+        check!(r.release().await?, "a reader lost its lock");
+    }
+    let owner = OwnerToken::random();
+    let writer = rw.write().owner(owner.clone()).try_acquire().await?;
+    check!(
+        writer.is_some(),
+        "the writer was refused after the readers left"
+    );
+    let writer = writer.unwrap();
+    check!(
+        rw.read().try_acquire().await?.is_none(),
+        "a reader got in while a writer held"
+    );
+    // The writer covers the read side, so it may take it too.
+    let covered = rw.read().owner(owner).try_acquire().await?;
+    check!(covered.is_some(), "the writer could not take the read side");
+    check!(
+        covered.unwrap().release().await?,
+        "the covered read was lost"
+    );
+    check!(writer.release().await?, "the writer lost its lock");
+    check!(
+        rw.read().try_acquire().await?.is_some(),
+        "a reader was refused after the writer left"
+    );
+    Ok(())
+}
+
+async fn writer_preference(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("rw");
+    let rw = ctx.client.rw_lock(&name);
+    let first_reader = rw.read().acquire().await?;
+    let writer_lock = ctx.connect().await?.rw_lock(&name).write();
+    let writer =
+        tokio::spawn(async move { writer_lock.acquire_timeout(Duration::from_secs(20)).await });
+    // Once the writer waits, new readers must wait behind it.
+    let other = ctx.connect().await?;
+    eventually(Duration::from_secs(5), "new readers held back", || {
+        let read = other.rw_lock(&name).read();
+        async move {
+            match read.try_acquire().await? {
+                Some(g) => {
+                    g.release().await?;
+                    Ok(false)
+                }
+                None => Ok(true),
+            }
+        }
+    })
+    .await?;
+    check!(
+        first_reader.release().await?,
+        "the first reader lost its lock"
+    );
+    let w = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .map_err(|_| Failure("the writer did not get the lock after the reader left".into()))??;
+    let w = w?;
+    check!(
+        rw.read().try_acquire().await?.is_none(),
+        "a reader got in while the writer held"
+    );
+    w.release().await?;
+    let after = rw.read().acquire_timeout(Duration::from_secs(5)).await?;
+    after.release().await?;
+    Ok(())
+}
+
+async fn upgrade_is_refused(ctx: Ctx) -> Outcome {
+    let rw = ctx.client.rw_lock(ctx.unique_name("rw"));
+    let owner = OwnerToken::random();
+    let read = rw.read().owner(owner.clone()).acquire().await?;
+    let upgrade = rw.write().owner(owner).try_acquire().await;
+    check!(
+        matches!(&upgrade, Err(e) if e.kind() == ErrorKind::InvalidInput),
+        "read → write upgrade answered {upgrade:?}"
+    );
+    check!(read.release().await?, "the reader lost its lock");
+    Ok(())
+}
+
+async fn semaphore_counts_permits(ctx: Ctx) -> Outcome {
+    let sem = ctx.client.semaphore(ctx.unique_name("sem"), 3);
+    check!(
+        sem.available_permits().await? == 3,
+        "a new semaphore is not free"
+    );
+    let mut permits = Vec::new();
+    for taken in 1..=3u32 {
+        let p = sem.try_acquire().await?;
+        check!(p.is_some(), "permit {taken} of 3 refused");
+        permits.push(p.unwrap());
+        let free = sem.available_permits().await?;
+        check!(free == 3 - taken, "{free} free after taking {taken} of 3");
+    }
+    let tokens: Vec<u64> = permits.iter().map(|g| g.fencing_token().get()).collect();
+    check!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "permit tokens do not increase: {tokens:?}"
+    );
+    check!(
+        sem.try_acquire().await?.is_none(),
+        "a fourth permit of three"
+    );
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire_timeout(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    check!(permits.pop().unwrap().release().await?, "a permit was lost");
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| Failure("a released permit did not reach the waiter".into()))???;
+    check!(
+        sem.available_permits().await? == 0,
+        "the waiter's permit is not counted"
+    );
+    woken.release().await?;
+    for p in permits {
+        p.release().await?;
+    }
+    check!(
+        sem.available_permits().await? == 3,
+        "permits did not all come back"
+    );
+    Ok(())
+}
+
+async fn semaphore_crashed_permit(ctx: Ctx) -> Outcome {
+    let sem = ctx.client.semaphore(ctx.unique_name("sem"), 2);
+    let kept = sem.acquire().await?;
+    // A holder that stops renewing (as a crashed process does) without releasing.
+    let crashed = sem
+        .clone()
+        .lease(Duration::from_millis(300))
+        .no_watchdog()
+        .acquire()
+        .await?;
+    crashed.leak();
+    check!(
+        sem.available_permits().await? == 0,
+        "two permits taken, some free"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the crashed holder's permit back",
+        || {
+            let sem = sem.clone();
+            async move { Ok(sem.available_permits().await? == 1) }
+        },
+    )
+    .await?;
+    let again = sem.try_acquire().await?;
+    check!(again.is_some(), "the returned permit could not be taken");
+    check!(kept.release().await?, "the healthy permit was lost");
+    Ok(())
+}
+
+fn fair_keys(name: &str) -> (String, String) {
+    (
+        format!("distlock:fair:{{{name}}}:queue"),
+        format!("distlock:fair:{{{name}}}:due"),
+    )
+}
+
+async fn fair_order(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("fair");
+    let (queue, _) = fair_keys(&name);
+    let mut conn = raw(&ctx.url).await?;
+    let holder = ctx.client.fair_lock(&name).acquire().await?;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5usize {
+        // Separate clients, so no in-process wake-up helps anyone jump the line.
+        let lock = ctx.connect().await?.fair_lock(&name);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await?;
+            Ok::<(), Failure>(())
+        }));
+        // The next waiter arrives only once this one is in line.
+        eventually(Duration::from_secs(5), "waiter queued", || {
+            let mut conn = conn.clone();
+            let queue = queue.clone();
+            async move {
+                let len: usize = redis::cmd("LLEN")
+                    .arg(&queue)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(len == i + 1)
+            }
+        })
+        .await?;
+    }
+    let _: () = redis::cmd("PING").query_async(&mut conn).await?;
+    holder.release().await?;
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .map_err(|_| Failure("a fair waiter never got the lock".into()))???;
+    }
+    let order = order.lock().unwrap().clone();
+    check!(order == vec![0, 1, 2, 3, 4], "served in order {order:?}");
+    Ok(())
+}
+
+async fn fair_leavers(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("fair");
+    let (queue, due) = fair_keys(&name);
+    let mut conn = raw(&ctx.url).await?;
+    let holder = ctx.client.fair_lock(&name).acquire().await?;
+    // A waiter that gives up leaves the line at once.
+    let quitter = ctx
+        .connect()
+        .await?
+        .fair_lock(&name)
+        .acquire_timeout(Duration::from_millis(300))
+        .await;
+    check!(
+        matches!(&quitter, Err(e) if e.is_timeout()),
+        "the quitter answered {quitter:?}"
+    );
+    eventually(Duration::from_secs(5), "the quitter left the queue", || {
+        let mut conn = conn.clone();
+        let queue = queue.clone();
+        async move {
+            let len: usize = redis::cmd("LLEN")
+                .arg(&queue)
+                .query_async(&mut conn)
+                .await?;
+            Ok(len == 0)
+        }
+    })
+    .await?;
+    // A waiter that crashed: in line, first, and never asking again.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: () = redis::cmd("RPUSH")
+        .arg(&queue)
+        .arg("crashed-waiter")
+        .query_async(&mut conn)
+        .await?;
+    let _: () = redis::cmd("ZADD")
+        .arg(&due)
+        .arg(now_ms + 1_000)
+        .arg("crashed-waiter")
+        .query_async(&mut conn)
+        .await?;
+    holder.release().await?;
+    let next = ctx.connect().await?.fair_lock(&name);
+    let started = std::time::Instant::now();
+    let g = next.acquire_timeout(Duration::from_secs(20)).await?;
+    let waited = started.elapsed();
+    check!(
+        waited >= Duration::from_millis(500),
+        "the crashed waiter was skipped before its deadline (after {waited:?})"
+    );
+    g.release().await?;
+    Ok(())
+}
+
+/// TCP connections from this process to `port`, from /proc (Linux).
+fn connections_to(port: u16) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let t = target.to_string_lossy().to_string();
+                if let Some(inode) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                    inodes.insert(inode.to_string());
+                }
+            }
+        }
+    }
+    let suffix = format!(":{port:04X}");
+    let mut count = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[2].ends_with(&suffix) && inodes.contains(f[9]) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A real backend that counts acquire attempts (what the issue calls "attempts per release").
+#[derive(Debug)]
+struct Counting {
+    inner: distlock::backends::redis::RedisBackend,
+    attempts: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl distlock::Backend for Counting {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> distlock::Capabilities {
+        self.inner.capabilities()
+    }
+    fn supports(&self, kind: distlock::LockKind) -> bool {
+        self.inner.supports(kind)
+    }
+    async fn try_take(&self, req: &distlock::LockRequest) -> distlock::Result<distlock::Attempt> {
+        self.attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.try_take(req).await
+    }
+    async fn extend(&self, req: &distlock::LockRequest) -> distlock::Result<bool> {
+        self.inner.extend(req).await
+    }
+    async fn release_if_owner(
+        &self,
+        req: &distlock::LockRequest,
+    ) -> distlock::Result<distlock::Released> {
+        self.inner.release_if_owner(req).await
+    }
+    async fn watch_free(
+        &self,
+        req: &distlock::LockRequest,
+    ) -> distlock::Result<distlock::backend::Wakeups> {
+        self.inner.watch_free(req).await
+    }
+    async fn abandon(&self, req: &distlock::LockRequest) -> distlock::Result<()> {
+        self.inner.abandon(req).await
+    }
+}
+
+/// Many waiters on many names in one process: at most 2 connections to Redis, and each release
+/// wakes at most 2 waiters (here, one by pub/sub and one by the in-process hand-off).
+/// DISTLOCK_WAITERS / DISTLOCK_WAITER_NAMES scale it (the issue's figure: 10000 on 1000).
+async fn waiters_at_scale(ctx: Ctx) -> Outcome {
+    let waiters: usize = std::env::var("DISTLOCK_WAITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let names: usize = std::env::var("DISTLOCK_WAITER_NAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let port: u16 = ctx
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or(6379);
+    let base = ctx.unique_name("many");
+    let holders_client = ctx.connect().await?;
+    let before = connections_to(port);
+    let counting = Arc::new(Counting {
+        inner: distlock::backends::redis::RedisBackend::connect(&ctx.url).await?,
+        attempts: Default::default(),
+    });
+    let client = distlock::Client::from_backend(counting.clone());
+    let mut holders = Vec::new();
+    for n in 0..names {
+        holders.push(holders_client.lock(format!("{base}/{n}")).acquire().await?);
+    }
+    let rss_before = rss_kib();
+    let mut tasks = Vec::new();
+    for w in 0..waiters {
+        let lock = client.lock(format!("{base}/{}", w % names));
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire_timeout(Duration::from_secs(120)).await?;
+            g.release().await?;
+            Ok::<(), Failure>(())
+        }));
+    }
+    // Each waiter tries once, subscribes, tries again: then all are asleep.
+    let settled = (2 * waiters) as u64;
+    eventually(Duration::from_secs(60), "every waiter asleep", || {
+        let c = counting.clone();
+        async move { Ok(c.attempts.load(std::sync::atomic::Ordering::Relaxed) >= settled) }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let conns = connections_to(port).saturating_sub(before);
+    let rss = rss_kib();
+    let baseline = counting.attempts.load(std::sync::atomic::Ordering::Relaxed);
+    for h in holders {
+        h.release().await?;
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t)
+            .await
+            .map_err(|_| Failure("a waiter hung".into()))???;
+    }
+    let attempts = counting.attempts.load(std::sync::atomic::Ordering::Relaxed) - baseline;
+    // Releases that could wake someone: every holder's, and every waiter's.
+    let releases = (names + waiters) as f64;
+    let per_release = attempts as f64 / releases;
+    eprintln!(
+        "{waiters} waiters on {names} names: {conns} connections from the waiting client, \
+         RSS {} KiB → {} KiB while waiting, {attempts} attempts for {releases} releases \
+         = {per_release:.2} per release",
+        rss_before, rss
+    );
+    check!(
+        conns <= 2,
+        "{conns} connections from one client (at most 2)"
+    );
+    check!(
+        per_release <= 2.0,
+        "{per_release:.2} acquire attempts per release (at most 2)"
+    );
+    Ok(())
+}
+
+/// A private redis-server on a free port, killed on drop.
+struct PrivateRedis {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl PrivateRedis {
+    fn start(port: u16, dir: std::path::PathBuf) -> Result<Self, Failure> {
+        Self::start_with(port, dir, &[])
+    }
+
+    /// Starts with `extra` configuration arguments (`restart` does not repeat them).
+    fn start_with(port: u16, dir: std::path::PathBuf, extra: &[&str]) -> Result<Self, Failure> {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(extra)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                Failure(format!(
+                    "redis-server could not start ({e}); run scripts/services.sh"
+                ))
+            })?;
+        let server = PrivateRedis { child, port, dir };
+        for _ in 0..500 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(Failure(format!(
+            "private redis-server on port {port} did not answer"
+        )))
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (nothing is on disk) and starts a fresh one on the same port.
+    fn restart(mut self) -> Result<Self, Failure> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = self.dir.clone();
+        let port = self.port;
+        drop(self);
+        std::thread::sleep(Duration::from_millis(300));
+        PrivateRedis::start(port, dir)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn restart(ctx: Ctx) -> Outcome {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = ctx.dir.path().join(format!("redis-{port}"));
+    std::fs::create_dir_all(&dir)?;
+    let server = PrivateRedis::start(port, dir)?;
+    let url = server.url();
+    let holder_client = distlock::connect(&url).await?;
+    let waiter_client = distlock::connect(&url).await?;
+    let name = ctx.unique_name("restart");
+    let held = holder_client
+        .lock(&name)
+        .lease(Duration::from_millis(1500))
+        .acquire()
+        .await?;
+    let first_token = held.fencing_token();
+    let waiter_lock = waiter_client.lock(&name).lease(Duration::from_secs(30));
+    let waiter =
+        tokio::spawn(async move { waiter_lock.acquire_timeout(Duration::from_secs(30)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    check!(!waiter.is_finished(), "the waiter got a held lock");
+
+    let server = tokio::task::spawn_blocking(move || server.restart()).await??;
+
+    // The holder's key is gone: its renewal finds no owner and its lost signal fires.
+    let lost = tokio::time::timeout(Duration::from_secs(15), held.lost()).await;
+    check!(
+        lost.is_ok(),
+        "the holder's lost() did not fire after the restart"
+    );
+    // The waiter reconnects and gets the lock; its token is above the lost counter's.
+    let got = tokio::time::timeout(Duration::from_secs(40), waiter)
+        .await
+        .map_err(|_| Failure("the waiter hung after the restart".into()))??;
+    let got = got?;
+    check!(
+        got.fencing_token() > first_token,
+        "token {} after the restart is not above {} before it",
+        got.fencing_token(),
+        first_token
+    );
+    got.release().await?;
+    // The holder's client works again too.
+    let again = holder_client
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(10))
+        .await?;
+    check!(again.fencing_token() > first_token, "tokens went backwards");
+    again.release().await?;
+    drop(server);
+    Ok(())
+}
+
+async fn acl_user_and_password(ctx: Ctx) -> Outcome {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = ctx.dir.path().join(format!("redis-acl-{port}"));
+    std::fs::create_dir_all(&dir)?;
+    let _server = PrivateRedis::start_with(
+        port,
+        dir,
+        &[
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "locker",
+            "on",
+            ">s3cret-pw",
+            "~distlock:*",
+            "&distlock:*",
+            "+@all",
+        ],
+    )?;
+    let url = format!("redis://locker:s3cret-pw@127.0.0.1:{port}/0");
+    let client = distlock::connect(&url).await?;
+    let name = ctx.unique_name("acl");
+    let g = client.lock(&name).acquire().await?;
+    let waiter = {
+        let lock = distlock::connect(&url).await?.lock(&name);
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.release().await?;
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| Failure("the waiter was not woken under ACL".into()))???;
+    woken.release().await?;
+    for bad in [
+        format!("redis://locker:wrong-pw@127.0.0.1:{port}"),
+        format!("redis://intruder:s3cret-pw@127.0.0.1:{port}"),
+    ] {
+        let err = match distlock::connect(&bad).await {
+            Ok(c) => c.lock(&name).try_acquire().await.unwrap_err(),
+            Err(e) => e,
+        };
+        let shown = format!("{err} {err:?}");
+        check!(
+            err.kind() == ErrorKind::Backend,
+            "bad credentials gave {err:?}"
+        );
+        check!(
+            !shown.contains("s3cret-pw") && !shown.contains("wrong-pw"),
+            "password shown: {shown}"
+        );
+    }
+    Ok(())
+}
