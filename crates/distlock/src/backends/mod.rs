@@ -3,5 +3,11 @@
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub(crate) mod sqlx_error;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_url;
+
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
