@@ -4,6 +4,8 @@
 pub(crate) mod sqlx_error;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_url;
 
 #[cfg(feature = "sqlite")]
@@ -11,3 +13,6 @@ pub mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+
+#[cfg(feature = "mysql")]
+pub mod mysql;

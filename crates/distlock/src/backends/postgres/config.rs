@@ -20,25 +20,16 @@ pub(super) fn parse(url: &str) -> Result<Config> {
         // The driver's message may quote the URL; ours carries the masked one instead.
         Error::new(
             ErrorKind::InvalidUrl,
-            format!("{:?} is not a usable PostgreSQL URL", url.redacted),
+            format!(
+                "{:?} is not a usable PostgreSQL URL: {}",
+                url.redacted,
+                e.to_string().replace(&url.driver_url, "…")
+            ),
         )
         .with_backend(super::NAME)
-        .with_source(RedactedCause(e.to_string().replace(&url.driver_url, "…")))
     })?;
     Ok(Config { url, options })
 }
-
-/// A driver error's text with the URL cut out.
-#[derive(Debug)]
-struct RedactedCause(String);
-
-impl std::fmt::Display for RedactedCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RedactedCause {}
 
 #[cfg(test)]
 mod tests {

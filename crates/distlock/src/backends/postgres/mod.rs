@@ -16,6 +16,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released, Wakeups};
+use crate::backends::session::Sessions;
 use crate::backends::sql_url::LockMode;
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
@@ -32,7 +33,7 @@ pub struct PostgresBackend {
     pool: PgPool,
     url: String,
     releases: notify::Releases,
-    sessions: Option<session::Sessions>,
+    sessions: Option<Sessions<session::PgSessions>>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -69,12 +70,21 @@ impl PostgresBackend {
             .map_err(err("creating the lock tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
-            LockMode::Session => Some(session::Sessions::new(
+            LockMode::Session => Some(Sessions::new(session::PgSessions(
                 PgPoolOptions::new()
                     .max_connections(cfg.url.max_connections)
                     .acquire_timeout(ACQUIRE_TIMEOUT)
+                    // Whatever path gave the connection back, it holds no lock afterwards.
+                    .after_release(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::query("SELECT pg_advisory_unlock_all()")
+                                .execute(conn)
+                                .await?;
+                            Ok(true)
+                        })
+                    })
                     .connect_lazy_with(cfg.options),
-            )),
+            ))),
         };
         Ok(PostgresBackend {
             releases: notify::Releases::new(pool.clone()),
