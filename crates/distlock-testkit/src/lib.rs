@@ -1,1 +1,65 @@
+//! The conformance suite every distlock backend runs against its real store, and the tools it
+//! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
+//! tokens ([`fenced`]).
+//!
+//! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     distlock_testkit::Suite::new("sqlite", "SQLite file", "sqlite:/tmp/x.db".to_string())
+//!         .run()
+//! }
+//! ```
+//!
+//! Every case becomes a named test (`mutex::exclusion_across_processes`, …) with the usual test
+//! runner output and filters. A store that cannot be reached fails every case with a message
+//! naming the server and how to start it; `DISTLOCK_SKIP=<backend,…>` skips a backend on purpose
+//! and the run says so.
 
+pub mod child;
+pub mod fenced;
+pub mod suite;
+
+pub use suite::{Ctx, Flavour, Suite};
+
+use std::fmt;
+
+/// Why a case failed: a message for the test output.
+pub struct Failure(pub String);
+
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+impl fmt::Debug for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a case returns.
+pub type Outcome = Result<(), Failure>;
+
+/// Fails the case with a formatted message unless `cond` holds.
+#[macro_export]
+macro_rules! check {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::Failure(format!($($fmt)+)));
+        }
+    };
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the machine, so holds recorded
+/// by different processes can be put in one order.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

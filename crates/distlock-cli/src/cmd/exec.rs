@@ -5,6 +5,7 @@
 //! [`EXIT_LEASE_LOST`] when the lease was lost while COMMAND ran (COMMAND is then stopped);
 //! [`EXIT_USAGE`] for an invalid name, lease or URL; 126/127 when COMMAND cannot be started.
 
+use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -104,7 +105,15 @@ fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
 
 /// Runs COMMAND to its end, forwarding signals and stopping it if the lease is lost.
 async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> ExitCode {
-    let mut child = match Command::new(&args.command[0])
+    // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
+    // to the whole group: stopping COMMAND after a lost lease also stops what it started. With a
+    // terminal it stays in our group, so it can still read the terminal (job control).
+    let own_group = !std::io::stdin().is_terminal();
+    let mut command = Command::new(&args.command[0]);
+    if own_group {
+        command.process_group(0);
+    }
+    let mut child = match command
         .args(&args.command[1..])
         .env("DISTLOCK_LOCK_NAME", &args.name)
         .env("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
@@ -124,24 +133,28 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
             return ExitCode::from(code);
         }
     };
-    let pid = child.id();
+    let target = child.id().map(|pid| {
+        let pid = pid as libc::pid_t;
+        if own_group { -pid } else { pid }
+    });
     let lost = guard.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
             status = child.wait() => return exit_code_of(status),
             sig = signals.next() => {
-                if let Some(pid) = pid {
-                    send(pid, sig);
+                if let Some(target) = target {
+                    send(target, sig);
                 }
             }
             why = &mut lost => {
                 eprintln!("distlock: {why}; stopping the command");
-                if let Some(pid) = pid {
-                    send(pid, libc::SIGTERM);
+                if let Some(target) = target {
+                    send(target, libc::SIGTERM);
                     if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
                         eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
-                        let _ = child.kill().await;
+                        send(target, libc::SIGKILL);
+                        let _ = child.wait().await;
                     }
                 }
                 return ExitCode::from(EXIT_LEASE_LOST);
@@ -165,10 +178,11 @@ fn exit_code_of(status: std::io::Result<std::process::ExitStatus>) -> ExitCode {
     }
 }
 
-fn send(pid: u32, sig: i32) {
-    // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped) and a valid signal.
+/// Sends `sig` to a process (`target` > 0) or a process group (`target` < 0).
+fn send(target: libc::pid_t, sig: i32) {
+    // SAFETY: kill(2) on the child we spawned (not yet reaped) or its process group.
     unsafe {
-        libc::kill(pid as libc::pid_t, sig);
+        libc::kill(target, sig);
     }
 }
 
@@ -194,6 +208,9 @@ impl Signals {
 
     /// The next signal received.
     async fn next(&mut self) -> i32 {
+        if self.streams.is_empty() {
+            return std::future::pending().await;
+        }
         let waits = self.streams.iter_mut().map(|(num, s)| {
             let num = *num;
             Box::pin(async move {

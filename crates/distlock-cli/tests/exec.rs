@@ -1,0 +1,291 @@
+//! `distlock exec` end to end: the real binary, real processes, an SQLite file per test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite:{}", self.dir.path().join("locks.db").display())
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn exec(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("exec").arg("--url").arg(self.url()).args(args);
+        cmd.env_remove("DISTLOCK_URL");
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.exec(args).output().expect("run distlock")
+    }
+
+    /// Starts a holder whose command writes its shell's pid to `ready` and then runs `then`.
+    fn spawn_holder(&self, extra: &[&str], then: &str) -> (Child, PathBuf) {
+        let ready = self.path(&format!("ready-{}", rand_suffix()));
+        let script = format!("echo $$ > {}; {then}", ready.display());
+        let mut args: Vec<&str> = extra.to_vec();
+        args.extend(["job", "--", "sh", "-c", &script]);
+        let child = self
+            .exec(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        wait_for_file(&ready);
+        (child, ready)
+    }
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn wait_for_file(path: &Path) {
+    let started = Instant::now();
+    while !path.exists()
+        || std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process this test started.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+fn wait_with_timeout(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(
+            started.elapsed() < within,
+            "process still running after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn exit_status_is_the_commands_own_and_the_lock_is_released() {
+    let s = Scratch::new();
+    let out = s.run(&["job", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(code(&out), 7);
+    let out = s.run(&["--no-wait", "job", "--", "true"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the lock stayed held after a failing command"
+    );
+}
+
+#[test]
+fn command_sees_lock_name_and_increasing_fencing_tokens() {
+    let s = Scratch::new();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let out = s.run(&[
+            "build/nightly",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DISTLOCK_LOCK_NAME $DISTLOCK_FENCING_TOKEN\"",
+        ]);
+        assert_eq!(code(&out), 0);
+        let line = String::from_utf8(out.stdout).unwrap();
+        let (name, token) = line.trim().split_once(' ').expect("two words");
+        assert_eq!(name, "build/nightly");
+        tokens.push(token.parse::<u64>().expect("a numeric token"));
+    }
+    assert!(tokens.windows(2).all(|w| w[1] > w[0]), "tokens {tokens:?}");
+}
+
+#[test]
+fn lock_not_obtained_exits_75_with_one_line() {
+    let s = Scratch::new();
+    let (mut holder, _) = s.spawn_holder(&[], "sleep 30");
+    let out = s.run(&["--no-wait", "job", "--", "echo", "ran"]);
+    assert_eq!(code(&out), 75);
+    assert!(out.stdout.is_empty(), "the command ran without the lock");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+
+    let started = Instant::now();
+    let out = s.run(&["--wait", "300ms", "job", "--", "echo", "ran"]);
+    assert_eq!(code(&out), 75);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(out.stdout.is_empty());
+    holder.kill().ok();
+    holder.wait().ok();
+}
+
+#[test]
+fn concurrent_invocations_exclude_each_other() {
+    let s = Scratch::new();
+    let counter = s.path("counter");
+    let script = format!(
+        "v=$(cat {c} 2>/dev/null || echo 0); sleep 0.01; echo $((v+1)) > {c}",
+        c = counter.display()
+    );
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = s.url();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let status = Command::new(BIN)
+                        .args(["exec", "--url", &url, "counter", "--", "sh", "-c", &script])
+                        .status()
+                        .expect("run");
+                    assert!(status.success());
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let value: u32 = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(value, 40, "lost updates between invocations");
+}
+
+#[test]
+fn killed_holder_frees_within_lease_plus_a_second() {
+    let s = Scratch::new();
+    let (mut holder, ready) = s.spawn_holder(&["--lease", "1s"], "sleep 30");
+    let command_pid: u32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(holder.id(), libc::SIGKILL);
+    holder.wait().ok();
+    let killed = Instant::now();
+    let out = s.run(&["--wait", "10s", "job", "--", "true"]);
+    let waited = killed.elapsed();
+    signal(command_pid, libc::SIGKILL);
+    assert_eq!(code(&out), 0);
+    assert!(
+        waited <= Duration::from_secs(2),
+        "the lock of a killed holder freed after {waited:?} (lease 1s)"
+    );
+}
+
+#[test]
+fn lost_lease_stops_the_command_with_exit_76() {
+    let s = Scratch::new();
+    // The shell starts `sleep` as its own child: stopping COMMAND must stop it too.
+    let (mut holder, ready) = s.spawn_holder(&["--lease", "600ms"], "sleep 30; true");
+    let command_pid: u32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(holder.id(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1000));
+    let out = s.run(&["--wait", "10s", "job", "--", "echo", "second"]);
+    signal(holder.id(), libc::SIGCONT);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let status = wait_with_timeout(&mut holder, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(76), "holder exit {status:?}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lease lost"), "stderr: {stderr}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !alive(command_pid),
+        "the command kept running after the lease was lost"
+    );
+}
+
+#[test]
+fn signals_are_forwarded_and_the_lock_released() {
+    let s = Scratch::new();
+    let (mut holder, _) = s.spawn_holder(&[], "trap 'exit 42' TERM; while :; do sleep 0.05; done");
+    signal(holder.id(), libc::SIGTERM);
+    let status = wait_with_timeout(&mut holder, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "COMMAND did not get SIGTERM: {status:?}"
+    );
+    let out = s.run(&["--no-wait", "job", "--", "true"]);
+    assert_eq!(
+        code(&out),
+        0,
+        "the lock stayed held after the command ended"
+    );
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let s = Scratch::new();
+    let out = s.run(&["--lease", "1ms", "job", "--", "true"]);
+    assert_eq!(code(&out), 64);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lease"));
+
+    let out = Command::new(BIN)
+        .args([
+            "exec",
+            "--url",
+            "ftp://admin:hunter2@host",
+            "job",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown scheme"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "password printed: {stderr}");
+
+    let out = s.run(&["", "--", "true"]);
+    assert_eq!(code(&out), 64);
+
+    let out = s.run(&["job", "--", "/nonexistent/command"]);
+    assert_eq!(code(&out), 127);
+}

@@ -1,0 +1,252 @@
+//! Holder processes for the cases that need real OS processes: separate address spaces for
+//! mutual exclusion, SIGKILL for crashes, SIGSTOP for pauses.
+//!
+//! A child is the test binary itself, started again with [`CHILD_ENV`] set to a JSON [`Spec`];
+//! [`crate::Suite::run`] sees the variable and runs the role instead of the tests. The child
+//! reports events as JSON lines on stdout and takes commands as lines on stdin.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::fenced::FencedFile;
+use crate::suite::Flavour;
+use crate::{Failure, monotonic_ns};
+
+/// The environment variable that turns the test binary into a child holder.
+pub const CHILD_ENV: &str = "DISTLOCK_TESTKIT_CHILD";
+
+/// What a child process is asked to do.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Spec {
+    /// The store.
+    pub url: String,
+    /// Which flavour of lock (a [`Flavour`] name of the suite).
+    pub flavour: String,
+    /// The job.
+    pub role: Role,
+}
+
+/// A child's job.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Role {
+    /// `tasks` tasks each do `iterations` times: lock, read the counter file, write it + 1, unlock.
+    Counter {
+        /// Lock name.
+        name: String,
+        /// The shared counter, a file outside the lock store.
+        counter: PathBuf,
+        /// Concurrent tasks in this process.
+        tasks: u32,
+        /// Acquisitions per task.
+        iterations: u32,
+    },
+    /// Take the lock, report the token, then obey commands: `write PATH`, `lost MS`, `release`.
+    Hold {
+        /// Lock name.
+        name: String,
+        /// Lease in milliseconds (renewed by the watchdog).
+        lease_ms: u64,
+    },
+    /// Acquire and release `acquisitions` times, reporting (start ns, end ns, token) per hold.
+    Record {
+        /// Lock name.
+        name: String,
+        /// How many holds.
+        acquisitions: u32,
+    },
+}
+
+/// A running child, seen from the test.
+pub struct ChildProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl ChildProcess {
+    /// Starts this test binary again as a child doing `spec`.
+    pub fn spawn(spec: &Spec) -> Result<Self, Failure> {
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .env(CHILD_ENV, serde_json::to_string(spec)?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or(Failure("no stdin".into()))?;
+        let stdout = child.stdout.take().ok_or(Failure("no stdout".into()))?;
+        Ok(ChildProcess {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// The child's next event, waiting at most `within`.
+    pub async fn event(&mut self, within: Duration) -> Result<Value, Failure> {
+        match tokio::time::timeout(within, self.stdout.next_line()).await {
+            Err(_) => Err(Failure(format!("child sent nothing within {within:?}"))),
+            Ok(Err(e)) => Err(e.into()),
+            Ok(Ok(None)) => Err(Failure("child exited without a report".into())),
+            Ok(Ok(Some(line))) => {
+                let v: Value = serde_json::from_str(&line)?;
+                if v["event"] == "error" {
+                    return Err(Failure(format!("child failed: {}", v["message"])));
+                }
+                Ok(v)
+            }
+        }
+    }
+
+    /// Sends a command line.
+    pub async fn send(&mut self, command: &str) -> Result<(), Failure> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Sends `sig` to the child.
+    pub fn signal(&self, sig: i32) -> Result<(), Failure> {
+        let pid = self
+            .child
+            .id()
+            .ok_or(Failure("child already reaped".into()))?;
+        // SAFETY: kill(2) on our own child, which has not been reaped.
+        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
+    /// Waits for the child to exit and checks it succeeded.
+    pub async fn finish(mut self, within: Duration) -> Result<(), Failure> {
+        drop(self.stdin);
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .map_err(|_| Failure(format!("child still running after {within:?}")))??;
+        if !status.success() {
+            return Err(Failure(format!("child exited with {status}")));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the role in `spec` (called in the child process). Every failure is reported as an
+/// `error` event and a non-zero exit.
+pub fn child_main(spec: Spec, flavours: &[Flavour]) -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("child runtime");
+    let outcome = runtime.block_on(async {
+        let flavour = flavours
+            .iter()
+            .find(|f| f.name == spec.flavour)
+            .ok_or_else(|| Failure(format!("no flavour {}", spec.flavour)))?;
+        let client = distlock::connect(&spec.url).await?;
+        run_role(&client, flavour, spec.role).await
+    });
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(Failure(message)) => {
+            say(json!({"event": "error", "message": message}));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn say(v: Value) {
+    println!("{v}");
+}
+
+async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> Result<(), Failure> {
+    match role {
+        Role::Counter {
+            name,
+            counter,
+            tasks,
+            iterations,
+        } => {
+            let mut workers = Vec::new();
+            for _ in 0..tasks {
+                let lock = (flavour.make)(client, &name);
+                let counter = counter.clone();
+                workers.push(tokio::spawn(async move {
+                    for _ in 0..iterations {
+                        let guard = lock.acquire().await?;
+                        increment_slowly(&counter).await?;
+                        guard.release().await?;
+                    }
+                    Ok::<(), Failure>(())
+                }));
+            }
+            for w in workers {
+                w.await.map_err(|e| Failure(e.to_string()))??;
+            }
+            say(json!({"event": "done"}));
+        }
+        Role::Hold { name, lease_ms } => {
+            let lock = (flavour.make)(client, &name).lease(Duration::from_millis(lease_ms));
+            let guard = lock.acquire().await?;
+            let token = guard.fencing_token().get();
+            say(json!({"event": "acquired", "token": token}));
+            let mut commands = BufReader::new(tokio::io::stdin()).lines();
+            while let Some(line) = commands.next_line().await? {
+                let (verb, arg) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+                match verb {
+                    "write" => {
+                        let accepted = FencedFile::new(arg).write(token)?;
+                        say(json!({"event": "write", "accepted": accepted}));
+                    }
+                    "lost" => {
+                        let wait = Duration::from_millis(arg.parse().unwrap_or(0));
+                        let lost = tokio::time::timeout(wait, guard.lost()).await.is_ok();
+                        say(json!({"event": "lost", "lost": lost}));
+                    }
+                    "release" => {
+                        let held = guard.release().await?;
+                        say(json!({"event": "released", "held": held}));
+                        return Ok(());
+                    }
+                    other => return Err(Failure(format!("unknown command {other:?}"))),
+                }
+            }
+        }
+        Role::Record { name, acquisitions } => {
+            let lock = (flavour.make)(client, &name);
+            let mut holds = Vec::with_capacity(acquisitions as usize);
+            for _ in 0..acquisitions {
+                let guard = lock.acquire().await?;
+                let start = monotonic_ns();
+                let token = guard.fencing_token().get();
+                let end = monotonic_ns();
+                guard.release().await?;
+                holds.push([start, end, token]);
+            }
+            say(json!({"event": "records", "holds": holds}));
+        }
+    }
+    Ok(())
+}
+
+/// Read, pause, write: a read-modify-write that loses updates unless a lock serialises it.
+pub async fn increment_slowly(counter: &std::path::Path) -> Result<(), Failure> {
+    let text = tokio::fs::read_to_string(counter).await.unwrap_or_default();
+    let value: u64 = text.trim().parse().unwrap_or(0);
+    // Widen the race window: without mutual exclusion another writer gets in here.
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_micros(200)).await;
+    tokio::fs::write(counter, (value + 1).to_string()).await?;
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! A resource that accepts only writes carrying a fencing token at least as large as the largest
+//! it has seen: what a storage service should do with distlock's tokens.
+//!
+//! It is a file shared by processes; each write is checked and recorded under `flock`, so the
+//! check itself is atomic across processes.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+/// The fenced file.
+#[derive(Clone, Debug)]
+pub struct FencedFile {
+    path: PathBuf,
+}
+
+impl FencedFile {
+    /// A fenced resource stored at `path` (created on first write).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FencedFile { path: path.into() }
+    }
+
+    /// Writes on behalf of the holder of `token`: `Ok(true)` if accepted, `Ok(false)` if a
+    /// larger token was seen before (the writer is a stale holder).
+    pub fn write(&self, token: u64) -> std::io::Result<bool> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)?;
+        // SAFETY: flock on a file descriptor we own; released when `file` closes.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let highest: u64 = text.trim().parse().unwrap_or(0);
+        if token < highest {
+            return Ok(false);
+        }
+        file.seek(SeekFrom::Start(0))?;
+        file.set_len(0)?;
+        write!(file, "{token}")?;
+        file.sync_data()?;
+        Ok(true)
+    }
+}
