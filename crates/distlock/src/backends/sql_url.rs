@@ -34,9 +34,12 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
         Error::new(ErrorKind::InvalidUrl, format!("{redacted:?}: {why}")).with_backend(backend)
     };
     let Some((_, rest)) = url.split_once("://") else {
-        return Err(bad(format!(
-            "expected {driver_scheme}://user[:password]@host:port/database"
-        )));
+        // Without "://" the password cannot be told apart from the rest: do not echo the URL.
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            format!("expected {driver_scheme}://user[:password]@host:port/database"),
+        )
+        .with_backend(backend));
     };
     let (base, query) = match rest.split_once('?') {
         Some((base, query)) => (base, Some(query)),

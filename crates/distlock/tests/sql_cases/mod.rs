@@ -39,7 +39,51 @@ pub fn session_suite(suite: Suite) -> Suite {
 }
 
 pub fn postgres_lease(suite: Suite) -> Suite {
-    suite
+    suite.case("release_wakes_waiters_by_notify", release_wakes_waiters)
+}
+
+/// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
+/// sleeps a notified backend's waiters up to the lease left, so only the notice can get them in
+/// within 20 s. Several waiters of different names share the client's one listening connection.
+async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
+    const WAITERS: usize = 4;
+    let names: Vec<String> = (0..WAITERS)
+        .map(|i| ctx.unique_name(&format!("n{i}")))
+        .collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(
+            ctx.lock(name)
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await?,
+        );
+    }
+    let waiting_client = ctx.connect().await?;
+    let mut waiters = Vec::new();
+    for name in &names {
+        let lock = waiting_client.lock(name);
+        waiters.push(tokio::spawn(async move {
+            lock.acquire_timeout(Duration::from_secs(20)).await
+        }));
+    }
+    // Let every waiter try once and start listening.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for guard in held {
+        check!(guard.release().await?, "a holder could not release");
+    }
+    for waiter in waiters {
+        let got = waiter
+            .await
+            .map_err(|e| Failure(format!("waiter task: {e}")))?;
+        check!(
+            got.is_ok(),
+            "a waiter was not woken by the release: {:?}",
+            got.err()
+        );
+        got?.release().await?;
+    }
+    Ok(())
 }
 
 pub fn postgres_session(suite: Suite) -> Suite {
@@ -77,8 +121,8 @@ pub fn mysql_session(suite: Suite) -> Suite {
                 MYSQL_DEFAULT,
             ))
             .await?;
-            let holder: Option<u64> = sqlx::query_scalar(
-                "SELECT IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(?, 256), 55)))",
+            let holder: Option<i64> = sqlx::query_scalar(
+                "SELECT CAST(IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(?, 256), 55))) AS SIGNED)",
             )
             .bind(name)
             .fetch_one(backend.pool())
