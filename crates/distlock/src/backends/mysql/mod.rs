@@ -58,12 +58,16 @@ impl MysqlBackend {
     /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
     pub async fn connect(url: &str) -> Result<Self> {
         let cfg = config::parse(url)?;
+        // One plain connection first: a pool retries until its timeout and then reports only
+        // "timed out", while this fails at once with the cause (refused, bad password, TLS).
+        let probe = sqlx::ConnectOptions::connect(&cfg.options)
+            .await
+            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
+        let _ = sqlx::Connection::close(probe).await;
         let pool = MySqlPoolOptions::new()
             .max_connections(cfg.url.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(cfg.options.clone())
-            .await
-            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
+            .connect_lazy_with(cfg.options.clone());
         sqlx::raw_sql(include_str!("sql/schema.sql"))
             .execute(&pool)
             .await

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
-use tokio::sync::{OnceCell, watch};
+use tokio::sync::{Notify, OnceCell};
 
 use crate::backend::Wakeups;
 use crate::backends::sqlx_error::from_sqlx;
@@ -20,40 +20,44 @@ use crate::types::LockName;
 /// The channel releases are announced on; the payload is the lock name.
 const CHANNEL: &str = "distlock_released";
 
-/// Waiters by lock name: each notice bumps the name's counter, which wakes its receivers.
+/// Waiters by lock name. A notice wakes one waiter of the name on this client (the one that
+/// will try next), not all of them: one release makes one new holder, and waking every waiter
+/// would have them all queue on the row lock to learn that. If the woken waiter loses the race
+/// to another client, the next release wakes the next one; if it gave up meanwhile, the others
+/// still wake at the latest when the lease they were told of ends.
 #[derive(Default)]
 struct Waiters {
-    by_name: Mutex<HashMap<String, watch::Sender<u64>>>,
+    by_name: Mutex<HashMap<String, Weak<Notify>>>,
 }
 
 impl Waiters {
-    fn subscribe(&self, name: &LockName) -> watch::Receiver<u64> {
+    fn subscribe(&self, name: &LockName) -> Arc<Notify> {
         let mut by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
-        if by_name.len() > 1024 {
-            by_name.retain(|_, tx| tx.receiver_count() > 0);
+        if let Some(n) = by_name.get(name.as_str()).and_then(Weak::upgrade) {
+            return n;
         }
-        by_name
-            .entry(name.as_str().to_string())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe()
+        if by_name.len() > 1024 {
+            by_name.retain(|_, n| n.strong_count() > 0);
+        }
+        let n = Arc::new(Notify::new());
+        by_name.insert(name.as_str().to_string(), Arc::downgrade(&n));
+        n
     }
 
     fn wake(&self, name: &str) {
-        let mut by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = by_name.get(name) {
-            if tx.receiver_count() == 0 {
-                by_name.remove(name);
-            } else {
-                tx.send_modify(|n| *n += 1);
-            }
+        let by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = by_name.get(name).and_then(Weak::upgrade) {
+            n.notify_one();
         }
     }
 
+    /// Notices may have been missed: every waiter tries again.
     fn wake_all(&self) {
         let mut by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
-        by_name.retain(|_, tx| tx.receiver_count() > 0);
-        for tx in by_name.values() {
-            tx.send_modify(|n| *n += 1);
+        by_name.retain(|_, n| n.strong_count() > 0);
+        for n in by_name.values().filter_map(Weak::upgrade) {
+            n.notify_waiters();
+            n.notify_one();
         }
     }
 }
@@ -90,12 +94,12 @@ impl Releases {
                 Ok(task.abort_handle())
             })
             .await?;
-        let rx = self.waiters.subscribe(name);
+        let notify = self.waiters.subscribe(name);
         Ok(Box::pin(futures_util::stream::unfold(
-            rx,
-            |mut rx| async move {
-                rx.changed().await.ok()?;
-                Some(((), rx))
+            notify,
+            |notify| async move {
+                notify.notified().await;
+                Some(((), notify))
             },
         )))
     }
