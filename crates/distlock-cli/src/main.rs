@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run COMMAND while holding lock NAME (like flock, for many machines).
     Exec(cmd::exec::ExecArgs),
+    /// Show overselling and lost updates under load, and every strategy that prevents them.
+    Demo(cmd::demo::DemoArgs),
     /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
     Bench(cmd::bench::BenchArgs),
 }
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Demo(args) => cmd::demo::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
         }
     })

@@ -9,6 +9,12 @@
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //!
+//! The SQL schemes take a lease lock (a row with an expiry, renewed by the watchdog) by default;
+//! `?lock=session` takes session locks instead (`pg_advisory_lock` / `GET_LOCK` on a dedicated
+//! connection, freed by the server when the connection ends), e.g.
+//! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
+//! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
+//!
 //! `redlock://`, `zk://`, `etcd://` and `memcached://` are reserved for backends to come and
 //! answer [`ErrorKind::Unsupported`] for now. Any other scheme is [`ErrorKind::InvalidUrl`].
 

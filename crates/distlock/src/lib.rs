@@ -26,6 +26,8 @@
 //!   reentrant holders sharing one lease.
 //! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files
 //!   and a `docs.md` stating its guarantees.
+//! * [`sql`]: database techniques that are not a `Lock`: the row lock held by your own
+//!   transaction, optimistic version checks with bounded retries.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod backend;
@@ -35,6 +37,7 @@ mod core;
 pub mod error;
 pub mod guard;
 pub mod lock;
+pub mod sql;
 mod types;
 
 pub use backend::{Attempt, Backend, Capabilities, LockRequest, Released};

@@ -3,8 +3,19 @@
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub(crate) mod sqlx_error;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_url;
+
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 #[cfg(feature = "redis")]
 pub mod redis;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+#[cfg(feature = "mysql")]
+pub mod mysql;

@@ -1,0 +1,241 @@
+//! The load generator: fires N numbered requests at the instances, round-robin (request n goes
+//! to instance n mod K), with at most C in flight, over kept-alive HTTP/1.1 connections.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::progress::Progress;
+
+/// How many distinct error texts a run keeps for its report.
+const ERRORS_KEPT: usize = 5;
+
+/// What the load generator saw.
+#[derive(Debug, Default)]
+pub(crate) struct Load {
+    pub(crate) requests: u64,
+    /// 200: sold or counted.
+    pub(crate) succeeded: u64,
+    /// 409: nothing left to sell.
+    pub(crate) sold_out: u64,
+    /// 503: the optimistic strategy gave up.
+    pub(crate) gave_up: u64,
+    /// Any other answer, or no answer (the instance failed, the connection broke, timeout).
+    pub(crate) failed: u64,
+    /// A few of the failures' texts.
+    pub(crate) errors: Vec<String>,
+    /// Latency of each answered request, in µs.
+    pub(crate) latencies_us: Vec<u32>,
+    pub(crate) wall: Duration,
+}
+
+impl Load {
+    /// The `p`-th percentile (0..=100) of the latencies.
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
+        if self.latencies_us.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut sorted = self.latencies_us.clone();
+        sorted.sort_unstable();
+        let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        Duration::from_micros(u64::from(sorted[rank.min(sorted.len() - 1)]))
+    }
+
+    /// Requests answered per second of wall time.
+    pub(crate) fn throughput(&self) -> f64 {
+        let secs = self.wall.as_secs_f64();
+        if secs > 0.0 {
+            self.requests as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    fn merge(&mut self, other: Load) {
+        self.succeeded += other.succeeded;
+        self.sold_out += other.sold_out;
+        self.gave_up += other.gave_up;
+        self.failed += other.failed;
+        self.latencies_us.extend(other.latencies_us);
+        for e in other.errors {
+            self.keep_error(e);
+        }
+    }
+
+    fn keep_error(&mut self, e: String) {
+        if self.errors.len() < ERRORS_KEPT && !self.errors.contains(&e) {
+            self.errors.push(e);
+        }
+    }
+}
+
+/// Sends requests 0 .. `requests` to `path?n=…` on `instances`, `concurrency` at a time, each
+/// given `timeout` to be answered.
+pub(crate) async fn run(
+    instances: &[SocketAddr],
+    path: &'static str,
+    requests: u64,
+    concurrency: u32,
+    timeout: Duration,
+    progress: &Progress,
+) -> Load {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let workers = (0..concurrency.max(1)).map(|_| {
+        let next = next.clone();
+        let instances = instances.to_vec();
+        let done = progress.counter();
+        tokio::spawn(async move {
+            let mut worker = Worker {
+                connections: instances.iter().map(|_| None).collect(),
+                instances,
+                load: Load::default(),
+            };
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= requests {
+                    break;
+                }
+                worker.send(path, n, timeout).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            worker.load
+        })
+    });
+    let mut load = Load {
+        requests,
+        ..Load::default()
+    };
+    for worker in futures_util::future::join_all(workers).await {
+        match worker {
+            Ok(w) => load.merge(w),
+            Err(e) => {
+                load.failed += 1;
+                load.keep_error(format!("a load worker failed: {e}"));
+            }
+        }
+    }
+    load.wall = started.elapsed();
+    load
+}
+
+/// One of the C concurrent senders, with a connection to each instance.
+struct Worker {
+    instances: Vec<SocketAddr>,
+    connections: Vec<Option<SendRequest<Empty<Bytes>>>>,
+    load: Load,
+}
+
+impl Worker {
+    async fn send(&mut self, path: &str, n: u64, timeout: Duration) {
+        let target = (n % self.instances.len() as u64) as usize;
+        let started = Instant::now();
+        let answer = tokio::time::timeout(timeout, self.exchange(target, path, n)).await;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        };
+        match answer {
+            Ok((status, body)) => {
+                let us = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                self.load.latencies_us.push(us);
+                match status {
+                    StatusCode::OK => self.load.succeeded += 1,
+                    StatusCode::CONFLICT => self.load.sold_out += 1,
+                    StatusCode::SERVICE_UNAVAILABLE => self.load.gave_up += 1,
+                    other => {
+                        self.load.failed += 1;
+                        let instance = target + 1;
+                        self.load.keep_error(format!(
+                            "instance {instance} answered {other}: {}",
+                            body.trim()
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                // The connection may be broken: open a new one for the next request.
+                self.connections[target] = None;
+                self.load.failed += 1;
+                self.load
+                    .keep_error(format!("instance {}: {e}", target + 1));
+            }
+        }
+    }
+
+    async fn exchange(
+        &mut self,
+        target: usize,
+        path: &str,
+        n: u64,
+    ) -> Result<(StatusCode, String), String> {
+        let addr = self.instances[target];
+        let sender = match &mut self.connections[target] {
+            Some(s) => s,
+            slot => slot.insert(connect(addr).await?),
+        };
+        sender
+            .ready()
+            .await
+            .map_err(|e| format!("connection to {addr} broke: {e}"))?;
+        let request = Request::post(format!("{path}?n={n}"))
+            .header(hyper::header::HOST, addr.to_string())
+            .body(Empty::new())
+            .map_err(|e| format!("building the request: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request to {addr} failed: {e}"))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer from {addr}: {e}"))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Empty<Bytes>>, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP handshake with {addr} failed: {e}"))?;
+    tokio::spawn(async move {
+        // Ends when either side closes; errors surface on the next request instead.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_throughput() {
+        let load = Load {
+            requests: 100,
+            latencies_us: (1..=100).rev().map(|ms| ms * 1000).collect(),
+            wall: Duration::from_secs(2),
+            ..Load::default()
+        };
+        assert_eq!(load.percentile(50.0), Duration::from_micros(51_000));
+        assert_eq!(load.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(load.percentile(100.0), Duration::from_millis(100));
+        assert_eq!(load.throughput(), 50.0);
+        assert_eq!(Load::default().percentile(99.0), Duration::ZERO);
+    }
+}

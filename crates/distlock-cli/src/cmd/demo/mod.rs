@@ -1,0 +1,449 @@
+//! `distlock demo`: the sources' overselling demo, made real.
+//!
+//! For each scenario and strategy: seed the store, start K instances of a small inventory
+//! service as separate OS processes (each serving HTTP on a loopback port the OS picks), fire N
+//! concurrent requests at them round-robin, stop them, audit the store. Then a table, a verdict
+//! per run, and optionally JSON lines and an SVG chart.
+//!
+//! # Layout
+//!
+//! * [`strategy`]: scenarios, strategies and the request flows each strategy protects.
+//! * [`service`]: one instance (`distlock demo serve`, internal): HTTP in front of the flows.
+//! * [`instances`]: starting, watching and stopping the K processes.
+//! * [`load`]: the load generator; [`progress`]: its progress bar.
+//! * [`store`]: the inventory store, its SQL in `sql/<dialect>/*.sql`.
+//! * [`audit`]: the invariants checked after each run.
+//! * [`report`]: table, verdicts, JSON; [`chart`]: the SVG.
+//!
+//! Exit status: 0 when every strategy that must be correct was, and nothing failed; 1 when one
+//! was WRONG or an instance or request failed; 64 for invalid arguments.
+
+mod audit;
+mod chart;
+mod instances;
+mod load;
+mod progress;
+mod report;
+mod service;
+mod store;
+mod strategy;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use distlock::ErrorKind;
+
+use self::instances::Instances;
+use self::progress::Progress;
+use self::report::RunReport;
+use self::store::Store;
+use self::strategy::{LockStore, Method, Scenario, Settings, Strategy};
+use crate::cmd::exec::EXIT_USAGE;
+use crate::duration;
+
+/// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
+const LOCK_LEASE: Duration = Duration::from_secs(10);
+/// How long the up-front check of a lock URL may take.
+const LOCK_URL_CHECK: Duration = Duration::from_secs(10);
+/// Connections of the parent's own pool to the store (seeding and auditing only).
+const PARENT_STORE_CONNECTIONS: u32 = 1;
+
+/// Arguments of `distlock demo`.
+#[derive(clap::Args, Debug)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Scenarios: stock (N items with one unit each on sale, N buyers each ordering \
+                  the next item in stock: read, check, write stock - 1, insert an order), counter \
+                  (one counter at 0, N \"+1\" requests: read, add, write).\n\
+                  Strategies: none (no protection), local-mutex (a mutex inside each instance; \
+                  also run with 1 instance when K > 1), optimistic (version compare-and-swap, \
+                  retried), lock (a distlock lock; once per --lock-url), atomic (one \
+                  check-and-decrement statement), segmented (the hot stock split into \
+                  --segments parts, one lock each, on the first --lock-url); all = every one.\n\
+                  Exit status: 0 if every strategy that must be correct was; 1 if one was WRONG \
+                  or an instance or request failed; 64 for invalid arguments."
+)]
+pub(crate) struct DemoArgs {
+    #[command(subcommand)]
+    internal: Option<Internal>,
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value = "all")]
+    scenario: ScenarioChoice,
+    /// Strategies to run, comma-separated, or all.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    strategy: Vec<StrategyChoice>,
+    /// Instances of the service (K), each its own process.
+    #[arg(long, short = 'k', default_value_t = 3)]
+    instances: u32,
+    /// Requests per run (N); the stock scenario puts N items on sale to N buyers.
+    #[arg(long, short = 'n', default_value_t = 5000)]
+    requests: u32,
+    /// Requests in flight at once, spread over the instances. Enough to show every race; more
+    /// mostly adds waiters polling the lock store.
+    #[arg(long, short = 'c', default_value_t = 16)]
+    concurrency: u32,
+    /// Segments of the segmented strategy (S).
+    #[arg(long, default_value_t = 8)]
+    segments: u32,
+    /// Extra time between reading a value and writing it back, as a slower database round trip
+    /// or business logic would take: it widens the race window. None by default: the race
+    /// shows without it (the read and the write are separate statements).
+    #[arg(long, default_value = "0s", value_parser = duration::parse)]
+    pause: Duration,
+    /// Compare-and-swap attempts of the optimistic strategy before a request gives up.
+    #[arg(long, default_value_t = 100)]
+    retries: u32,
+    /// The inventory store [default: an SQLite file in a temporary directory].
+    #[arg(long)]
+    store: Option<String>,
+    /// A distlock URL for the lock strategies; repeat it to run `lock` on several backends
+    /// [default: an SQLite file in a temporary directory].
+    #[arg(long = "lock-url", visible_alias = "url", value_name = "URL")]
+    lock_urls: Vec<String>,
+    /// How long a request may take before it counts as failed.
+    #[arg(long, default_value = "60s", value_parser = duration::parse)]
+    request_timeout: Duration,
+    /// Print one JSON object per run instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write a bar chart of throughput and correctness per strategy to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    chart: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Internal {
+    /// One instance of the inventory service (started by `distlock demo` itself).
+    #[command(hide = true)]
+    Serve(service::ServeArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ScenarioChoice {
+    All,
+    Stock,
+    Counter,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum StrategyChoice {
+    All,
+    None,
+    LocalMutex,
+    Optimistic,
+    Lock,
+    Atomic,
+    Segmented,
+}
+
+/// One run to do.
+struct Plan {
+    scenario: Scenario,
+    strategy: Strategy,
+    instances: u32,
+}
+
+pub(crate) async fn run(args: DemoArgs) -> ExitCode {
+    if let Some(Internal::Serve(serve)) = args.internal {
+        return service::run(serve).await;
+    }
+    if let Err(e) = check(&args) {
+        eprintln!("distlock demo: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    // On Ctrl-C the demo future is dropped: that kills the instances (kill_on_drop) and removes
+    // the temporary directory.
+    tokio::select! {
+        outcome = demo(args) => match outcome {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("distlock demo: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ndistlock demo: interrupted");
+            ExitCode::from(130)
+        }
+    }
+}
+
+fn check(args: &DemoArgs) -> Result<(), String> {
+    if !(1..=64).contains(&args.instances) {
+        return Err("--instances must be 1 ..= 64".into());
+    }
+    if args.requests == 0 || args.concurrency == 0 || args.segments == 0 || args.retries == 0 {
+        return Err(
+            "--requests, --concurrency, --segments and --retries must be at least 1".into(),
+        );
+    }
+    if let Some(url) = &args.store {
+        Store::check_url(url).map_err(|e| format!("--store: {e}"))?;
+    }
+    let segmented = args
+        .strategy
+        .iter()
+        .any(|s| matches!(s, StrategyChoice::All | StrategyChoice::Segmented));
+    if segmented && args.segments > args.requests {
+        return Err("--segments cannot exceed --requests (each segment needs an item)".into());
+    }
+    Ok(())
+}
+
+async fn demo(args: DemoArgs) -> Result<ExitCode> {
+    let scratch = tempfile::Builder::new()
+        .prefix("distlock-demo-")
+        .tempdir()
+        .context("creating a temporary directory")?;
+    let in_scratch = |file: &str| format!("sqlite:{}", scratch.path().join(file).display());
+    let store_url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| in_scratch("inventory.db"));
+    let lock_urls = if args.lock_urls.is_empty() {
+        vec![in_scratch("locks.db")]
+    } else {
+        args.lock_urls.clone()
+    };
+    let lock_stores = LockStore::named(&lock_urls);
+    let plans = plan(&args, &lock_stores);
+    if plans.iter().any(|p| p.strategy.lock.is_some())
+        && let Err(e) = check_lock_urls(&args.lock_urls).await
+    {
+        eprintln!("distlock demo: {e}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let store = Store::open(&store_url, PARENT_STORE_CONNECTIONS).await?;
+    if !args.json {
+        let shown = |given: bool, url: &str| {
+            if given {
+                distlock::redact(url)
+            } else {
+                "sqlite (temporary file)".to_string()
+            }
+        };
+        let locks: Vec<String> = lock_urls
+            .iter()
+            .map(|u| shown(!args.lock_urls.is_empty(), u))
+            .collect();
+        let pause = if args.pause.is_zero() {
+            "none".to_string()
+        } else {
+            humantime::format_duration(args.pause).to_string()
+        };
+        println!(
+            "distlock demo: {} run{} of {} requests, {} in flight; store: {}; locks: {}; extra \
+             pause between read and write: {pause}",
+            plans.len(),
+            if plans.len() == 1 { "" } else { "s" },
+            args.requests,
+            args.concurrency,
+            shown(args.store.is_some(), &store_url),
+            locks.join(", "),
+        );
+    }
+
+    let mut runs = Vec::new();
+    for p in plans {
+        let report = run_one(&args, &store, &store_url, p).await;
+        if args.json {
+            println!("{}", report.json());
+        }
+        runs.push(report);
+    }
+    store.close().await;
+
+    if !args.json {
+        println!("\n{}\n", report::table(&runs));
+        for r in &runs {
+            println!("{}", r.verdict_line());
+        }
+    }
+    if let Some(path) = &args.chart {
+        std::fs::write(path, chart::svg(&runs))
+            .with_context(|| format!("writing the chart to {}", path.display()))?;
+        if !args.json {
+            println!("\nchart written to {}", path.display());
+        }
+    }
+    let failures = runs.iter().filter(|r| r.verdict().is_failure()).count();
+    if failures > 0 {
+        let runs = if failures == 1 { "run" } else { "runs" };
+        eprintln!("distlock demo: {failures} {runs} WRONG or FAILED (see above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A lock URL this build cannot use is an argument error, said once up front rather than by
+/// every instance of every run. Other failures (a server down) are left to the instances, which
+/// report them with their stderr.
+async fn check_lock_urls(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        let connected = tokio::time::timeout(LOCK_URL_CHECK, distlock::connect(url)).await;
+        if let Ok(Err(e)) = connected
+            && matches!(e.kind(), ErrorKind::InvalidUrl | ErrorKind::Unsupported)
+        {
+            return Err(format!("--lock-url {}: {e}", distlock::redact(url)));
+        }
+    }
+    Ok(())
+}
+
+/// The runs, in order: each scenario, each strategy; `lock` once per lock URL; `local-mutex`
+/// with one instance first when K > 1, to show it correct there and wrong with K.
+fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
+    let scenarios = match args.scenario {
+        ScenarioChoice::All => vec![Scenario::Stock, Scenario::Counter],
+        ScenarioChoice::Stock => vec![Scenario::Stock],
+        ScenarioChoice::Counter => vec![Scenario::Counter],
+    };
+    let every = [
+        StrategyChoice::None,
+        StrategyChoice::LocalMutex,
+        StrategyChoice::Optimistic,
+        StrategyChoice::Lock,
+        StrategyChoice::Atomic,
+        StrategyChoice::Segmented,
+    ];
+    let chosen: Vec<StrategyChoice> = every
+        .into_iter()
+        .filter(|s| args.strategy.contains(s) || args.strategy.contains(&StrategyChoice::All))
+        .collect();
+    let plain = |method| Strategy { method, lock: None };
+    let mut plans = Vec::new();
+    for scenario in scenarios {
+        let mut add = |strategy: Strategy, instances| {
+            plans.push(Plan {
+                scenario,
+                strategy,
+                instances,
+            });
+        };
+        for choice in &chosen {
+            match choice {
+                StrategyChoice::All | StrategyChoice::None => {
+                    add(plain(Method::None), args.instances)
+                }
+                StrategyChoice::LocalMutex => {
+                    if args.instances > 1 {
+                        add(plain(Method::LocalMutex), 1);
+                    }
+                    add(plain(Method::LocalMutex), args.instances);
+                }
+                StrategyChoice::Optimistic => add(plain(Method::Optimistic), args.instances),
+                StrategyChoice::Lock => {
+                    for lock in lock_stores {
+                        let strategy = Strategy {
+                            method: Method::Lock,
+                            lock: Some(lock.clone()),
+                        };
+                        add(strategy, args.instances);
+                    }
+                }
+                StrategyChoice::Atomic => add(plain(Method::Atomic), args.instances),
+                StrategyChoice::Segmented => {
+                    let strategy = Strategy {
+                        method: Method::Segmented,
+                        lock: lock_stores.first().cloned(),
+                    };
+                    add(strategy, args.instances);
+                }
+            }
+        }
+    }
+    plans
+}
+
+async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) -> RunReport {
+    let Plan {
+        scenario,
+        strategy,
+        instances,
+    } = plan;
+    let mut report = RunReport {
+        scenario,
+        strategy,
+        instances,
+        requests: u64::from(args.requests),
+        load: None,
+        audit: None,
+        problems: Vec::new(),
+    };
+    let segmented = report.strategy.method == Method::Segmented;
+    let (products, slots) = match scenario {
+        Scenario::Stock => (args.requests, 1),
+        Scenario::Counter => (0, if segmented { args.segments } else { 1 }),
+    };
+    if let Err(e) = store.seed(products, 1, slots).await {
+        report.problems.push(format!("seeding the store: {e:#}"));
+        return report;
+    }
+    let settings = Settings {
+        scenario,
+        method: report.strategy.method,
+        instance: 0,
+        products,
+        segments: args.segments,
+        pause: args.pause,
+        retries: args.retries,
+        lock_wait: args.request_timeout,
+        lease: LOCK_LEASE,
+    };
+    let lock_url = report.strategy.lock.as_ref().map(|l| l.url.clone());
+    let mut running =
+        match Instances::start(instances, &settings, store_url, lock_url.as_deref()).await {
+            Ok(running) => running,
+            Err(problems) => {
+                report
+                    .problems
+                    .extend(problems.iter().map(ToString::to_string));
+                return report;
+            }
+        };
+    let progress = Progress::start(
+        format!(
+            "{} {} ×{instances}",
+            scenario.name(),
+            report.strategy.label()
+        ),
+        u64::from(args.requests),
+    );
+    let load = load::run(
+        &running.addrs(),
+        scenario.path(),
+        u64::from(args.requests),
+        args.concurrency,
+        args.request_timeout,
+        &progress,
+    )
+    .await;
+    progress.finish();
+    let crashed = running.crashed();
+    let mut problems: Vec<String> = crashed.iter().map(ToString::to_string).collect();
+    for stopped in running.stop().await {
+        if !crashed.iter().any(|c| c.instance == stopped.instance) {
+            problems.push(stopped.to_string());
+        }
+    }
+    if load.failed > 0 {
+        problems.insert(
+            0,
+            format!(
+                "{} of {} requests failed; first errors: {}",
+                load.failed,
+                load.requests,
+                load.errors.join("; ")
+            ),
+        );
+    }
+    match audit::audit(scenario, store, &load).await {
+        Ok(a) => report.audit = Some(a),
+        Err(e) => problems.push(format!("auditing the store: {e:#}")),
+    }
+    report.load = Some(load);
+    report.problems = problems;
+    report
+}

@@ -1,0 +1,73 @@
+//! A one-line progress bar on stderr while requests run, drawn only when stderr is a terminal
+//! (so logs, pipes and `--json` consumers never see it).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+const WIDTH: usize = 30;
+const REDRAW: Duration = Duration::from_millis(100);
+
+/// Counts finished requests and, on a terminal, redraws the bar until [`finish`](Self::finish).
+pub(crate) struct Progress {
+    done: Arc<AtomicU64>,
+    drawer: Option<JoinHandle<()>>,
+}
+
+impl Progress {
+    /// A bar for `total` requests labelled `label`; drawn only if stderr is a terminal.
+    pub(crate) fn start(label: String, total: u64) -> Self {
+        let done = Arc::new(AtomicU64::new(0));
+        let drawer = std::io::stderr().is_terminal().then(|| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                loop {
+                    draw(
+                        &label,
+                        done.load(Ordering::Relaxed),
+                        total,
+                        started.elapsed(),
+                    );
+                    tokio::time::sleep(REDRAW).await;
+                }
+            })
+        });
+        Progress { done, drawer }
+    }
+
+    /// The counter senders bump once per finished request.
+    pub(crate) fn counter(&self) -> Arc<AtomicU64> {
+        self.done.clone()
+    }
+
+    /// Stops drawing and clears the line.
+    pub(crate) fn finish(self) {
+        if let Some(drawer) = self.drawer {
+            drawer.abort();
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+fn draw(label: &str, done: u64, total: u64, elapsed: Duration) {
+    let filled = if total == 0 {
+        WIDTH
+    } else {
+        (done.min(total) as usize * WIDTH) / total as usize
+    };
+    let rate = done as f64 / elapsed.as_secs_f64().max(0.001);
+    let mut err = std::io::stderr();
+    let _ = write!(
+        err,
+        "\r\x1b[2K{label:<28} [{}{}] {done}/{total} {rate:.0} req/s",
+        "#".repeat(filled),
+        "-".repeat(WIDTH - filled),
+    );
+    let _ = err.flush();
+}

@@ -1,0 +1,457 @@
+//! The strategies: how one instance of the service protects an order (read stock, check, write
+//! stock − 1, insert an order) or a "+1" (read, add, write) — or fails to.
+//!
+//! A distributed-lock strategy is just a distlock URL: `lock` runs once per `--lock-url`, so
+//! every backend the library gains is in the demo without new code here.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+
+use super::store::{Product, Store};
+
+/// What the load generator asks the instances to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// N products with one unit each, N buyers each ordering the next item in stock.
+    Stock,
+    /// One counter at 0, N "+1" requests.
+    Counter,
+}
+
+impl Scenario {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scenario::Stock => "stock",
+            Scenario::Counter => "counter",
+        }
+    }
+
+    /// The HTTP path of one request.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Scenario::Stock => "/order",
+            Scenario::Counter => "/increment",
+        }
+    }
+}
+
+/// How an instance protects its read-check-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Method {
+    /// Nothing: the read-check-write races.
+    None,
+    /// A mutex inside each instance: excludes requests of one process only.
+    LocalMutex,
+    /// A version column, compare-and-swap on write, retry on conflict.
+    Optimistic,
+    /// A distlock lock around the whole read-check-write.
+    Lock,
+    /// One atomic statement in the store: check and decrement (or add) at once, lock-free.
+    Atomic,
+    /// The hot stock (or the counter) split into segments, one distlock lock each.
+    Segmented,
+}
+
+impl Method {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Method::None => "none",
+            Method::LocalMutex => "local-mutex",
+            Method::Optimistic => "optimistic",
+            Method::Lock => "lock",
+            Method::Atomic => "atomic",
+            Method::Segmented => "segmented",
+        }
+    }
+
+    /// Whether this method takes distlock locks (and so needs a lock URL).
+    pub(crate) fn uses_locks(self) -> bool {
+        matches!(self, Method::Lock | Method::Segmented)
+    }
+}
+
+/// One strategy as run and reported: a method, and for lock methods the lock store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Strategy {
+    pub(crate) method: Method,
+    pub(crate) lock: Option<LockStore>,
+}
+
+/// A store the lock strategies take their locks in: a distlock URL and the short name the
+/// table shows for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockStore {
+    pub(crate) url: String,
+    /// The URL's scheme (`sqlite`, `redis`, …), numbered (`sqlite#2`) when several URLs share
+    /// it, so that a URL's host or password never reaches the table.
+    pub(crate) name: String,
+}
+
+impl LockStore {
+    /// Names `urls` by scheme, numbering the schemes that repeat.
+    pub(crate) fn named(urls: &[String]) -> Vec<LockStore> {
+        let schemes: Vec<String> = urls.iter().map(|u| lock_scheme(u)).collect();
+        schemes
+            .iter()
+            .enumerate()
+            .map(|(i, scheme)| {
+                let same = schemes.iter().filter(|s| *s == scheme).count();
+                let nth = schemes[..=i].iter().filter(|s| *s == scheme).count();
+                let name = if same > 1 {
+                    format!("{scheme}#{nth}")
+                } else {
+                    scheme.clone()
+                };
+                LockStore {
+                    url: urls[i].clone(),
+                    name,
+                }
+            })
+            .collect()
+    }
+}
+
+impl Strategy {
+    /// `none`, `optimistic`, `lock:sqlite`, `segmented:redis`, …
+    pub(crate) fn label(&self) -> String {
+        match &self.lock {
+            Some(lock) => format!("{}:{}", self.method.name(), lock.name),
+            None => self.method.name().to_string(),
+        }
+    }
+
+    /// Whether the strategy must be correct with `instances` instances; the others are in the
+    /// demo to show the race.
+    pub(crate) fn must_be_correct(&self, instances: u32) -> bool {
+        match self.method {
+            Method::None => false,
+            Method::LocalMutex => instances == 1,
+            _ => true,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// The scheme of a lock URL, lower-cased: `sqlite`, `redis`, `postgres`, …
+fn lock_scheme(url: &str) -> String {
+    url.split(':').next().unwrap_or("").to_ascii_lowercase()
+}
+
+/// What a request came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Sold (the product id) or counted.
+    Done(i64),
+    /// Nothing left to sell.
+    SoldOut,
+    /// The optimistic strategy lost the compare-and-swap this many times in a row.
+    GaveUp(u32),
+}
+
+/// The settings every instance of one run shares.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) scenario: Scenario,
+    pub(crate) method: Method,
+    /// This instance's number, recorded in each order.
+    pub(crate) instance: u32,
+    /// Products on sale (the stock scenario); their ids are 1 ..= products.
+    pub(crate) products: u32,
+    /// Segments of the segmented strategy.
+    pub(crate) segments: u32,
+    /// Time between reading and writing back, as a database round trip or business logic
+    /// would take; widens the race window.
+    pub(crate) pause: Duration,
+    /// Compare-and-swap attempts of the optimistic strategy before it gives up.
+    pub(crate) retries: u32,
+    /// How long a request waits for a distlock lock before it fails.
+    pub(crate) lock_wait: Duration,
+    /// The lease of each distlock lock (renewed while held).
+    pub(crate) lease: Duration,
+}
+
+/// One instance's protection: the strategy's state, shared by all its requests.
+pub(crate) struct Protection {
+    settings: Settings,
+    store: Store,
+    local: tokio::sync::Mutex<()>,
+    locks: Option<distlock::Client>,
+    /// Segments this instance found sold out (stock never comes back, so this stays true).
+    empty_segments: Vec<AtomicBool>,
+}
+
+impl Protection {
+    /// `locks` must be given for lock methods.
+    pub(crate) fn new(settings: Settings, store: Store, locks: Option<distlock::Client>) -> Self {
+        let empty_segments = (0..settings.segments.max(1))
+            .map(|_| AtomicBool::new(false))
+            .collect();
+        Protection {
+            settings,
+            store,
+            local: tokio::sync::Mutex::new(()),
+            locks,
+            empty_segments,
+        }
+    }
+
+    /// The scenario this instance serves.
+    pub(crate) fn scenario(&self) -> Scenario {
+        self.settings.scenario
+    }
+
+    /// Serves request number `n` of the run.
+    pub(crate) async fn serve(&self, n: u64) -> Result<Outcome> {
+        match self.settings.scenario {
+            Scenario::Stock => self.order(n).await,
+            Scenario::Counter => self.increment(n).await,
+        }
+    }
+
+    async fn order(&self, buyer: u64) -> Result<Outcome> {
+        let everything = 1..i64::from(self.settings.products) + 1;
+        match self.settings.method {
+            Method::None => self.sell(&everything, buyer).await,
+            Method::LocalMutex => {
+                let _only_this_process = self.local.lock().await;
+                self.sell(&everything, buyer).await
+            }
+            Method::Lock => {
+                let guard = self.acquire("demo-stock").await?;
+                let sold = self.sell(&everything, buyer).await;
+                release(guard).await?;
+                sold
+            }
+            Method::Optimistic => {
+                for _ in 0..self.settings.retries {
+                    let Some(read) = self.store.first_in_stock(&everything).await? else {
+                        return Ok(Outcome::SoldOut);
+                    };
+                    self.pause().await;
+                    if self.store.cas_stock(&read, read.stock - 1).await? {
+                        self.record(read.id, buyer).await?;
+                        return Ok(Outcome::Done(read.id));
+                    }
+                }
+                Ok(Outcome::GaveUp(self.settings.retries))
+            }
+            Method::Atomic => match self.store.take_atomic(&everything).await? {
+                Some(id) => {
+                    self.record(id, buyer).await?;
+                    Ok(Outcome::Done(id))
+                }
+                None => Ok(Outcome::SoldOut),
+            },
+            Method::Segmented => self.order_segmented(buyer).await,
+        }
+    }
+
+    /// Buyers start at segment `buyer mod S`, so S of them sell at once, each under its
+    /// segment's lock; a buyer whose segment is sold out moves on to the next.
+    async fn order_segmented(&self, buyer: u64) -> Result<Outcome> {
+        let segments = self.settings.segments.max(1);
+        let first = (buyer % u64::from(segments)) as u32;
+        for step in 0..segments {
+            let segment = (first + step) % segments;
+            if self.empty_segments[segment as usize].load(Ordering::Relaxed) {
+                continue;
+            }
+            let guard = self
+                .acquire(&format!("demo-stock-segment-{segment}"))
+                .await?;
+            let sold = self
+                .sell(
+                    &segment_ids(self.settings.products, segments, segment),
+                    buyer,
+                )
+                .await;
+            release(guard).await?;
+            match sold? {
+                Outcome::SoldOut => {
+                    self.empty_segments[segment as usize].store(true, Ordering::Relaxed)
+                }
+                done => return Ok(done),
+            }
+        }
+        Ok(Outcome::SoldOut)
+    }
+
+    /// The sources' order flow, unprotected by itself: read the first item in stock, check,
+    /// write stock − 1 computed in memory, insert the order.
+    async fn sell(&self, ids: &Range<i64>, buyer: u64) -> Result<Outcome> {
+        let Some(Product { id, stock, .. }) = self.store.first_in_stock(ids).await? else {
+            return Ok(Outcome::SoldOut);
+        };
+        if stock < 1 {
+            return Ok(Outcome::SoldOut);
+        }
+        self.pause().await;
+        self.store.write_stock(id, stock - 1).await?;
+        self.record(id, buyer).await?;
+        Ok(Outcome::Done(id))
+    }
+
+    async fn record(&self, product: i64, buyer: u64) -> Result<()> {
+        self.store
+            .insert_order(product, buyer, self.settings.instance)
+            .await
+    }
+
+    async fn increment(&self, n: u64) -> Result<Outcome> {
+        match self.settings.method {
+            Method::None => self.add_one(0).await,
+            Method::LocalMutex => {
+                let _only_this_process = self.local.lock().await;
+                self.add_one(0).await
+            }
+            Method::Lock => {
+                let guard = self.acquire("demo-counter").await?;
+                let added = self.add_one(0).await;
+                release(guard).await?;
+                added
+            }
+            Method::Optimistic => {
+                for _ in 0..self.settings.retries {
+                    let read = self.store.read_counter(0).await?;
+                    self.pause().await;
+                    if self.store.cas_counter(0, &read, read.value + 1).await? {
+                        return Ok(Outcome::Done(read.value + 1));
+                    }
+                }
+                Ok(Outcome::GaveUp(self.settings.retries))
+            }
+            Method::Atomic => {
+                self.store.add_atomic(0).await?;
+                Ok(Outcome::Done(0))
+            }
+            Method::Segmented => {
+                let slot = (n % u64::from(self.settings.segments.max(1))) as u32;
+                let guard = self
+                    .acquire(&format!("demo-counter-segment-{slot}"))
+                    .await?;
+                let added = self.add_one(slot).await;
+                release(guard).await?;
+                added
+            }
+        }
+    }
+
+    /// Read, add one in memory, write back: loses updates unless something serializes it.
+    async fn add_one(&self, slot: u32) -> Result<Outcome> {
+        let read = self.store.read_counter(slot).await?;
+        self.pause().await;
+        self.store.write_counter(slot, read.value + 1).await?;
+        Ok(Outcome::Done(read.value + 1))
+    }
+
+    async fn pause(&self) {
+        if !self.settings.pause.is_zero() {
+            tokio::time::sleep(self.settings.pause).await;
+        }
+    }
+
+    async fn acquire(&self, name: &str) -> Result<distlock::Guard> {
+        let client = self.locks.as_ref().ok_or_else(|| {
+            anyhow!(
+                "the {} strategy needs a lock URL",
+                self.settings.method.name()
+            )
+        })?;
+        client
+            .lock(name)
+            .lease(self.settings.lease)
+            .acquire_timeout(self.settings.lock_wait)
+            .await
+            .with_context(|| format!("acquiring lock {name:?}"))
+    }
+}
+
+/// Product ids of `segment`: ids 1 ..= products split into `segments` contiguous ranges whose
+/// sizes differ by one at most.
+fn segment_ids(products: u32, segments: u32, segment: u32) -> Range<i64> {
+    let products = i64::from(products);
+    let segments = i64::from(segments.max(1));
+    let start = 1 + products * i64::from(segment) / segments;
+    let end = 1 + products * (i64::from(segment) + 1) / segments;
+    start..end
+}
+
+/// Releases `guard`, failing loudly if the lease had been lost meanwhile: someone else may have
+/// run the same critical section at the same time, and the audit will show it.
+async fn release(guard: distlock::Guard) -> Result<()> {
+    let name = guard.name().to_string();
+    let still_ours = guard
+        .release()
+        .await
+        .with_context(|| format!("releasing lock {name:?}"))?;
+    if still_ours {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "lock {name:?} was lost before the request finished"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_name_the_lock_store_by_scheme_only() {
+        let urls = [
+            "redis://:secret@10.0.0.1:6379".to_string(),
+            "sqlite:/tmp/a.db".to_string(),
+            "sqlite:/tmp/b.db".to_string(),
+        ];
+        let stores = LockStore::named(&urls);
+        let labels: Vec<String> = stores
+            .into_iter()
+            .map(|lock| {
+                Strategy {
+                    method: Method::Lock,
+                    lock: Some(lock),
+                }
+                .label()
+            })
+            .collect();
+        assert_eq!(labels, ["lock:redis", "lock:sqlite#1", "lock:sqlite#2"]);
+        let s = Strategy {
+            method: Method::None,
+            lock: None,
+        };
+        assert_eq!(s.label(), "none");
+    }
+
+    #[test]
+    fn segments_cover_every_product_once() {
+        for (products, segments) in [(5000, 8), (10, 3), (2, 8), (7, 1)] {
+            let mut next = 1;
+            for segment in 0..segments {
+                let ids = segment_ids(products, segments, segment);
+                assert_eq!(ids.start, next, "{products} products, {segments} segments");
+                next = ids.end;
+            }
+            assert_eq!(next, i64::from(products) + 1);
+        }
+    }
+
+    #[test]
+    fn only_none_and_multi_instance_local_mutex_may_be_wrong() {
+        let of = |method| Strategy { method, lock: None };
+        assert!(!of(Method::None).must_be_correct(1));
+        assert!(of(Method::LocalMutex).must_be_correct(1));
+        assert!(!of(Method::LocalMutex).must_be_correct(3));
+        assert!(of(Method::Optimistic).must_be_correct(3));
+        assert!(of(Method::Atomic).must_be_correct(3));
+    }
+}

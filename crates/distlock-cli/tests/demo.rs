@@ -1,0 +1,322 @@
+//! `distlock demo` end to end: real instance processes, real HTTP, the embedded SQLite store and
+//! lock, small sizes. Each test asserts the audits the demo prints as JSON.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn demo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .arg("demo")
+        .args(args)
+        .output()
+        .expect("running distlock demo")
+}
+
+/// The JSON objects of a `--json` run, after checking the exit status.
+fn runs(args: &[&str], expect_success: bool) -> Vec<Value> {
+    let out = demo(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.success(),
+        expect_success,
+        "exit status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+fn find<'a>(runs: &'a [Value], scenario: &str, strategy: &str, instances: u64) -> &'a Value {
+    runs.iter()
+        .find(|r| {
+            r["scenario"] == scenario && r["strategy"] == strategy && r["instances"] == instances
+        })
+        .unwrap_or_else(|| panic!("no {scenario}/{strategy}/{instances} run in {runs:#?}"))
+}
+
+/// Stock: no unit oversold; counter: no update lost; and no request failed.
+fn assert_correct(run: &Value) {
+    assert_eq!(run["correct"], true, "{run}");
+    assert_eq!(run["failed"], 0, "{run}");
+    assert_eq!(run["verdict"], "correct", "{run}");
+    match run["scenario"].as_str() {
+        Some("stock") => assert_eq!(run["oversold"], 0, "{run}"),
+        Some("counter") => assert_eq!(run["lost_updates"], 0, "{run}"),
+        other => panic!("unknown scenario {other:?}"),
+    }
+}
+
+#[test]
+fn every_protecting_strategy_is_correct_across_three_instances() {
+    let all = runs(
+        &[
+            "--json",
+            "--requests",
+            "120",
+            "--instances",
+            "3",
+            "--concurrency",
+            "12",
+            "--segments",
+            "4",
+            "--strategy",
+            "optimistic,lock,atomic,segmented",
+        ],
+        true,
+    );
+    assert_eq!(all.len(), 8, "{all:#?}");
+    for run in &all {
+        assert_correct(run);
+        assert_eq!(run["requests"], 120);
+    }
+    // With a lock or an atomic statement every buyer gets an item and every "+1" counts.
+    for strategy in ["lock:sqlite", "atomic", "segmented:sqlite"] {
+        for scenario in ["stock", "counter"] {
+            assert_eq!(find(&all, scenario, strategy, 3)["succeeded"], 120);
+        }
+    }
+}
+
+#[test]
+fn no_protection_oversells_and_loses_updates() {
+    // A 5 ms pause between read and write: with 12 requests in flight, reads that overlap a
+    // write are certain, so the race must show.
+    let all = runs(
+        &[
+            "--json",
+            "--requests",
+            "120",
+            "--concurrency",
+            "12",
+            "--pause",
+            "5ms",
+            "--strategy",
+            "none",
+        ],
+        true,
+    );
+    let stock = find(&all, "stock", "none", 3);
+    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
+    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
+    let counter = find(&all, "counter", "none", 3);
+    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    assert_eq!(counter["correct"], false, "{counter}");
+}
+
+#[test]
+fn a_local_mutex_is_correct_in_one_instance_and_wrong_in_three() {
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--requests",
+            "120",
+            "--concurrency",
+            "12",
+            "--pause",
+            "5ms",
+            "--strategy",
+            "local-mutex",
+        ],
+        true,
+    );
+    assert_eq!(all.len(), 2, "one instance, then three: {all:#?}");
+    assert_correct(find(&all, "counter", "local-mutex", 1));
+    let three = find(&all, "counter", "local-mutex", 3);
+    assert!(three["lost_updates"].as_i64().unwrap() > 0, "{three}");
+}
+
+#[test]
+fn the_table_verdicts_and_chart_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("demo.svg");
+    let out = demo(&[
+        "--scenario",
+        "counter",
+        "--strategy",
+        "none,atomic",
+        "--requests",
+        "60",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("| scenario |"), "{stdout}");
+    assert!(
+        stdout.contains("atomic               (3 instances): correct"),
+        "{stdout}"
+    );
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(svg.contains("atomic"), "{svg}");
+}
+
+#[test]
+fn an_instance_that_cannot_start_is_reported_with_its_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock_url = format!(
+        "sqlite:{}",
+        dir.path().join("missing/dir/locks.db").display()
+    );
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "lock",
+            "--requests",
+            "10",
+            "--lock-url",
+            &lock_url,
+        ],
+        false,
+    );
+    assert_eq!(all.len(), 1);
+    let run = &all[0];
+    assert_eq!(run["verdict"], "FAILED", "{run}");
+    let problems = run["problems"].to_string();
+    assert!(problems.contains("failed to start"), "{problems}");
+    assert!(
+        problems.contains("connecting to the lock store"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn requests_that_time_out_fail_the_run() {
+    // Every request sleeps 50 ms between read and write but may take only 10 ms.
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "optimistic",
+            "--requests",
+            "6",
+            "--pause",
+            "50ms",
+            "--request-timeout",
+            "10ms",
+        ],
+        false,
+    );
+    let optimistic = find(&all, "counter", "optimistic", 3);
+    assert_eq!(optimistic["verdict"], "FAILED", "{optimistic}");
+    assert_eq!(optimistic["failed"], 6, "{optimistic}");
+    assert!(
+        optimistic["problems"]
+            .to_string()
+            .contains("no answer within 10ms"),
+        "{optimistic}"
+    );
+}
+
+/// The pids of the running children of `parent` whose command line contains `needle`.
+fn children_of(parent: u32, needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name (which is in parentheses): state, ppid, …
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if ppid == Some(parent) && cmdline.contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn an_instance_killed_mid_run_is_reported() {
+    // 20 ms per request, 4 in flight: the run lasts well over a second.
+    let child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "demo",
+            "--json",
+            "--scenario",
+            "counter",
+            "--strategy",
+            "none",
+        ])
+        .args(["--requests", "400", "--concurrency", "4", "--pause", "20ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let victim = loop {
+        let instances = children_of(child.id(), "demo serve");
+        if instances.len() == 3 {
+            break instances[1];
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the instances never showed up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let it serve a little first.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on a pid that is a child of our own child, with a valid signal.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "a killed instance must fail the demo"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(run["verdict"], "FAILED", "{run}");
+    let problems = run["problems"].to_string();
+    assert!(
+        problems.contains("exited while serving") || problems.contains("failed to start"),
+        "{problems}"
+    );
+    assert!(problems.contains("SIGKILL"), "{problems}");
+}
+
+#[test]
+fn invalid_arguments_exit_64() {
+    assert_eq!(demo(&["--instances", "0"]).status.code(), Some(64));
+    assert_eq!(
+        demo(&["--requests", "4", "--segments", "8"]).status.code(),
+        Some(64)
+    );
+    let unknown_lock = demo(&["--strategy", "lock", "--lock-url", "nosuch://u:hunter2@h"]);
+    assert_eq!(unknown_lock.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&unknown_lock.stderr);
+    assert!(
+        stderr.contains("--lock-url") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+    let bad_store = demo(&["--store", "ftp://user:hunter2@x"]);
+    assert_eq!(bad_store.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&bad_store.stderr);
+    assert!(
+        stderr.contains("--store") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,168 @@
+//! The MySQL / MariaDB backend: lease locks in a table (the default) or session locks on
+//! `GET_LOCK` (`?lock=session`). See `docs.md` for the guarantees of each.
+//!
+//! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
+//! server's clock. MySQL has no `RETURNING` on an upsert, so the take and release statements
+//! report their outcome through `LAST_INSERT_ID(expr)`, which the server sends back in the same
+//! reply. Waiters poll with the core's jittered backoff (see `docs.md` for why).
+
+mod config;
+mod session;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+use crate::backends::session::Sessions;
+use crate::backends::sql_url::LockMode;
+use crate::backends::sqlx_error::from_sqlx;
+use crate::error::{Error, Result};
+use crate::types::FencingToken;
+
+const NAME: &str = "mysql";
+
+/// How long a call waits for a free pooled connection before failing with a connection error.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The take statement's "held" answers start here; smaller answers are fencing tokens.
+const HELD_BASE: u64 = 1 << 62;
+
+/// Locks in a MySQL or MariaDB database. Built by [`crate::connect`] from `mysql://…` or
+/// `mariadb://…`; `?lock=session` picks `GET_LOCK` (session) locks instead of lease rows.
+pub struct MysqlBackend {
+    pool: MySqlPool,
+    url: String,
+    sessions: Option<Sessions<session::MySqlSessions>>,
+}
+
+impl std::fmt::Debug for MysqlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlBackend")
+            .field("url", &self.url)
+            .field("session_locks", &self.sessions.is_some())
+            .finish()
+    }
+}
+
+fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |e| from_sqlx(NAME, what, e)
+}
+
+impl MysqlBackend {
+    /// Connects to the database `url` names and creates distlock's tables if missing.
+    ///
+    /// `url` is `mysql://user[:password]@host:port/database` (or `mariadb://…`) with the
+    /// driver's parameters (`ssl-mode=REQUIRED`, `ssl-ca=…`) and distlock's:
+    /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
+    pub async fn connect(url: &str) -> Result<Self> {
+        let cfg = config::parse(url)?;
+        // One plain connection first: a pool retries until its timeout and then reports only
+        // "timed out", while this fails at once with the cause (refused, bad password, TLS).
+        let probe = sqlx::ConnectOptions::connect(&cfg.options)
+            .await
+            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
+        let _ = sqlx::Connection::close(probe).await;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(cfg.url.max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(cfg.options.clone());
+        sqlx::raw_sql(include_str!("sql/schema.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the lock tables"))?;
+        let sessions = match cfg.url.mode {
+            LockMode::Lease => None,
+            LockMode::Session => Some(Sessions::new(session::MySqlSessions(
+                MySqlPoolOptions::new()
+                    .max_connections(cfg.url.max_connections)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_lazy_with(cfg.options),
+            ))),
+        };
+        Ok(MysqlBackend {
+            pool,
+            url: cfg.url.redacted,
+            sessions,
+        })
+    }
+
+    /// The connection pool, for the row-lock API and the caller's own queries.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Backend for MysqlBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            notifies: false,
+            renews: self.sessions.is_none(),
+            queues: false,
+        }
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.try_take(req).await;
+        }
+        let done = sqlx::query(include_str!("sql/take.sql"))
+            .bind(req.name.as_str().as_bytes())
+            .bind(req.owner.as_str())
+            .bind(req.lease.as_millis() * 1000)
+            .execute(&self.pool)
+            .await
+            .map_err(err("taking the lock"))?;
+        let answer = done.last_insert_id();
+        Ok(if answer >= HELD_BASE {
+            Attempt::Held {
+                retry_after: Some(Duration::from_millis(answer - HELD_BASE)),
+            }
+        } else {
+            Attempt::Acquired {
+                token: FencingToken(answer),
+                session_lost: None,
+            }
+        })
+    }
+
+    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.still_held(req).await;
+        }
+        let done = sqlx::query(include_str!("sql/extend.sql"))
+            .bind(req.lease.as_millis() * 1000)
+            .bind(req.name.as_str().as_bytes())
+            .bind(req.owner.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(err("extending the lease"))?;
+        // sqlx asks for "found rows": 1 when the row matched, even if nothing changed.
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.release(req).await;
+        }
+        let done = sqlx::query(include_str!("sql/release.sql"))
+            .bind(req.name.as_str().as_bytes())
+            .bind(req.owner.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(err("releasing the lock"))?;
+        Ok(match (done.rows_affected(), done.last_insert_id()) {
+            (0, _) => Released::NotHeld,
+            (_, 0) => Released::Freed,
+            (_, holds) => Released::StillHeld {
+                holds: holds as u32,
+            },
+        })
+    }
+}

@@ -1,0 +1,184 @@
+//! The PostgreSQL backend: lease locks in a table (the default) or session locks on advisory
+//! locks (`?lock=session`). See `docs.md` for the guarantees of each.
+//!
+//! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
+//! server's clock. Waiters of every lock on one client share one listening connection
+//! (`LISTEN distlock_released`); the release statement notifies in the same transaction.
+
+mod config;
+mod notify;
+mod session;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released, Wakeups};
+use crate::backends::session::Sessions;
+use crate::backends::sql_url::LockMode;
+use crate::backends::sqlx_error::from_sqlx;
+use crate::error::{Error, Result};
+use crate::types::FencingToken;
+
+const NAME: &str = "postgres";
+
+/// How long a call waits for a free pooled connection before failing with a connection error.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Locks in a PostgreSQL database. Built by [`crate::connect`] from `postgres://…` or
+/// `postgresql://…`; `?lock=session` picks advisory (session) locks instead of lease rows.
+pub struct PostgresBackend {
+    pool: PgPool,
+    url: String,
+    releases: notify::Releases,
+    sessions: Option<Sessions<session::PgSessions>>,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("url", &self.url)
+            .field("session_locks", &self.sessions.is_some())
+            .finish()
+    }
+}
+
+fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+    move |e| from_sqlx(NAME, what, e)
+}
+
+impl PostgresBackend {
+    /// Connects to the database `url` names and creates distlock's tables if missing.
+    ///
+    /// `url` is `postgres://user[:password]@host:port/database` with the driver's parameters
+    /// (`sslmode=require`, `options=…`) and distlock's: `lock=lease|session`,
+    /// `max_connections=N` (pool size, default 20).
+    pub async fn connect(url: &str) -> Result<Self> {
+        let cfg = config::parse(url)?;
+        // One plain connection first: a pool retries until its timeout and then reports only
+        // "timed out", while this fails at once with the cause (refused, bad password, TLS).
+        let probe = sqlx::ConnectOptions::connect(&cfg.options)
+            .await
+            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
+        let _ = sqlx::Connection::close(probe).await;
+        let pool = PgPoolOptions::new()
+            // One more than asked: the listening connection of waiters lives in the pool too.
+            .max_connections(cfg.url.max_connections + 1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(cfg.options.clone());
+        sqlx::raw_sql(include_str!("sql/schema.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the lock tables"))?;
+        let sessions = match cfg.url.mode {
+            LockMode::Lease => None,
+            LockMode::Session => Some(Sessions::new(session::PgSessions(
+                PgPoolOptions::new()
+                    .max_connections(cfg.url.max_connections)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    // Whatever path gave the connection back, it holds no lock afterwards.
+                    .after_release(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::query("SELECT pg_advisory_unlock_all()")
+                                .execute(conn)
+                                .await?;
+                            Ok(true)
+                        })
+                    })
+                    .connect_lazy_with(cfg.options),
+            ))),
+        };
+        Ok(PostgresBackend {
+            releases: notify::Releases::new(pool.clone()),
+            pool,
+            url: cfg.url.redacted,
+            sessions,
+        })
+    }
+
+    /// The connection pool, for the row-lock API and the caller's own queries.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            notifies: true,
+            renews: self.sessions.is_none(),
+            queues: false,
+        }
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.try_take(req).await;
+        }
+        let row = sqlx::query(include_str!("sql/take.sql"))
+            .bind(req.name.as_str())
+            .bind(req.owner.as_str())
+            .bind(req.lease.as_millis() as i64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("taking the lock"))?;
+        let Some(row) = row else {
+            return Ok(Attempt::Held { retry_after: None });
+        };
+        match row.get::<Option<i64>, _>(0) {
+            Some(token) => Ok(Attempt::Acquired {
+                token: FencingToken(token as u64),
+                session_lost: None,
+            }),
+            None => Ok(Attempt::Held {
+                retry_after: row
+                    .get::<Option<i64>, _>(1)
+                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            }),
+        }
+    }
+
+    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.still_held(req).await;
+        }
+        let done = sqlx::query(include_str!("sql/extend.sql"))
+            .bind(req.name.as_str())
+            .bind(req.owner.as_str())
+            .bind(req.lease.as_millis() as i64)
+            .execute(&self.pool)
+            .await
+            .map_err(err("extending the lease"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+        if let Some(sessions) = &self.sessions {
+            return sessions.release(req).await;
+        }
+        let left = sqlx::query(include_str!("sql/release.sql"))
+            .bind(req.name.as_str())
+            .bind(req.owner.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("releasing the lock"))?;
+        Ok(match left.map(|row| row.get::<i32, _>(0)) {
+            None => Released::NotHeld,
+            Some(0) => Released::Freed,
+            Some(holds) => Released::StillHeld {
+                holds: holds as u32,
+            },
+        })
+    }
+
+    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
+        self.releases.watch(&req.name).await
+    }
+}

@@ -1,0 +1,25 @@
+-- distlock's objects in PostgreSQL. Idempotent: run by every client at connect.
+--
+-- distlock_locks: one row per lock name ever used; a released lock keeps its row (holds = 0,
+--   expiry the epoch), so the row lock that orders takers also orders their fencing tokens.
+--   name        the lock name, byte for byte (bound, never concatenated; "C" collation: equality
+--               is by bytes, no case folding)
+--   owner       the holder's secret owner token (32 hex digits)
+--   holds       re-entry count of that owner; 0 once released
+--   token       fencing token of the current (or last) holding
+--   expires_at  when the lease ends, by the database server's clock
+-- distlock_fencing: the sequence fencing tokens come from. Sequences never go back, also not
+--   across a crash (PostgreSQL logs values ahead of use), so tokens strictly increase per name.
+-- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
+--   caller's transaction); never deleted, rows are tiny.
+CREATE TABLE IF NOT EXISTS distlock_locks (
+    name       text COLLATE "C" PRIMARY KEY,
+    owner      text NOT NULL,
+    holds      integer NOT NULL CHECK (holds >= 0),
+    token      bigint NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS distlock_fencing;
+CREATE TABLE IF NOT EXISTS distlock_row_locks (
+    name text COLLATE "C" PRIMARY KEY
+);

@@ -1,0 +1,37 @@
+-- Takes, re-enters or reports a lease lock in one statement.
+-- $1 name, $2 owner, $3 lease in milliseconds
+-- returns one row: (token, NULL) when the caller holds the lock now, (NULL, ms the holder's lease
+--   has left, or NULL if unknown) when someone else does. Rarely no row (the row appeared after
+--   this statement's snapshot): the caller treats that as held.
+-- Invariants: the row is overwritten only when it is the caller's or its lease has ended, judged
+--   by now() (the server's clock, one for every client). A re-entry (same owner, lease not over)
+--   keeps the token and adds one hold. A new holding draws its token in the DO UPDATE branch,
+--   i.e. after this statement got the row lock, so it is larger than the token of every holder
+--   before it. The token in the inserted row is used only by the very first take of a name (no
+--   row yet, so no earlier holder); rows are never deleted, so that happens once per name.
+-- Fast "held" answer: `current` reads the statement's snapshot; when it shows another owner's
+--   live lease the INSERT is skipped, so a waiter's try locks nothing and writes nothing (an
+--   ON CONFLICT DO UPDATE locks the row even when its WHERE fails, and that lock is a WAL
+--   write and a commit flush). The snapshot only ever skips a take that the locked check would
+--   also refuse, or one racing a release that commits after it — whose NOTIFY then wakes us.
+WITH current AS (
+    SELECT owner, expires_at FROM distlock_locks WHERE name = $1
+), taken AS (
+    INSERT INTO distlock_locks AS l (name, owner, holds, token, expires_at)
+    SELECT $1, $2, 1, nextval('distlock_fencing'), now() + $3 * interval '1 millisecond'
+    WHERE NOT EXISTS (SELECT 1 FROM current WHERE owner <> $2 AND expires_at > now())
+    ON CONFLICT (name) DO UPDATE SET
+        holds = CASE WHEN l.expires_at > now() THEN l.holds + 1 ELSE 1 END,
+        token = CASE WHEN l.expires_at > now() THEN l.token ELSE nextval('distlock_fencing') END,
+        owner = excluded.owner,
+        expires_at = excluded.expires_at
+    WHERE l.owner = excluded.owner OR l.expires_at <= now()
+    RETURNING l.token
+)
+SELECT token, NULL::bigint AS left_ms FROM taken
+UNION ALL
+SELECT NULL::bigint,
+       CASE WHEN expires_at > now()
+            THEN CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint END
+FROM current
+WHERE NOT EXISTS (SELECT 1 FROM taken)

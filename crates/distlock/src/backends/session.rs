@@ -1,0 +1,280 @@
+//! Session locks (`?lock=session`), written once for the SQL stores: a lock held by a connection
+//! that does nothing else while the lock is held (`pg_advisory_lock`, `GET_LOCK`). The server
+//! frees the lock when that connection ends, so a crashed holder frees it at once, with no lease
+//! to guess. Each store supplies a [`SessionConn`]: try, unlock, ping, and "the socket ended".
+//!
+//! Each holding lives in its own task that owns the connection. The task tries the lock itself,
+//! so a caller that gives up mid-request cannot leave a locked connection behind: the task sees
+//! nobody took its answer and unlocks. While holding, the task waits for the connection to end
+//! (where the driver can tell) and pings it every [`SessionConn::PING_EVERY`] (a ping that fails
+//! or takes longer than [`PING_TIMEOUT`] counts as the end); either way the holding's lost
+//! signal fires.
+//!
+//! Holdings belong to this client: re-entry (same owner) counts holds here; another client
+//! presenting the owner token is "another session" and is refused.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::backend::{Attempt, LockRequest, Released, Signal};
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::{FencingToken, LockName, OwnerToken};
+
+/// Where session connections come from.
+#[async_trait]
+pub(crate) trait SessionPool: Send + Sync + 'static {
+    /// The connection type.
+    type Conn: SessionConn;
+    /// The backend's name, for errors.
+    const BACKEND: &'static str;
+    /// A connection that holds no lock.
+    async fn open(&self) -> Result<Self::Conn>;
+}
+
+/// One connection that can hold one session lock.
+#[async_trait]
+pub(crate) trait SessionConn: Send + 'static {
+    /// How often a holding pings its connection.
+    const PING_EVERY: Duration;
+    /// Tries the lock of `name` without waiting; on success, draws its fencing token.
+    async fn take(&mut self, name: &LockName) -> Result<Option<FencingToken>>;
+    /// Frees the lock; `Ok(true)` if this connection held it. On `Err` the connection is
+    /// discarded.
+    async fn unlock(&mut self, name: &LockName) -> Result<bool>;
+    /// One round trip; true if the connection answered.
+    async fn ping(&mut self) -> bool;
+    /// Resolves when the connection ended by itself; never, if the driver cannot tell (pings
+    /// then find out). Must be cancel-safe: it is raced against commands.
+    async fn ended(&mut self);
+    /// The holding ended without a confirmed unlock: the connection must not be reused.
+    fn discard(self);
+}
+
+/// How long a ping may take before the holding counts as lost.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a waiter sleeps between tries: a holder that crashed sends no notice.
+const RETRY_AFTER: Duration = Duration::from_millis(250);
+
+enum Command {
+    /// Unlock and end; answers whether the lock was still held.
+    Release(oneshot::Sender<bool>),
+    /// Answers whether the connection still answers.
+    Ping(oneshot::Sender<bool>),
+}
+
+struct Holding {
+    owner: OwnerToken,
+    holds: u32,
+    token: FencingToken,
+    commands: mpsc::Sender<Command>,
+    lost: watch::Receiver<bool>,
+}
+
+impl Holding {
+    fn lost_signal(&self) -> Signal {
+        let mut lost = self.lost.clone();
+        Box::pin(async move {
+            // An ended task without a verdict (released, backend dropped) never fires.
+            if lost.wait_for(|l| *l).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// The session holdings of one client.
+pub(crate) struct Sessions<P> {
+    pool: P,
+    held: Mutex<HashMap<LockName, Holding>>,
+}
+
+impl<P: SessionPool> Sessions<P> {
+    pub(crate) fn new(pool: P) -> Self {
+        Sessions {
+            pool,
+            held: Mutex::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<LockName, Holding>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        {
+            let mut held = self.held();
+            if let Some(h) = held.get_mut(&req.name) {
+                if *h.lost.borrow() {
+                    held.remove(&req.name);
+                } else if h.owner == req.owner {
+                    h.holds += 1;
+                    return Ok(Attempt::Acquired {
+                        token: h.token,
+                        session_lost: Some(h.lost_signal()),
+                    });
+                } else {
+                    return Ok(Attempt::Held {
+                        retry_after: Some(RETRY_AFTER),
+                    });
+                }
+            }
+        }
+        let conn = self.pool.open().await?;
+        let (answer_tx, answer) = oneshot::channel();
+        let (commands_tx, commands) = mpsc::channel(4);
+        let (lost_tx, lost) = watch::channel(false);
+        tokio::spawn(hold(conn, req.name.clone(), answer_tx, commands, lost_tx));
+        let token = answer.await.map_err(|_| {
+            Error::new(ErrorKind::Connection, "the session task ended unexpectedly")
+                .with_backend(P::BACKEND)
+        })??;
+        let Some(token) = token else {
+            return Ok(Attempt::Held {
+                retry_after: Some(RETRY_AFTER),
+            });
+        };
+        let holding = Holding {
+            owner: req.owner.clone(),
+            holds: 1,
+            token,
+            commands: commands_tx,
+            lost,
+        };
+        let session_lost = Some(holding.lost_signal());
+        self.held().insert(req.name.clone(), holding);
+        Ok(Attempt::Acquired {
+            token,
+            session_lost,
+        })
+    }
+
+    /// Whether `req.owner` still holds the lock through a live connection (asks the connection).
+    pub(crate) async fn still_held(&self, req: &LockRequest) -> Result<bool> {
+        let commands = {
+            let held = self.held();
+            match held.get(&req.name) {
+                Some(h) if h.owner == req.owner && !*h.lost.borrow() => h.commands.clone(),
+                _ => return Ok(false),
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        if commands.send(Command::Ping(tx)).await.is_err() {
+            return Ok(false);
+        }
+        Ok(rx.await.unwrap_or(false))
+    }
+
+    pub(crate) async fn release(&self, req: &LockRequest) -> Result<Released> {
+        let commands = {
+            let mut held = self.held();
+            match held.get_mut(&req.name) {
+                Some(h) if h.owner == req.owner => {
+                    if h.holds > 1 && !*h.lost.borrow() {
+                        h.holds -= 1;
+                        return Ok(Released::StillHeld { holds: h.holds });
+                    }
+                    held.remove(&req.name).map(|h| h.commands)
+                }
+                _ => None,
+            }
+        };
+        let Some(commands) = commands else {
+            return Ok(Released::NotHeld);
+        };
+        let (tx, rx) = oneshot::channel();
+        if commands.send(Command::Release(tx)).await.is_err() {
+            return Ok(Released::NotHeld);
+        }
+        Ok(if rx.await.unwrap_or(false) {
+            Released::Freed
+        } else {
+            Released::NotHeld
+        })
+    }
+}
+
+/// One holding, from the try to the unlock.
+async fn hold<C: SessionConn>(
+    mut conn: C,
+    name: LockName,
+    answer: oneshot::Sender<Result<Option<FencingToken>>>,
+    mut commands: mpsc::Receiver<Command>,
+    lost: watch::Sender<bool>,
+) {
+    let took = conn.take(&name).await;
+    let held = matches!(took, Ok(Some(_)));
+    if took.is_err() {
+        let _ = answer.send(took);
+        conn.discard();
+        return;
+    }
+    if answer.send(took).is_err() && held {
+        // The caller gave up while we were taking the lock: nobody will release it.
+        release(conn, &name).await;
+        return;
+    }
+    if !held {
+        return;
+    }
+    let mut next_ping = tokio::time::Instant::now() + C::PING_EVERY;
+    loop {
+        tokio::select! {
+            command = commands.recv() => match command {
+                Some(Command::Release(reply)) => {
+                    let _ = reply.send(release(conn, &name).await);
+                    return;
+                }
+                Some(Command::Ping(reply)) => {
+                    let alive = ping(&mut conn).await;
+                    let _ = reply.send(alive);
+                    if !alive {
+                        break;
+                    }
+                    next_ping = tokio::time::Instant::now() + C::PING_EVERY;
+                }
+                // The backend is gone: free the lock with it.
+                None => {
+                    release(conn, &name).await;
+                    return;
+                }
+            },
+            () = conn.ended() => break,
+            () = tokio::time::sleep_until(next_ping) => {
+                if !ping(&mut conn).await {
+                    break;
+                }
+                next_ping = tokio::time::Instant::now() + C::PING_EVERY;
+            }
+        }
+    }
+    let _ = lost.send(true);
+    conn.discard();
+}
+
+async fn ping<C: SessionConn>(conn: &mut C) -> bool {
+    matches!(
+        tokio::time::timeout(PING_TIMEOUT, conn.ping()).await,
+        Ok(true)
+    )
+}
+
+/// Unlocks and gives the connection back, or throws it away if the unlock did not answer (a
+/// closed connection frees the lock too).
+async fn release<C: SessionConn>(mut conn: C, name: &LockName) -> bool {
+    match tokio::time::timeout(PING_TIMEOUT, conn.unlock(name)).await {
+        Ok(Ok(released)) => released,
+        Ok(Err(e)) => {
+            tracing::debug!(lock = %name, "session unlock failed: {e}");
+            conn.discard();
+            false
+        }
+        Err(_) => {
+            conn.discard();
+            false
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The query parameters distlock reads from a `postgres://` or `mysql://` URL before the rest goes
+//! to the driver: which lock technique (`lock=lease|session`) and the pool size
+//! (`max_connections=N`). Everything else (`sslmode`, `ssl-mode`, `options`, …) is the driver's.
+
+use crate::client::redact;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Which technique a client uses for its locks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum LockMode {
+    /// A row in a lock table with an expiry judged by the database clock (the default).
+    Lease,
+    /// An advisory lock (`pg_advisory_lock`, `GET_LOCK`) held by a dedicated connection.
+    Session,
+}
+
+/// A database URL split into what distlock reads and what the driver reads.
+pub(crate) struct SqlUrl {
+    /// The URL for the driver, without distlock's parameters. Contains the password: never show.
+    pub(crate) driver_url: String,
+    /// The URL as given, password masked: the only form that may appear in messages.
+    pub(crate) redacted: String,
+    pub(crate) mode: LockMode,
+    pub(crate) max_connections: u32,
+}
+
+/// The pool size when the URL does not set one: enough for 16 busy tasks on one client.
+const DEFAULT_MAX_CONNECTIONS: u32 = 20;
+
+/// Splits `url`, rewriting its scheme to `driver_scheme` (`mariadb://` → `mysql://`).
+pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Result<SqlUrl> {
+    let redacted = redact(url);
+    let bad = |why: String| {
+        Error::new(ErrorKind::InvalidUrl, format!("{redacted:?}: {why}")).with_backend(backend)
+    };
+    let Some((_, rest)) = url.split_once("://") else {
+        // Without "://" the password cannot be told apart from the rest: do not echo the URL.
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            format!("expected {driver_scheme}://user[:password]@host:port/database"),
+        )
+        .with_backend(backend));
+    };
+    let (base, query) = match rest.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (rest, None),
+    };
+    let mut mode = LockMode::Lease;
+    let mut max_connections = DEFAULT_MAX_CONNECTIONS;
+    let mut kept = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "lock" => {
+                mode = match value {
+                    "lease" => LockMode::Lease,
+                    "session" => LockMode::Session,
+                    other => {
+                        return Err(bad(format!(
+                            "lock={other:?} is not a lock technique; use lock=lease (default) or lock=session"
+                        )));
+                    }
+                }
+            }
+            "max_connections" => {
+                max_connections = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "max_connections={value:?} is not a number in 1..=1000"
+                        ))
+                    })?;
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let mut driver_url = format!("{driver_scheme}://{base}");
+    if !kept.is_empty() {
+        driver_url.push('?');
+        driver_url.push_str(&kept.join("&"));
+    }
+    Ok(SqlUrl {
+        driver_url,
+        redacted,
+        mode,
+        max_connections,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distlock_parameters_are_taken_out() {
+        let u = parse(
+            "mariadb://root:pw@h:3306/db?lock=session&ssl-mode=REQUIRED&max_connections=5",
+            "mysql",
+            "mysql",
+        )
+        .unwrap();
+        assert_eq!(u.driver_url, "mysql://root:pw@h:3306/db?ssl-mode=REQUIRED");
+        assert_eq!(u.mode, LockMode::Session);
+        assert_eq!(u.max_connections, 5);
+        assert!(!u.redacted.contains("pw"));
+
+        let u = parse("postgres://u@h/db", "postgres", "postgres").unwrap();
+        assert_eq!(u.driver_url, "postgres://u@h/db");
+        assert_eq!(u.mode, LockMode::Lease);
+    }
+
+    #[test]
+    fn bad_parameters_are_typed_errors_without_the_password() {
+        for url in [
+            "postgres://u:hunter2@h/db?lock=nope",
+            "postgres://u:hunter2@h/db?max_connections=0",
+            "postgres:u:hunter2@h/db",
+        ] {
+            let err = parse(url, "postgres", "postgres").err().unwrap();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+}

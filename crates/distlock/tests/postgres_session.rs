@@ -1,0 +1,18 @@
+//! The conformance suite against PostgreSQL session (advisory) locks, plus the server-side kill.
+//! DISTLOCK_POSTGRES_URL overrides the server; `lock=session` is added to it.
+
+#[path = "sql_cases/mod.rs"]
+mod sql_cases;
+
+fn main() -> std::process::ExitCode {
+    let url = sql_cases::session_url(&sql_cases::url(
+        "DISTLOCK_POSTGRES_URL",
+        sql_cases::PG_DEFAULT,
+    ));
+    sql_cases::postgres_session(sql_cases::session_suite(distlock_testkit::Suite::new(
+        "postgres",
+        "PostgreSQL at 127.0.0.1:5432",
+        url,
+    )))
+    .run()
+}

@@ -1,0 +1,53 @@
+//! Pools for the row-lock and optimistic tests, with the failure/skip rules of the suite: an
+//! unreachable server fails naming the server; `DISTLOCK_SKIP=postgres,mysql` skips, loudly.
+
+use distlock::sql::sqlx::{MySqlPool, PgPool};
+
+use super::{MYSQL_DEFAULT, PG_DEFAULT, url};
+
+pub fn skipped(backend: &str) -> bool {
+    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let yes = skip
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case(backend));
+    if yes {
+        eprintln!("SKIPPED: {backend} cases, because DISTLOCK_SKIP={skip}");
+    }
+    yes
+}
+
+/// The PostgreSQL test database's pool, or `None` when skipped.
+pub async fn pg() -> Option<PgPool> {
+    if skipped("postgres") {
+        return None;
+    }
+    let backend = distlock::backends::postgres::PostgresBackend::connect(&url(
+        "DISTLOCK_POSTGRES_URL",
+        PG_DEFAULT,
+    ))
+    .await
+    .unwrap_or_else(|e| {
+        panic!("PostgreSQL not reachable at 127.0.0.1:5432 ({e}); run scripts/services.sh")
+    });
+    Some(backend.pool().clone())
+}
+
+/// The MariaDB test database's pool, or `None` when skipped.
+pub async fn mysql() -> Option<MySqlPool> {
+    if skipped("mysql") {
+        return None;
+    }
+    let backend =
+        distlock::backends::mysql::MysqlBackend::connect(&url("DISTLOCK_MYSQL_URL", MYSQL_DEFAULT))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("MariaDB not reachable at 127.0.0.1:3306 ({e}); run scripts/services.sh")
+            });
+    Some(backend.pool().clone())
+}
+
+/// A table name no other test run uses.
+pub fn unique_table(what: &str) -> String {
+    let token = distlock::OwnerToken::random();
+    format!("distlock_test_{what}_{}", &token.as_str()[..10])
+}
