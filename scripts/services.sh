@@ -56,6 +56,8 @@ start_redis() { # start_redis PORT
 ensure_redis() {
   need_pkg redis-server redis-server redis-tools
   need_pkg redis-benchmark redis-tools
+  # The rediss:// (TLS) test makes its own CA and certificates.
+  need_pkg openssl openssl
   start_redis 6379
 }
 

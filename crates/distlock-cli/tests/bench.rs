@@ -164,3 +164,164 @@ fn bad_arguments_fail_cleanly() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// A private TLS-only redis-server (self-signed CA made with the `openssl` command), killed on
+/// drop.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    ca: std::path::PathBuf,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?} could not run: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
+    let p = |f: &str| dir.join(f);
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .arg("-keyout")
+            .arg(p("ca.key"))
+            .arg("-out")
+            .arg(p("ca.crt"))
+            .args(["-subj", "/CN=distlock-test-ca"]),
+    );
+    run_ok(
+        Command::new("openssl")
+            .args(["req", "-newkey", "rsa:2048", "-nodes"])
+            .arg("-keyout")
+            .arg(p("server.key"))
+            .arg("-out")
+            .arg(p("server.csr"))
+            .args(["-subj", "/CN=localhost"]),
+    );
+    std::fs::write(p("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    run_ok(
+        Command::new("openssl")
+            .args(["x509", "-req", "-days", "2"])
+            .arg("-in")
+            .arg(p("server.csr"))
+            .arg("-CA")
+            .arg(p("ca.crt"))
+            .arg("-CAkey")
+            .arg(p("ca.key"))
+            .arg("-CAcreateserial")
+            .arg("-out")
+            .arg(p("server.crt"))
+            .arg("-extfile")
+            .arg(p("ext.cnf")),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .arg("--tls-cert-file")
+        .arg(p("server.crt"))
+        .arg("--tls-key-file")
+        .arg(p("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(p("ca.crt"))
+        .args(["--requirepass", password])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server could not start; run scripts/services.sh");
+    let server = TlsRedis {
+        child,
+        port,
+        ca: p("ca.crt"),
+    };
+    for _ in 0..500 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return server;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("TLS redis-server on port {port} did not answer");
+}
+
+#[test]
+fn redis_over_tls_with_password() {
+    if redis_url().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_tls_redis(dir.path(), "tls-s3cret");
+    let url = format!("rediss://:tls-s3cret@localhost:{}", server.port);
+    // The test CA is trusted through SSL_CERT_FILE (read by rustls-native-certs), for the child
+    // processes only.
+    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args(["bench", "--url", &url, "--duration", "1s", "--json"])
+        .args([
+            "--workload",
+            "contended",
+            "--workers",
+            "2",
+            "--processes",
+            "2",
+        ])
+        .env("SSL_CERT_FILE", &server.ca)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench over TLS failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    check_report(&r, "contended", 2, 2);
+    // Without the CA the server's certificate is refused, and the password is never shown.
+    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--duration",
+            "1s",
+            "--workload",
+            "contended",
+        ])
+        .env_remove("SSL_CERT_FILE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "an untrusted certificate was accepted"
+    );
+    assert!(stderr.contains("certificate"), "{stderr}");
+    assert!(!stderr.contains("tls-s3cret"), "{stderr}");
+}

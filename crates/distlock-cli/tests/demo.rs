@@ -81,6 +81,87 @@ fn every_protecting_strategy_is_correct_across_three_instances() {
     }
 }
 
+/// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default, server).
+const SERVERS: [(&str, &str, &str, &str); 3] = [
+    (
+        "redis",
+        "DISTLOCK_REDIS_URL",
+        "redis://127.0.0.1:6379",
+        "Redis",
+    ),
+    (
+        "postgres",
+        "DISTLOCK_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/distlock_test",
+        "PostgreSQL",
+    ),
+    (
+        "mysql",
+        "DISTLOCK_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/distlock_test",
+        "MariaDB/MySQL",
+    ),
+];
+
+#[test]
+fn the_lock_strategy_is_correct_on_every_server_backend() {
+    // A lock strategy is only a distlock URL: each backend runs with no demo code of its own.
+    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let mut args = vec![
+        "--json".to_string(),
+        "--strategy".into(),
+        "lock,segmented".into(),
+        "--requests".into(),
+        "60".into(),
+        "--concurrency".into(),
+        "8".into(),
+        "--segments".into(),
+        "4".into(),
+    ];
+    let mut servers = Vec::new();
+    for (name, var, default, server) in SERVERS {
+        if skipped.split(',').any(|s| s.trim() == name) {
+            eprintln!(
+                "SKIPPED: the demo's lock strategy on {name}, because DISTLOCK_SKIP={skipped}"
+            );
+            continue;
+        }
+        let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
+        servers.push((name, format!("{server} at {}", distlock::redact(&url))));
+        args.extend(["--lock-url".to_string(), url]);
+    }
+    if servers.is_empty() {
+        return;
+    }
+    let out = demo(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    for (name, server) in &servers {
+        for scenario in ["stock", "counter"] {
+            let run = find(&all, scenario, &format!("lock:{name}"), 3);
+            assert!(
+                run["verdict"] != "FAILED",
+                "{server} not reachable, or the demo failed on it; run scripts/services.sh (or \
+                 set DISTLOCK_SKIP={name} to skip it on purpose): {run}"
+            );
+            assert_correct(run);
+            assert_eq!(run["succeeded"], 60, "{run}");
+        }
+    }
+    let first = servers[0].0;
+    for scenario in ["stock", "counter"] {
+        assert_correct(find(&all, scenario, &format!("segmented:{first}"), 3));
+    }
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn no_protection_oversells_and_loses_updates() {
     // A 5 ms pause between read and write: with 12 requests in flight, reads that overlap a

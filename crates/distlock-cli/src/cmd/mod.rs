@@ -1,5 +1,5 @@
 //! One module per subcommand.
 
-pub(crate) mod demo;
 pub(crate) mod bench;
+pub(crate) mod demo;
 pub(crate) mod exec;
