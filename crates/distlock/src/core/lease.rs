@@ -1,6 +1,7 @@
 //! A held lease: the watchdog that renews it and the signal that says it is gone.
 //!
-//! The watchdog renews every lease/3. It counts the lease from the moment the request that
+//! The watchdog renews every lease/3 (for lease-based stores; session-based ones, whose
+//! capabilities say they do not renew, only report the session's end). It counts the lease from the moment the request that
 //! (re)started it was *sent*, so its idea of "expired" is never later than the store's. It stops
 //! and fires the lost signal when the store says the lock is no longer ours, when renewal kept
 //! failing until the lease ran out, or when a session-based store ends the session.
@@ -99,8 +100,17 @@ async fn watch_lease(
             None => std::future::pending().await,
         }
     };
+    // Session-based stores keep the lock for as long as the session lives: nothing to renew,
+    // and no lease to run out; only the session's end is a loss.
+    let renewal = async {
+        if backend.capabilities().renews {
+            keep_renewed(&*backend, &req, sent, renew).await
+        } else {
+            std::future::pending().await
+        }
+    };
     let why = tokio::select! {
-        why = keep_renewed(&*backend, &req, sent, renew) => why,
+        why = renewal => why,
         () = session => format!("the {} session holding the lock ended", backend.name()),
     };
     tracing::warn!(lock = %req.name, backend = backend.name(), "lease lost: {why}");
