@@ -89,6 +89,58 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
     })
 }
 
+/// A parsed SQL URL and the driver's connect options for it.
+pub(crate) struct Config<O> {
+    pub(crate) url: SqlUrl,
+    pub(crate) options: O,
+}
+
+/// Splits distlock's parameters off `url` and hands the rest to the driver (`sslmode=require`,
+/// `ssl-mode=REQUIRED`, …). `product` names the database in errors, which carry the URL with its
+/// password masked.
+pub(crate) fn parse_config<O>(
+    url: &str,
+    backend: &'static str,
+    driver_scheme: &str,
+    product: &str,
+) -> Result<Config<O>>
+where
+    O: std::str::FromStr<Err = sqlx::Error>,
+{
+    let url = parse(url, backend, driver_scheme)?;
+    let options = O::from_str(&url.driver_url).map_err(|e| {
+        // The driver's message may quote the URL; ours carries the masked one instead.
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!(
+                "{:?} is not a usable {product} URL: {}",
+                url.redacted,
+                e.to_string().replace(&url.driver_url, "…")
+            ),
+        )
+        .with_backend(backend)
+    })?;
+    Ok(Config { url, options })
+}
+
+/// Opens and closes one plain connection. A pool retries until its timeout and then reports
+/// only "timed out"; this fails at once with the cause (refused, bad password, TLS).
+pub(crate) async fn probe<O>(backend: &'static str, cfg: &Config<O>) -> Result<()>
+where
+    O: sqlx::ConnectOptions,
+    O::Connection: Sized,
+{
+    let conn = cfg.options.connect().await.map_err(|e| {
+        crate::backends::sqlx_error::from_sqlx(
+            backend,
+            &format!("connecting to {}", cfg.url.redacted),
+            e,
+        )
+    })?;
+    let _ = sqlx::Connection::close(conn).await;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,38 +1,23 @@
 //! `mysql://user[:password]@host:port/database?…` (or `mariadb://`) → connect options.
 
-use std::str::FromStr;
-
 use sqlx::mysql::MySqlConnectOptions;
 
-use crate::backends::sql_url::{self, SqlUrl};
-use crate::error::{Error, ErrorKind, Result};
+use crate::backends::sql_url;
+use crate::error::Result;
 
-pub(super) struct Config {
-    pub(super) url: SqlUrl,
-    pub(super) options: MySqlConnectOptions,
-}
+/// The URL's distlock part and the driver's options.
+pub(super) type Config = sql_url::Config<MySqlConnectOptions>;
 
-/// Splits distlock's parameters off and hands the rest to sqlx (`ssl-mode=REQUIRED`,
-/// `ssl-ca=…`, …). Errors name the URL with its password masked.
+/// Splits distlock's parameters off and hands the rest to sqlx. Errors name the URL with its
+/// password masked.
 pub(super) fn parse(url: &str) -> Result<Config> {
-    let url = sql_url::parse(url, super::NAME, "mysql")?;
-    let options = MySqlConnectOptions::from_str(&url.driver_url).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidUrl,
-            format!(
-                "{:?} is not a usable MySQL URL: {}",
-                url.redacted,
-                e.to_string().replace(&url.driver_url, "…")
-            ),
-        )
-        .with_backend(super::NAME)
-    })?;
-    Ok(Config { url, options })
+    sql_url::parse_config(url, super::NAME, "mysql", "MySQL")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn urls() {

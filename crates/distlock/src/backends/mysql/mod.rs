@@ -16,7 +16,7 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
 use crate::backends::session::Sessions;
-use crate::backends::sql_url::LockMode;
+use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
 use crate::types::FencingToken;
@@ -58,12 +58,7 @@ impl MysqlBackend {
     /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
     pub async fn connect(url: &str) -> Result<Self> {
         let cfg = config::parse(url)?;
-        // One plain connection first: a pool retries until its timeout and then reports only
-        // "timed out", while this fails at once with the cause (refused, bad password, TLS).
-        let probe = sqlx::ConnectOptions::connect(&cfg.options)
-            .await
-            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
-        let _ = sqlx::Connection::close(probe).await;
+        sql_url::probe(NAME, &cfg).await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(cfg.url.max_connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)

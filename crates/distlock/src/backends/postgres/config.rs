@@ -1,39 +1,23 @@
 //! `postgres://user[:password]@host:port/database?…` → connect options.
 
-use std::str::FromStr;
-
 use sqlx::postgres::PgConnectOptions;
 
-use crate::backends::sql_url::{self, SqlUrl};
-use crate::error::{Error, ErrorKind, Result};
+use crate::backends::sql_url;
+use crate::error::Result;
 
-pub(super) struct Config {
-    pub(super) url: SqlUrl,
-    pub(super) options: PgConnectOptions,
-}
+/// The URL's distlock part and the driver's options.
+pub(super) type Config = sql_url::Config<PgConnectOptions>;
 
-/// Splits distlock's parameters off and hands the rest to sqlx (`sslmode=require`,
-/// `options=-c search_path=…`, …). Errors name the URL with its password masked.
+/// Splits distlock's parameters off and hands the rest to sqlx. Errors name the URL with its
+/// password masked.
 pub(super) fn parse(url: &str) -> Result<Config> {
-    let url = sql_url::parse(url, super::NAME, "postgres")?;
-    let options = PgConnectOptions::from_str(&url.driver_url).map_err(|e| {
-        // The driver's message may quote the URL; ours carries the masked one instead.
-        Error::new(
-            ErrorKind::InvalidUrl,
-            format!(
-                "{:?} is not a usable PostgreSQL URL: {}",
-                url.redacted,
-                e.to_string().replace(&url.driver_url, "…")
-            ),
-        )
-        .with_backend(super::NAME)
-    })?;
-    Ok(Config { url, options })
+    sql_url::parse_config(url, super::NAME, "postgres", "PostgreSQL")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn urls() {

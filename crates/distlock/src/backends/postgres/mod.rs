@@ -17,7 +17,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released, Wakeups};
 use crate::backends::session::Sessions;
-use crate::backends::sql_url::LockMode;
+use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
 use crate::types::FencingToken;
@@ -57,12 +57,7 @@ impl PostgresBackend {
     /// `max_connections=N` (pool size, default 20).
     pub async fn connect(url: &str) -> Result<Self> {
         let cfg = config::parse(url)?;
-        // One plain connection first: a pool retries until its timeout and then reports only
-        // "timed out", while this fails at once with the cause (refused, bad password, TLS).
-        let probe = sqlx::ConnectOptions::connect(&cfg.options)
-            .await
-            .map_err(|e| from_sqlx(NAME, &format!("connecting to {}", cfg.url.redacted), e))?;
-        let _ = sqlx::Connection::close(probe).await;
+        sql_url::probe(NAME, &cfg).await?;
         let pool = PgPoolOptions::new()
             // One more than asked: the listening connection of waiters lives in the pool too.
             .max_connections(cfg.url.max_connections + 1)
