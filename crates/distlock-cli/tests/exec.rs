@@ -289,3 +289,85 @@ fn bad_arguments_are_clear_errors() {
     let out = s.run(&["job", "--", "/nonexistent/command"]);
     assert_eq!(code(&out), 127);
 }
+
+/// The same contract on every server backend: the command sees a token, a held lock is refused
+/// with 75, and the lock is free again after the holder ends.
+#[test]
+fn exec_works_on_every_server_backend() {
+    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let backends = [
+        ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
+        (
+            "postgres",
+            "DISTLOCK_POSTGRES_URL",
+            "postgres://postgres@127.0.0.1:5432/distlock_test",
+        ),
+        (
+            "mysql",
+            "DISTLOCK_MYSQL_URL",
+            "mysql://root@127.0.0.1:3306/distlock_test",
+        ),
+    ];
+    for (backend, var, default) in backends {
+        if skip.split(',').any(|s| s.trim() == backend) {
+            eprintln!("SKIPPED: exec on {backend}, because DISTLOCK_SKIP={skip}");
+            continue;
+        }
+        let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
+        let name = format!("exec-test/{backend}/{}", rand_suffix());
+        let scratch = Scratch::new();
+        let ready = scratch.path("ready");
+        let script = format!(
+            "echo $DISTLOCK_FENCING_TOKEN > {}; sleep 30",
+            ready.display()
+        );
+        let mut holder = Command::new(BIN)
+            .args(["exec", "--url", &url, &name, "--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        let started = Instant::now();
+        while std::fs::read_to_string(&ready)
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            if let Some(status) = holder.try_wait().unwrap() {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).ok();
+                panic!(
+                    "exec on {backend} exited {status} before running the command: {stderr}\n\
+                     is the server up? run scripts/services.sh (or DISTLOCK_SKIP={backend})"
+                );
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{backend}: holder never ran"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let first: u64 = std::fs::read_to_string(&ready)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let refused = Command::new(BIN)
+            .args(["exec", "--url", &url, "--no-wait", &name, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&refused), 75, "{backend}: {refused:?}");
+        signal(holder.id(), libc::SIGTERM);
+        wait_with_timeout(&mut holder, Duration::from_secs(10));
+        let next = Command::new(BIN)
+            .args(["exec", "--url", &url, "--wait", "10s", &name, "--"])
+            .args(["sh", "-c", "echo $DISTLOCK_FENCING_TOKEN"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&next), 0, "{backend}: {next:?}");
+        let second: u64 = String::from_utf8_lossy(&next.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(second > first, "{backend}: token {second} after {first}");
+    }
+}
