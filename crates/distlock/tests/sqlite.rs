@@ -7,11 +7,10 @@ use distlock_testkit::child::{ChildProcess, Role, Spec};
 use distlock_testkit::{Ctx, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
-    let url = std::env::var("DISTLOCK_SQLITE_URL").unwrap_or_else(|_| {
-        let dir = std::env::temp_dir().join(format!("distlock-conformance-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        format!("sqlite:{}", dir.join("locks.db").display())
-    });
+    // Removed when the run ends; child processes get the URL from their spec.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = std::env::var("DISTLOCK_SQLITE_URL")
+        .unwrap_or_else(|_| format!("sqlite:{}", dir.path().join("locks.db").display()));
     Suite::new("sqlite", "SQLite file", url)
         .case("sqlite::processes_create_one_file_at_once", create_at_once)
         .run()
