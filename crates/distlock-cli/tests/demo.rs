@@ -1,5 +1,6 @@
 //! `distlock demo` end to end: real instance processes, real HTTP, the embedded SQLite store and
-//! lock, small sizes. Each test asserts the audits the demo prints as JSON.
+//! lock (and the PostgreSQL and MariaDB servers as store or lock), small sizes. Each test asserts
+//! the audits the demo prints as JSON.
 
 use std::process::{Command, Output};
 
@@ -160,6 +161,141 @@ fn the_lock_strategy_is_correct_on_every_server_backend() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The URL of server backend `name` and how to name it in a failure, or `None` when
+/// DISTLOCK_SKIP lists it.
+fn server(name: &str, what: &str) -> Option<(String, String)> {
+    let (_, var, default, server) = SERVERS
+        .into_iter()
+        .find(|(n, ..)| *n == name)
+        .expect("a known server");
+    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    if skipped.split(',').any(|s| s.trim() == name) {
+        eprintln!("SKIPPED: {what} on {name}, because DISTLOCK_SKIP={skipped}");
+        return None;
+    }
+    let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    let shown = format!("{server} at {}", distlock::redact(&url));
+    Some((url, shown))
+}
+
+/// The JSON runs of a demo whose inventory store is `server`; a failed demo (the server down
+/// first of all) fails the test with the fix.
+fn runs_on_store(server: &str, name: &str, args: &[&str]) -> Vec<Value> {
+    let out = demo(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the demo failed with its store on {server}: is it running? run scripts/services.sh (or \
+         set DISTLOCK_SKIP={name} to skip it on purpose)\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+/// The inventory store on a server: every protecting strategy correct (the row lock included,
+/// which only a server has), and no protection racing as on SQLite.
+fn the_store_works_on(name: &str) {
+    let Some((url, server)) = server(name, "the demo's inventory store") else {
+        return;
+    };
+    let protected = runs_on_store(
+        &server,
+        name,
+        &[
+            "--json",
+            "--store",
+            &url,
+            "--requests",
+            "200",
+            "--instances",
+            "3",
+            "--concurrency",
+            "12",
+            "--segments",
+            "4",
+            "--strategy",
+            "optimistic,lock,atomic,segmented,row-lock",
+        ],
+    );
+    assert_eq!(protected.len(), 10, "{protected:#?}");
+    for scenario in ["stock", "counter"] {
+        for strategy in [
+            "optimistic",
+            "lock:sqlite",
+            "atomic",
+            "segmented:sqlite",
+            "row-lock",
+        ] {
+            let run = find(&protected, scenario, strategy, 3);
+            assert_correct(run);
+            if strategy != "optimistic" {
+                assert_eq!(run["succeeded"], 200, "{run}");
+            }
+        }
+    }
+    // A 5 ms pause between read and write makes the race certain (see below).
+    let unprotected = runs_on_store(
+        &server,
+        name,
+        &[
+            "--json",
+            "--store",
+            &url,
+            "--requests",
+            "200",
+            "--concurrency",
+            "12",
+            "--pause",
+            "5ms",
+            "--strategy",
+            "none",
+        ],
+    );
+    let stock = find(&unprotected, "stock", "none", 3);
+    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
+    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
+    let counter = find(&unprotected, "counter", "none", 3);
+    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    assert_eq!(counter["verdict"], "wrong-as-expected", "{counter}");
+}
+
+// One test per server: the runs of each share its demo_* tables, so they must not overlap.
+#[test]
+fn the_store_works_on_postgres() {
+    the_store_works_on("postgres");
+}
+
+#[test]
+fn the_store_works_on_mysql() {
+    the_store_works_on("mysql");
+}
+
+#[test]
+fn row_lock_is_refused_or_skipped_on_sqlite() {
+    let alone = demo(&["--strategy", "row-lock"]);
+    assert_eq!(alone.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&alone.stderr).contains("row locks"),
+        "{alone:?}"
+    );
+    let all = demo(&[
+        "--json",
+        "--scenario",
+        "counter",
+        "--strategy",
+        "atomic,row-lock",
+        "--requests",
+        "20",
+    ]);
+    assert!(all.status.success(), "{all:?}");
+    let stderr = String::from_utf8_lossy(&all.stderr);
+    assert!(stderr.contains("row-lock skipped"), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&all.stdout).lines().count(), 1);
 }
 
 #[test]

@@ -61,7 +61,9 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
                   also run with 1 instance when K > 1), optimistic (version compare-and-swap, \
                   retried), lock (a distlock lock; once per --lock-url), atomic (one \
                   check-and-decrement statement), segmented (the hot stock split into \
-                  --segments parts, one lock each, on the first --lock-url); all = every one.\n\
+                  --segments parts, one lock each, on the first --lock-url), row-lock (a \
+                  transaction that locks the row with SELECT ... FOR UPDATE; PostgreSQL and MySQL \
+                  stores only); all = every one the store supports.\n\
                   Exit status: 0 if every strategy that must be correct was; 1 if one was WRONG \
                   or an instance or request failed; 64 for invalid arguments."
 )]
@@ -95,7 +97,9 @@ pub(crate) struct DemoArgs {
     /// Compare-and-swap attempts of the optimistic strategy before a request gives up.
     #[arg(long, default_value_t = 100)]
     retries: u32,
-    /// The inventory store [default: an SQLite file in a temporary directory].
+    /// The inventory store: sqlite:PATH, postgres://… or mysql://… (its demo_* tables are
+    /// dropped and created afresh for every run) [default: an SQLite file in a temporary
+    /// directory].
     #[arg(long)]
     store: Option<String>,
     /// A distlock URL for the lock strategies; repeat it to run `lock` on several backends
@@ -136,6 +140,7 @@ enum StrategyChoice {
     Lock,
     Atomic,
     Segmented,
+    RowLock,
 }
 
 /// One run to do.
@@ -181,6 +186,9 @@ fn check(args: &DemoArgs) -> Result<(), String> {
     }
     if let Some(url) = &args.store {
         Store::check_url(url).map_err(|e| format!("--store: {e}"))?;
+    }
+    if args.strategy.iter().all(|s| *s == StrategyChoice::RowLock) && !row_locks(args) {
+        return Err(ROW_LOCK_NOTE.into());
     }
     let segmented = args
         .strategy
@@ -277,6 +285,15 @@ async fn demo(args: DemoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why `row-lock` is not run on the SQLite store.
+const ROW_LOCK_NOTE: &str = "row-lock needs a store with row locks (SELECT ... FOR UPDATE), which \
+     SQLite has not: use --store postgres://… or mysql://…";
+
+/// Whether the chosen store has row locks (the default, SQLite, has not).
+fn row_locks(args: &DemoArgs) -> bool {
+    args.store.as_deref().is_some_and(Store::url_has_row_locks)
+}
+
 /// A lock URL this build cannot use is an argument error, said once up front rather than by
 /// every instance of every run. Other failures (a server down) are left to the instances, which
 /// report them with their stderr.
@@ -307,11 +324,16 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
         StrategyChoice::Lock,
         StrategyChoice::Atomic,
         StrategyChoice::Segmented,
+        StrategyChoice::RowLock,
     ];
     let chosen: Vec<StrategyChoice> = every
         .into_iter()
         .filter(|s| args.strategy.contains(s) || args.strategy.contains(&StrategyChoice::All))
         .collect();
+    let row_locks = row_locks(args);
+    if chosen.contains(&StrategyChoice::RowLock) && !row_locks {
+        eprintln!("distlock demo: row-lock skipped: {ROW_LOCK_NOTE}");
+    }
     let plain = |method| Strategy { method, lock: None };
     let mut plans = Vec::new();
     for scenario in scenarios {
@@ -350,6 +372,11 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
                         lock: lock_stores.first().cloned(),
                     };
                     add(strategy, args.instances);
+                }
+                StrategyChoice::RowLock => {
+                    if row_locks {
+                        add(plain(Method::RowLock), args.instances);
+                    }
                 }
             }
         }

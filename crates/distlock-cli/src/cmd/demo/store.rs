@@ -2,9 +2,12 @@
 //!
 //! Each operation is one SQL statement from `sql/<dialect>/`, run in autocommit: a request's
 //! steps (read, check, write, insert) are separate statements on purpose, so that only the
-//! strategy under test keeps them from interleaving. Only SQLite is spoken today (the default,
-//! a file in the demo's temporary directory); another dialect is a new [`Store`] variant with its
-//! own `sql/` folder, chosen by the `--store` URL's scheme.
+//! strategy under test keeps them from interleaving. Three dialects, chosen by the `--store`
+//! URL's scheme: SQLite (the default, a file in the demo's temporary directory), PostgreSQL and
+//! MySQL/MariaDB, each a [`Store`] variant with its own `sql/<dialect>/` folder. Every file
+//! takes its parameters in the same order, so one Rust call binds them for all three.
+//!
+//! The row-lock strategy's transaction ([`StoreTx`]) exists only on the databases with row locks.
 
 use std::ops::Range;
 use std::path::Path;
@@ -13,27 +16,99 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use sqlx::Row;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 /// How long a writer queues behind another process's write before its statement fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The SQL of the SQLite store, one statement (or script) per file.
-mod sqlite_sql {
-    pub(super) const SCHEMA: &str = include_str!("sql/sqlite/schema.sql");
-    pub(super) const SEED_PRODUCTS: &str = include_str!("sql/sqlite/seed_products.sql");
-    pub(super) const SEED_COUNTER: &str = include_str!("sql/sqlite/seed_counter.sql");
-    pub(super) const FIRST_IN_STOCK: &str = include_str!("sql/sqlite/first_in_stock.sql");
-    pub(super) const WRITE_STOCK: &str = include_str!("sql/sqlite/write_stock.sql");
-    pub(super) const CAS_STOCK: &str = include_str!("sql/sqlite/cas_stock.sql");
-    pub(super) const TAKE_ATOMIC: &str = include_str!("sql/sqlite/take_atomic.sql");
-    pub(super) const INSERT_ORDER: &str = include_str!("sql/sqlite/insert_order.sql");
-    pub(super) const READ_COUNTER: &str = include_str!("sql/sqlite/read_counter.sql");
-    pub(super) const WRITE_COUNTER: &str = include_str!("sql/sqlite/write_counter.sql");
-    pub(super) const CAS_COUNTER: &str = include_str!("sql/sqlite/cas_counter.sql");
-    pub(super) const ADD_ATOMIC: &str = include_str!("sql/sqlite/add_atomic.sql");
-    pub(super) const AUDIT_STOCK: &str = include_str!("sql/sqlite/audit_stock.sql");
-    pub(super) const AUDIT_COUNTER: &str = include_str!("sql/sqlite/audit_counter.sql");
+/// Units of one seeding statement: MariaDB stops a recursive CTE after 1000 iterations.
+const SEED_CHUNK: u32 = 1000;
+
+/// The SQL of one dialect, one statement (or script) per file of `sql/<dialect>/`.
+macro_rules! dialect_sql {
+    ($module:ident, $dir:literal, { $($name:ident = $file:literal),* $(,)? }) => {
+        mod $module {
+            $(pub(super) const $name: &str = include_str!(concat!("sql/", $dir, "/", $file));)*
+        }
+    };
+}
+
+/// Statements every dialect has.
+macro_rules! common_sql {
+    ($module:ident, $dir:literal $(, $name:ident = $file:literal)*) => {
+        dialect_sql!($module, $dir, {
+            SCHEMA = "schema.sql",
+            SEED_PRODUCTS = "seed_products.sql",
+            SEED_COUNTER = "seed_counter.sql",
+            FIRST_IN_STOCK = "first_in_stock.sql",
+            WRITE_STOCK = "write_stock.sql",
+            CAS_STOCK = "cas_stock.sql",
+            TAKE_ATOMIC = "take_atomic.sql",
+            INSERT_ORDER = "insert_order.sql",
+            READ_COUNTER = "read_counter.sql",
+            WRITE_COUNTER = "write_counter.sql",
+            CAS_COUNTER = "cas_counter.sql",
+            ADD_ATOMIC = "add_atomic.sql",
+            AUDIT_STOCK = "audit_stock.sql",
+            AUDIT_COUNTER = "audit_counter.sql",
+            $($name = $file,)*
+        });
+    };
+}
+
+common_sql!(sqlite_sql, "sqlite");
+common_sql!(
+    postgres_sql,
+    "postgres",
+    LOCK_FIRST_IN_STOCK = "lock_first_in_stock.sql",
+    LOCK_COUNTER = "lock_counter.sql"
+);
+common_sql!(
+    mysql_sql,
+    "mysql",
+    LOCK_FIRST_IN_STOCK = "lock_first_in_stock.sql",
+    LOCK_COUNTER = "lock_counter.sql"
+);
+
+/// Runs `$body` with `$pool` bound to the store's pool and `$sql` to its dialect's statements.
+/// The body is the same text for every dialect; each arm type-checks it against its own driver.
+macro_rules! on_store {
+    ($store:expr, |$pool:ident, $sql:ident| $body:expr) => {
+        match $store {
+            Store::Sqlite($pool) => {
+                use self::sqlite_sql as $sql;
+                $body
+            }
+            Store::Postgres($pool) => {
+                use self::postgres_sql as $sql;
+                $body
+            }
+            Store::MySql($pool) => {
+                use self::mysql_sql as $sql;
+                $body
+            }
+        }
+    };
+}
+
+/// As [`on_store`], for the databases with row locks.
+macro_rules! on_tx {
+    ($tx:expr, |$conn:ident, $sql:ident| $body:expr) => {
+        match $tx {
+            StoreTx::Postgres(tx) => {
+                use self::postgres_sql as $sql;
+                let $conn = &mut **tx;
+                $body
+            }
+            StoreTx::MySql(tx) => {
+                use self::mysql_sql as $sql;
+                let $conn = &mut **tx;
+                $body
+            }
+        }
+    };
 }
 
 /// A connection pool to the inventory store.
@@ -41,6 +116,17 @@ mod sqlite_sql {
 pub(crate) enum Store {
     /// An SQLite file shared by the instances on this machine.
     Sqlite(SqlitePool),
+    /// A PostgreSQL database (default isolation: READ COMMITTED).
+    Postgres(PgPool),
+    /// A MySQL or MariaDB database (InnoDB, default isolation: REPEATABLE READ).
+    MySql(MySqlPool),
+}
+
+/// A transaction of the row-lock strategy: its reads lock the rows they return (`FOR UPDATE`)
+/// until [`commit`](StoreTx::commit); dropping it rolls back and frees them.
+pub(crate) enum StoreTx {
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
 }
 
 /// A product as a buyer read it.
@@ -71,220 +157,400 @@ pub(crate) struct StockAudit {
     pub(crate) oversold: i64,
 }
 
+/// The database a store URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
 impl Store {
     /// Checks that `url` names a store the demo can use, without opening it.
     pub(crate) fn check_url(url: &str) -> Result<()> {
-        sqlite_path(url).map(|_| ())
+        dialect(url).map(|_| ())
     }
 
     /// Opens the store `url` names, creating an SQLite file if needed.
     pub(crate) async fn open(url: &str, connections: u32) -> Result<Store> {
-        let path = sqlite_path(url)?;
-        Ok(Store::Sqlite(
-            open_sqlite(Path::new(path), connections).await?,
-        ))
+        let connections = connections.max(1);
+        let context = || format!("opening the store {}", distlock::redact(url));
+        Ok(match dialect(url)? {
+            Dialect::Sqlite => {
+                Store::Sqlite(open_sqlite(Path::new(sqlite_path(url)?), connections).await?)
+            }
+            Dialect::Postgres => Store::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(connections)
+                    .connect_with(PgConnectOptions::from_str(url).with_context(context)?)
+                    .await
+                    .with_context(context)?,
+            ),
+            Dialect::MySql => Store::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(connections)
+                    .connect_with(MySqlConnectOptions::from_str(url).with_context(context)?)
+                    .await
+                    .with_context(context)?,
+            ),
+        })
+    }
+
+    /// Whether the store `url` names has row locks (`SELECT … FOR UPDATE`): PostgreSQL and
+    /// MySQL do, SQLite locks the whole database instead.
+    pub(crate) fn url_has_row_locks(url: &str) -> bool {
+        matches!(dialect(url), Ok(Dialect::Postgres | Dialect::MySql))
     }
 
     /// Drops and recreates the tables, then puts `products` products with `units` units each
     /// on sale and sets `slots` counter slots to 0.
     pub(crate) async fn seed(&self, products: u32, units: u32, slots: u32) -> Result<()> {
-        let Store::Sqlite(pool) = self;
-        let mut tx = pool.begin().await.context("seeding the store")?;
-        sqlx::raw_sql(sqlite_sql::SCHEMA)
-            .execute(&mut *tx)
-            .await
-            .context("creating the demo's tables")?;
-        if products > 0 {
-            sqlx::query(sqlite_sql::SEED_PRODUCTS)
-                .bind(i64::from(products))
-                .bind(i64::from(units))
+        on_store!(self, |pool, sql| {
+            // A DDL statement commits by itself in MySQL, so the tables are created first, out
+            // of the seeding transaction.
+            sqlx::raw_sql(sql::SCHEMA)
+                .execute(pool)
+                .await
+                .context("creating the demo's tables")?;
+            let mut tx = pool.begin().await.context("seeding the store")?;
+            let mut first = 1;
+            while first <= products {
+                let last = products.min(first + (SEED_CHUNK - 1));
+                sqlx::query(sql::SEED_PRODUCTS)
+                    .bind(i64::from(first))
+                    .bind(i64::from(units))
+                    .bind(i64::from(last))
+                    .execute(&mut *tx)
+                    .await
+                    .context("seeding products")?;
+                first = last + 1;
+            }
+            sqlx::query(sql::SEED_COUNTER)
+                .bind(i64::from(slots.max(1)))
                 .execute(&mut *tx)
                 .await
-                .context("seeding products")?;
-        }
-        sqlx::query(sqlite_sql::SEED_COUNTER)
-            .bind(i64::from(slots.max(1)))
-            .execute(&mut *tx)
-            .await
-            .context("seeding the counter")?;
-        tx.commit().await.context("committing the seed")?;
+                .context("seeding the counter")?;
+            tx.commit().await.context("committing the seed")?;
+        });
         Ok(())
     }
 
     /// The first product in stock whose id is in `ids`.
     pub(crate) async fn first_in_stock(&self, ids: &Range<i64>) -> Result<Option<Product>> {
-        let Store::Sqlite(pool) = self;
-        let row = sqlx::query(sqlite_sql::FIRST_IN_STOCK)
+        let row = on_store!(self, |pool, sql| sqlx::query(sql::FIRST_IN_STOCK)
             .bind(ids.start)
             .bind(ids.end)
             .fetch_optional(pool)
             .await
-            .context("reading stock")?;
-        Ok(row.map(|r| Product {
-            id: r.get("id"),
-            stock: r.get("stock"),
-            version: r.get("version"),
-        }))
+            .context("reading stock")?
+            .map(|r| Product {
+                id: r.get("id"),
+                stock: r.get("stock"),
+                version: r.get("version"),
+            }));
+        Ok(row)
     }
 
     /// Sets a product's stock to `stock`, whatever it is now.
     pub(crate) async fn write_stock(&self, id: i64, stock: i64) -> Result<()> {
-        let Store::Sqlite(pool) = self;
-        sqlx::query(sqlite_sql::WRITE_STOCK)
-            .bind(id)
+        on_store!(self, |pool, sql| sqlx::query(sql::WRITE_STOCK)
             .bind(stock)
             .bind(now_us())
+            .bind(id)
             .execute(pool)
             .await
-            .context("writing stock")?;
+            .context("writing stock")
+            .map(drop)?);
         Ok(())
     }
 
     /// Sets a product's stock to `stock` if its version is still `read.version`.
     pub(crate) async fn cas_stock(&self, read: &Product, stock: i64) -> Result<bool> {
-        let Store::Sqlite(pool) = self;
-        let done = sqlx::query(sqlite_sql::CAS_STOCK)
-            .bind(read.id)
+        let rows = on_store!(self, |pool, sql| sqlx::query(sql::CAS_STOCK)
             .bind(stock)
             .bind(now_us())
+            .bind(read.id)
             .bind(read.version)
             .execute(pool)
             .await
-            .context("writing stock (compare and swap)")?;
-        Ok(done.rows_affected() == 1)
+            .context("writing stock (compare and swap)")?
+            .rows_affected());
+        Ok(rows == 1)
     }
 
     /// Takes one unit of the first product in stock in `ids`, atomically; its id.
     pub(crate) async fn take_atomic(&self, ids: &Range<i64>) -> Result<Option<i64>> {
-        let Store::Sqlite(pool) = self;
-        let row = sqlx::query(sqlite_sql::TAKE_ATOMIC)
-            .bind(ids.start)
-            .bind(ids.end)
-            .bind(now_us())
-            .fetch_optional(pool)
-            .await
-            .context("taking a unit (atomic decrement)")?;
-        Ok(row.map(|r| r.get("id")))
+        loop {
+            if let Some(id) = self.take_atomic_once(ids).await? {
+                return Ok(Some(id));
+            }
+            // PostgreSQL does not re-run take_atomic.sql's subquery after waiting for another
+            // buyer, so "no row" may only mean "lost the race for that product".
+            if self.first_in_stock(ids).await?.is_none() {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn take_atomic_once(&self, ids: &Range<i64>) -> Result<Option<i64>> {
+        let context = "taking a unit (atomic decrement)";
+        match self {
+            Store::Sqlite(pool) => Ok(sqlx::query(sqlite_sql::TAKE_ATOMIC)
+                .bind(now_us())
+                .bind(ids.start)
+                .bind(ids.end)
+                .fetch_optional(pool)
+                .await
+                .context(context)?
+                .map(|r| r.get("id"))),
+            Store::Postgres(pool) => Ok(sqlx::query(postgres_sql::TAKE_ATOMIC)
+                .bind(now_us())
+                .bind(ids.start)
+                .bind(ids.end)
+                .fetch_optional(pool)
+                .await
+                .context(context)?
+                .map(|r| r.get("id"))),
+            Store::MySql(pool) => {
+                let done = sqlx::query(mysql_sql::TAKE_ATOMIC)
+                    .bind(now_us())
+                    .bind(ids.start)
+                    .bind(ids.end)
+                    .execute(pool)
+                    .await
+                    .context(context)?;
+                Ok((done.rows_affected() == 1).then(|| done.last_insert_id() as i64))
+            }
+        }
     }
 
     /// Records an order of one unit of `product`.
     pub(crate) async fn insert_order(&self, product: i64, buyer: u64, instance: u32) -> Result<()> {
-        let Store::Sqlite(pool) = self;
-        sqlx::query(sqlite_sql::INSERT_ORDER)
+        on_store!(self, |pool, sql| sqlx::query(sql::INSERT_ORDER)
             .bind(product)
             .bind(buyer as i64)
             .bind(i64::from(instance))
             .execute(pool)
             .await
-            .context("inserting the order")?;
+            .context("inserting the order")
+            .map(drop)?);
         Ok(())
     }
 
     /// Reads counter slot `slot`.
     pub(crate) async fn read_counter(&self, slot: u32) -> Result<Slot> {
-        let Store::Sqlite(pool) = self;
-        let row = sqlx::query(sqlite_sql::READ_COUNTER)
-            .bind(i64::from(slot))
-            .fetch_one(pool)
-            .await
-            .context("reading the counter")?;
-        Ok(Slot {
-            value: row.get("value"),
-            version: row.get("version"),
-        })
+        let row = on_store!(self, |pool, sql| {
+            let row = sqlx::query(sql::READ_COUNTER)
+                .bind(i64::from(slot))
+                .fetch_one(pool)
+                .await
+                .context("reading the counter")?;
+            Slot {
+                value: row.get("value"),
+                version: row.get("version"),
+            }
+        });
+        Ok(row)
     }
 
     /// Sets counter slot `slot` to `value`, whatever it is now.
     pub(crate) async fn write_counter(&self, slot: u32, value: i64) -> Result<()> {
-        let Store::Sqlite(pool) = self;
-        sqlx::query(sqlite_sql::WRITE_COUNTER)
-            .bind(i64::from(slot))
+        on_store!(self, |pool, sql| sqlx::query(sql::WRITE_COUNTER)
             .bind(value)
+            .bind(i64::from(slot))
             .execute(pool)
             .await
-            .context("writing the counter")?;
+            .context("writing the counter")
+            .map(drop)?);
         Ok(())
     }
 
     /// Sets counter slot `slot` to `value` if its version is still `read.version`.
     pub(crate) async fn cas_counter(&self, slot: u32, read: &Slot, value: i64) -> Result<bool> {
-        let Store::Sqlite(pool) = self;
-        let done = sqlx::query(sqlite_sql::CAS_COUNTER)
-            .bind(i64::from(slot))
+        let rows = on_store!(self, |pool, sql| sqlx::query(sql::CAS_COUNTER)
             .bind(value)
+            .bind(i64::from(slot))
             .bind(read.version)
             .execute(pool)
             .await
-            .context("writing the counter (compare and swap)")?;
-        Ok(done.rows_affected() == 1)
+            .context("writing the counter (compare and swap)")?
+            .rows_affected());
+        Ok(rows == 1)
     }
 
     /// Adds one to counter slot `slot` in the store itself.
     pub(crate) async fn add_atomic(&self, slot: u32) -> Result<()> {
-        let Store::Sqlite(pool) = self;
-        sqlx::query(sqlite_sql::ADD_ATOMIC)
+        on_store!(self, |pool, sql| sqlx::query(sql::ADD_ATOMIC)
             .bind(i64::from(slot))
             .execute(pool)
             .await
-            .context("incrementing the counter (atomic)")?;
+            .context("incrementing the counter (atomic)")
+            .map(drop)?);
         Ok(())
+    }
+
+    /// Starts a row-lock transaction; an error on SQLite, which has no row locks.
+    pub(crate) async fn begin(&self) -> Result<StoreTx> {
+        let context = "starting a row-lock transaction";
+        match self {
+            Store::Sqlite(_) => bail!("SQLite has no row locks (SELECT … FOR UPDATE)"),
+            Store::Postgres(pool) => Ok(StoreTx::Postgres(pool.begin().await.context(context)?)),
+            Store::MySql(pool) => Ok(StoreTx::MySql(pool.begin().await.context(context)?)),
+        }
     }
 
     /// Audits the stock scenario.
     pub(crate) async fn audit_stock(&self) -> Result<StockAudit> {
-        let Store::Sqlite(pool) = self;
-        let row = sqlx::query(sqlite_sql::AUDIT_STOCK)
-            .fetch_one(pool)
-            .await
-            .context("auditing the stock")?;
-        Ok(StockAudit {
-            negative: row.get("negative"),
-            units: row.get("units"),
-            orders: row.get("orders"),
-            oversold: row.get("oversold"),
-        })
+        let audit = on_store!(self, |pool, sql| {
+            let row = sqlx::query(sql::AUDIT_STOCK)
+                .fetch_one(pool)
+                .await
+                .context("auditing the stock")?;
+            StockAudit {
+                negative: row.get("negative"),
+                units: row.get("units"),
+                orders: row.get("orders"),
+                oversold: row.get("oversold"),
+            }
+        });
+        Ok(audit)
     }
 
     /// The counter's value: the sum of its slots.
     pub(crate) async fn audit_counter(&self) -> Result<i64> {
-        let Store::Sqlite(pool) = self;
-        let row = sqlx::query(sqlite_sql::AUDIT_COUNTER)
+        let value = on_store!(self, |pool, sql| sqlx::query(sql::AUDIT_COUNTER)
             .fetch_one(pool)
             .await
-            .context("auditing the counter")?;
-        Ok(row.get("value"))
+            .context("auditing the counter")?
+            .get("value"));
+        Ok(value)
     }
 
     /// Closes the pool, waiting for its connections to finish.
     pub(crate) async fn close(&self) {
-        let Store::Sqlite(pool) = self;
-        pool.close().await;
+        match self {
+            Store::Sqlite(pool) => pool.close().await,
+            Store::Postgres(pool) => pool.close().await,
+            Store::MySql(pool) => pool.close().await,
+        }
     }
 }
 
-/// The file of an `sqlite:PATH` store URL; the error names what the demo can use instead.
-fn sqlite_path(url: &str) -> Result<&str> {
+impl StoreTx {
+    /// The first product in stock whose id is in `ids`, its row locked until the transaction
+    /// ends.
+    pub(crate) async fn lock_first_in_stock(
+        &mut self,
+        ids: &Range<i64>,
+    ) -> Result<Option<Product>> {
+        let row = on_tx!(self, |conn, sql| sqlx::query(sql::LOCK_FIRST_IN_STOCK)
+            .bind(ids.start)
+            .bind(ids.end)
+            .fetch_optional(conn)
+            .await
+            .context("locking the first product in stock")?
+            .map(|r| Product {
+                id: r.get("id"),
+                stock: r.get("stock"),
+                version: r.get("version"),
+            }));
+        Ok(row)
+    }
+
+    /// Sets a product's stock, in the transaction.
+    pub(crate) async fn write_stock(&mut self, id: i64, stock: i64) -> Result<()> {
+        on_tx!(self, |conn, sql| sqlx::query(sql::WRITE_STOCK)
+            .bind(stock)
+            .bind(now_us())
+            .bind(id)
+            .execute(conn)
+            .await
+            .context("writing stock")
+            .map(drop)?);
+        Ok(())
+    }
+
+    /// Records an order, in the transaction.
+    pub(crate) async fn insert_order(
+        &mut self,
+        product: i64,
+        buyer: u64,
+        instance: u32,
+    ) -> Result<()> {
+        on_tx!(self, |conn, sql| sqlx::query(sql::INSERT_ORDER)
+            .bind(product)
+            .bind(buyer as i64)
+            .bind(i64::from(instance))
+            .execute(conn)
+            .await
+            .context("inserting the order")
+            .map(drop)?);
+        Ok(())
+    }
+
+    /// Reads counter slot `slot`, its row locked until the transaction ends.
+    pub(crate) async fn lock_counter(&mut self, slot: u32) -> Result<Slot> {
+        let read = on_tx!(self, |conn, sql| {
+            let row = sqlx::query(sql::LOCK_COUNTER)
+                .bind(i64::from(slot))
+                .fetch_one(conn)
+                .await
+                .context("locking the counter")?;
+            Slot {
+                value: row.get("value"),
+                version: row.get("version"),
+            }
+        });
+        Ok(read)
+    }
+
+    /// Sets counter slot `slot`, in the transaction.
+    pub(crate) async fn write_counter(&mut self, slot: u32, value: i64) -> Result<()> {
+        on_tx!(self, |conn, sql| sqlx::query(sql::WRITE_COUNTER)
+            .bind(value)
+            .bind(i64::from(slot))
+            .execute(conn)
+            .await
+            .context("writing the counter")
+            .map(drop)?);
+        Ok(())
+    }
+
+    /// Commits the writes and frees the rows, in one step.
+    pub(crate) async fn commit(self) -> Result<()> {
+        let context = "committing the row-lock transaction";
+        match self {
+            StoreTx::Postgres(tx) => tx.commit().await.context(context),
+            StoreTx::MySql(tx) => tx.commit().await.context(context),
+        }
+    }
+}
+
+/// The database of a store URL; the error names what the demo can use.
+fn dialect(url: &str) -> Result<Dialect> {
     let scheme = url.split(':').next().unwrap_or("").to_ascii_lowercase();
     match scheme.as_str() {
-        "sqlite" => {
-            let path = url
-                .strip_prefix("sqlite://")
-                .or_else(|| url.strip_prefix("sqlite:"))
-                .unwrap_or("");
-            if path.is_empty() || path.contains(":memory:") {
-                bail!("the demo's store needs a file shared by the instances: sqlite:PATH");
-            }
-            Ok(path)
-        }
-        "postgres" | "postgresql" | "mysql" | "mariadb" => bail!(
-            "the demo's inventory store speaks only SQLite so far; {scheme}: will come with its \
-             own sql/{scheme}/ statements"
-        ),
+        "sqlite" => sqlite_path(url).map(|_| Dialect::Sqlite),
+        "postgres" | "postgresql" => Ok(Dialect::Postgres),
+        "mysql" => Ok(Dialect::MySql),
+        "mariadb" => bail!("a MariaDB store is spelt mysql://…"),
         _ => bail!(
-            "{:?} is not a store URL the demo knows (sqlite:PATH)",
+            "{:?} is not a store URL the demo knows (sqlite:PATH, postgres://…, mysql://…)",
             distlock::redact(url)
         ),
     }
+}
+
+/// The file of an `sqlite:PATH` store URL.
+fn sqlite_path(url: &str) -> Result<&str> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or("");
+    if path.is_empty() || path.contains(":memory:") {
+        bail!("the demo's store needs a file shared by the instances: sqlite:PATH");
+    }
+    Ok(path)
 }
 
 async fn open_sqlite(path: &Path, connections: u32) -> Result<SqlitePool> {

@@ -54,6 +54,9 @@ pub(crate) enum Method {
     Atomic,
     /// The hot stock (or the counter) split into segments, one distlock lock each.
     Segmented,
+    /// A transaction whose read locks the row (`SELECT … FOR UPDATE`) until the commit that
+    /// makes the write visible: the sources' pessimistic fix. PostgreSQL and MySQL stores only.
+    RowLock,
 }
 
 impl Method {
@@ -65,6 +68,7 @@ impl Method {
             Method::Lock => "lock",
             Method::Atomic => "atomic",
             Method::Segmented => "segmented",
+            Method::RowLock => "row-lock",
         }
     }
 
@@ -252,6 +256,7 @@ impl Protection {
                 None => Ok(Outcome::SoldOut),
             },
             Method::Segmented => self.order_segmented(buyer).await,
+            Method::RowLock => self.sell_row_locked(&everything, buyer).await,
         }
     }
 
@@ -300,6 +305,22 @@ impl Protection {
         Ok(Outcome::Done(id))
     }
 
+    /// The same read, check, write and insert as [`sell`](Self::sell), in one transaction
+    /// whose read locks the product's row: the next buyer's read waits for this commit and then
+    /// sees the stock it wrote.
+    async fn sell_row_locked(&self, ids: &Range<i64>, buyer: u64) -> Result<Outcome> {
+        let mut tx = self.store.begin().await?;
+        let Some(Product { id, stock, .. }) = tx.lock_first_in_stock(ids).await? else {
+            tx.commit().await?;
+            return Ok(Outcome::SoldOut);
+        };
+        self.pause().await;
+        tx.write_stock(id, stock - 1).await?;
+        tx.insert_order(id, buyer, self.settings.instance).await?;
+        tx.commit().await?;
+        Ok(Outcome::Done(id))
+    }
+
     async fn record(&self, product: i64, buyer: u64) -> Result<()> {
         self.store
             .insert_order(product, buyer, self.settings.instance)
@@ -341,6 +362,14 @@ impl Protection {
                 let added = self.add_one(slot).await;
                 release(guard).await?;
                 added
+            }
+            Method::RowLock => {
+                let mut tx = self.store.begin().await?;
+                let read = tx.lock_counter(0).await?;
+                self.pause().await;
+                tx.write_counter(0, read.value + 1).await?;
+                tx.commit().await?;
+                Ok(Outcome::Done(read.value + 1))
             }
         }
     }
