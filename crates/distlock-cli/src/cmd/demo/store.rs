@@ -111,6 +111,77 @@ macro_rules! on_tx {
     };
 }
 
+/// Statements both the pool ([`Store`]) and the row-lock transaction ([`StoreTx`]) run, written
+/// once: each takes the statement or the dialect's SQL module, and an executor (a pool, or the
+/// transaction's connection).
+macro_rules! read_product {
+    ($query:expr, $exec:expr, $ids:expr, $what:literal) => {
+        sqlx::query($query)
+            .bind($ids.start)
+            .bind($ids.end)
+            .fetch_optional($exec)
+            .await
+            .context($what)?
+            .map(|r| Product {
+                id: r.get("id"),
+                stock: r.get("stock"),
+                version: r.get("version"),
+            })
+    };
+}
+
+macro_rules! read_slot {
+    ($query:expr, $exec:expr, $slot:expr, $what:literal) => {{
+        let row = sqlx::query($query)
+            .bind(i64::from($slot))
+            .fetch_one($exec)
+            .await
+            .context($what)?;
+        Slot {
+            value: row.get("value"),
+            version: row.get("version"),
+        }
+    }};
+}
+
+macro_rules! write_stock {
+    ($sql:ident, $exec:expr, $id:expr, $stock:expr) => {
+        sqlx::query($sql::WRITE_STOCK)
+            .bind($stock)
+            .bind(now_us())
+            .bind($id)
+            .execute($exec)
+            .await
+            .context("writing stock")
+            .map(drop)
+    };
+}
+
+macro_rules! insert_order {
+    ($sql:ident, $exec:expr, $product:expr, $buyer:expr, $instance:expr) => {
+        sqlx::query($sql::INSERT_ORDER)
+            .bind($product)
+            .bind($buyer as i64)
+            .bind(i64::from($instance))
+            .execute($exec)
+            .await
+            .context("inserting the order")
+            .map(drop)
+    };
+}
+
+macro_rules! write_counter {
+    ($sql:ident, $exec:expr, $slot:expr, $value:expr) => {
+        sqlx::query($sql::WRITE_COUNTER)
+            .bind($value)
+            .bind(i64::from($slot))
+            .execute($exec)
+            .await
+            .context("writing the counter")
+            .map(drop)
+    };
+}
+
 /// A connection pool to the inventory store.
 #[derive(Clone, Debug)]
 pub(crate) enum Store {
@@ -237,30 +308,18 @@ impl Store {
 
     /// The first product in stock whose id is in `ids`.
     pub(crate) async fn first_in_stock(&self, ids: &Range<i64>) -> Result<Option<Product>> {
-        let row = on_store!(self, |pool, sql| sqlx::query(sql::FIRST_IN_STOCK)
-            .bind(ids.start)
-            .bind(ids.end)
-            .fetch_optional(pool)
-            .await
-            .context("reading stock")?
-            .map(|r| Product {
-                id: r.get("id"),
-                stock: r.get("stock"),
-                version: r.get("version"),
-            }));
+        let row = on_store!(self, |pool, sql| read_product!(
+            sql::FIRST_IN_STOCK,
+            pool,
+            ids,
+            "reading stock"
+        ));
         Ok(row)
     }
 
     /// Sets a product's stock to `stock`, whatever it is now.
     pub(crate) async fn write_stock(&self, id: i64, stock: i64) -> Result<()> {
-        on_store!(self, |pool, sql| sqlx::query(sql::WRITE_STOCK)
-            .bind(stock)
-            .bind(now_us())
-            .bind(id)
-            .execute(pool)
-            .await
-            .context("writing stock")
-            .map(drop)?);
+        on_store!(self, |pool, sql| write_stock!(sql, pool, id, stock)?);
         Ok(())
     }
 
@@ -326,42 +385,26 @@ impl Store {
 
     /// Records an order of one unit of `product`.
     pub(crate) async fn insert_order(&self, product: i64, buyer: u64, instance: u32) -> Result<()> {
-        on_store!(self, |pool, sql| sqlx::query(sql::INSERT_ORDER)
-            .bind(product)
-            .bind(buyer as i64)
-            .bind(i64::from(instance))
-            .execute(pool)
-            .await
-            .context("inserting the order")
-            .map(drop)?);
+        on_store!(self, |pool, sql| insert_order!(
+            sql, pool, product, buyer, instance
+        )?);
         Ok(())
     }
 
     /// Reads counter slot `slot`.
     pub(crate) async fn read_counter(&self, slot: u32) -> Result<Slot> {
-        let row = on_store!(self, |pool, sql| {
-            let row = sqlx::query(sql::READ_COUNTER)
-                .bind(i64::from(slot))
-                .fetch_one(pool)
-                .await
-                .context("reading the counter")?;
-            Slot {
-                value: row.get("value"),
-                version: row.get("version"),
-            }
-        });
-        Ok(row)
+        let read = on_store!(self, |pool, sql| read_slot!(
+            sql::READ_COUNTER,
+            pool,
+            slot,
+            "reading the counter"
+        ));
+        Ok(read)
     }
 
     /// Sets counter slot `slot` to `value`, whatever it is now.
     pub(crate) async fn write_counter(&self, slot: u32, value: i64) -> Result<()> {
-        on_store!(self, |pool, sql| sqlx::query(sql::WRITE_COUNTER)
-            .bind(value)
-            .bind(i64::from(slot))
-            .execute(pool)
-            .await
-            .context("writing the counter")
-            .map(drop)?);
+        on_store!(self, |pool, sql| write_counter!(sql, pool, slot, value)?);
         Ok(())
     }
 
@@ -443,30 +486,18 @@ impl StoreTx {
         &mut self,
         ids: &Range<i64>,
     ) -> Result<Option<Product>> {
-        let row = on_tx!(self, |conn, sql| sqlx::query(sql::LOCK_FIRST_IN_STOCK)
-            .bind(ids.start)
-            .bind(ids.end)
-            .fetch_optional(conn)
-            .await
-            .context("locking the first product in stock")?
-            .map(|r| Product {
-                id: r.get("id"),
-                stock: r.get("stock"),
-                version: r.get("version"),
-            }));
+        let row = on_tx!(self, |conn, sql| read_product!(
+            sql::LOCK_FIRST_IN_STOCK,
+            conn,
+            ids,
+            "locking the first product in stock"
+        ));
         Ok(row)
     }
 
     /// Sets a product's stock, in the transaction.
     pub(crate) async fn write_stock(&mut self, id: i64, stock: i64) -> Result<()> {
-        on_tx!(self, |conn, sql| sqlx::query(sql::WRITE_STOCK)
-            .bind(stock)
-            .bind(now_us())
-            .bind(id)
-            .execute(conn)
-            .await
-            .context("writing stock")
-            .map(drop)?);
+        on_tx!(self, |conn, sql| write_stock!(sql, conn, id, stock)?);
         Ok(())
     }
 
@@ -477,42 +508,26 @@ impl StoreTx {
         buyer: u64,
         instance: u32,
     ) -> Result<()> {
-        on_tx!(self, |conn, sql| sqlx::query(sql::INSERT_ORDER)
-            .bind(product)
-            .bind(buyer as i64)
-            .bind(i64::from(instance))
-            .execute(conn)
-            .await
-            .context("inserting the order")
-            .map(drop)?);
+        on_tx!(self, |conn, sql| insert_order!(
+            sql, conn, product, buyer, instance
+        )?);
         Ok(())
     }
 
     /// Reads counter slot `slot`, its row locked until the transaction ends.
     pub(crate) async fn lock_counter(&mut self, slot: u32) -> Result<Slot> {
-        let read = on_tx!(self, |conn, sql| {
-            let row = sqlx::query(sql::LOCK_COUNTER)
-                .bind(i64::from(slot))
-                .fetch_one(conn)
-                .await
-                .context("locking the counter")?;
-            Slot {
-                value: row.get("value"),
-                version: row.get("version"),
-            }
-        });
+        let read = on_tx!(self, |conn, sql| read_slot!(
+            sql::LOCK_COUNTER,
+            conn,
+            slot,
+            "locking the counter"
+        ));
         Ok(read)
     }
 
     /// Sets counter slot `slot`, in the transaction.
     pub(crate) async fn write_counter(&mut self, slot: u32, value: i64) -> Result<()> {
-        on_tx!(self, |conn, sql| sqlx::query(sql::WRITE_COUNTER)
-            .bind(value)
-            .bind(i64::from(slot))
-            .execute(conn)
-            .await
-            .context("writing the counter")
-            .map(drop)?);
+        on_tx!(self, |conn, sql| write_counter!(sql, conn, slot, value)?);
         Ok(())
     }
 
