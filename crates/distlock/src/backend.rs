@@ -37,7 +37,7 @@ pub struct LockRequest {
 
 /// The answer to [`Backend::try_take`].
 pub enum Attempt {
-    /// The caller holds the lock now (for the first time or once more: re-entry keeps the token).
+    /// The caller holds the lock now (newly taken, or its own holding confirmed: same token).
     Acquired {
         /// The fencing token of this holding.
         token: FencingToken,
@@ -63,21 +63,6 @@ impl fmt::Debug for Attempt {
     }
 }
 
-/// The answer to [`Backend::release_if_owner`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Released {
-    /// The last hold was released: the lock is free.
-    Freed,
-    /// One hold was released; the owner still holds `holds` more (re-entry).
-    StillHeld {
-        /// Holds left.
-        holds: u32,
-    },
-    /// The caller did not hold the lock (never did, or its lease ended and maybe someone else
-    /// holds it now). Nothing was changed.
-    NotHeld,
-}
-
 /// What a backend can do, so the core can refuse early and choose how to wait.
 #[derive(Clone, Copy, Debug)]
 pub struct Capabilities {
@@ -94,13 +79,18 @@ pub struct Capabilities {
 ///
 /// # Contract
 ///
+/// * A *holding* is one take of a lock by one owner, named by the fencing token that take drew.
+///   Re-entry is counted in the core, not in the store: the store keeps at most one holding per
+///   owner and lock.
 /// * [`try_take`](Backend::try_take) is one atomic step in the store: it takes the lock when it
-///   is free or its lease has ended (bumping the fencing counter in the same step), re-enters it
-///   when `owner` already holds it (hold count + 1, lease reset, same token), and otherwise
-///   changes nothing and says how long the holder's lease has left.
-/// * [`extend`](Backend::extend) resets the lease only if `owner` still holds the lock, in one step.
-/// * [`release_if_owner`](Backend::release_if_owner) removes one hold only if `owner` holds the
-///   lock, in one step, and frees the lock at zero.
+///   is free or its lease has ended (bumping the fencing counter in the same step); when `owner`
+///   already holds it, it restarts the lease and answers the same token (so a request whose reply
+///   was lost can be sent again); otherwise it changes nothing and says how long the holder's
+///   lease has left.
+/// * [`extend`](Backend::extend) restarts the lease only if the holding named by `token` is still
+///   `owner`'s, in one step.
+/// * [`release`](Backend::release) frees the lock only if `owner` holds it (with `token`, when
+///   given), in one step. A newer holding of the same owner is never touched by an older token.
 /// * Lease expiry is judged by one clock for all clients (the store's), never by the caller's.
 /// * Fencing tokens of one name strictly increase over the store's life; where a store can lose
 ///   them (a restart without persistence) its `docs.md` says so.
@@ -118,14 +108,19 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         kind == LockKind::Mutex
     }
 
-    /// Takes the lock, re-enters it, or reports it held. See the contract.
+    /// Takes the lock, confirms the owner's own holding, or reports it held. See the contract.
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt>;
 
-    /// Resets the lease if `req.owner` still holds the lock; `Ok(false)` if it does not.
-    async fn extend(&self, req: &LockRequest) -> Result<bool>;
+    /// Restarts the lease if `req.owner` still holds the lock with the holding `token` names;
+    /// `Ok(false)` if it does not (the lease ended, someone else took it, or the same owner took
+    /// it again as a new holding).
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool>;
 
-    /// Releases one hold if `req.owner` holds the lock.
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released>;
+    /// Frees the lock if `req.owner` holds it: only the holding `token` names when it is
+    /// `Some` (every guard release), whatever holding the owner has when it is `None` (the
+    /// owner-token release of [`crate::Lock::release`]). `Ok(true)` if it was freed, `Ok(false)`
+    /// if that holding was not there (nothing is changed then).
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool>;
 
     /// Starts listening for "the lock may be free" and returns the notices. Called before the
     /// retry it guards, so a release between the two is not missed; the waiter keeps the stream

@@ -4,45 +4,32 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use crate::backend::{LockRequest, Released, Signal};
-use crate::client::Client;
+use crate::core::Engine;
 use crate::core::lease::HeldLease;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind, LockName};
 
 /// One hold of a lock. While it lives (and renewal is on) its lease is renewed every lease/3.
 ///
+/// A guard stands for one exact *holding*: the take that drew its fencing token. Release,
+/// renewal and re-entry act on that holding only, never on a later one of the same owner, and
+/// the guard reports its loss no later than the end of its last confirmed lease, by its own
+/// clock ([`is_lost`](Guard::is_lost), [`lost`](Guard::lost)).
+///
 /// Release it with [`release`](Guard::release) to learn whether it was still held. Dropping it
 /// releases in the background instead: the release is queued on the runtime, not immediate, and
 /// if the runtime is gone the store frees the lock when the lease ends.
 #[must_use = "dropping a guard releases the lock at once (in the background)"]
 pub struct Guard {
-    client: Client,
+    engine: Arc<Engine>,
     lease: Arc<HeldLease>,
     released: bool,
 }
 
 impl Guard {
-    pub(crate) fn new(
-        client: Client,
-        req: LockRequest,
-        token: FencingToken,
-        sent: Instant,
-        renew: bool,
-        session_lost: Option<Signal>,
-    ) -> Self {
-        let lease = client.inner.leases.join_or_start(
-            &client.inner.backend,
-            &req,
-            token,
-            sent,
-            renew,
-            session_lost,
-        );
+    pub(crate) fn new(engine: Arc<Engine>, lease: Arc<HeldLease>) -> Self {
         Guard {
-            client,
+            engine,
             lease,
             released: false,
         }
@@ -65,8 +52,10 @@ impl Guard {
     }
 
     /// Resolves (with an [`ErrorKind::LeaseLost`] error saying why) once the lease is lost:
-    /// the store says the lock is no longer ours, renewal failed until the lease ran out, the
-    /// store ended the holder's session, or — with renewal off — the lease simply ended.
+    /// the end of the last lease the store confirmed has passed by this process's clock (renewal
+    /// failed or was late, the process was paused, or renewal is off), the store says the lock
+    /// is no longer ours, or the store ended the holder's session. It never waits for the store
+    /// to report what the clock already tells.
     ///
     /// Race it against the protected work with `tokio::select!`. The future does not borrow the
     /// guard.
@@ -74,32 +63,38 @@ impl Guard {
         self.lease.lost()
     }
 
-    /// True once [`lost`](Guard::lost) has fired.
+    /// True once the holding is lost (see [`lost`](Guard::lost)): checked against the clock on
+    /// every call, so a process resuming after a pause past its lease sees `true` at once.
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
     }
 
-    /// Takes the same lock once more, as the same owner, without waiting: the store's hold count
-    /// goes up and the new guard shares this one's lease and token. The lock is free again only
-    /// when every guard is released.
+    /// Takes the same lock once more, as the same owner, without waiting: the new guard shares
+    /// this one's holding, lease and token, and the lock is free again only when every guard is
+    /// released. The store is asked to confirm that this exact holding is still ours (which
+    /// restarts its lease); if it is not — the lease ended, the lock was taken — the answer is
+    /// [`ErrorKind::LeaseLost`] and nothing is taken.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Dropping the future before it finishes adds no hold.
     pub async fn reenter(&self) -> Result<Guard> {
-        let req = self.lease.req.clone();
-        let guard =
-            crate::core::wait::acquire(&self.client, req, true, crate::core::wait::Deadline::Now)
-                .await?;
-        guard.ok_or_else(|| {
-            Error::new(
-                ErrorKind::LeaseLost,
-                format!(
-                    "lock {:?} could not be re-entered: this owner no longer holds it",
-                    self.name()
-                ),
-            )
-        })
+        if self.engine.reenter(&self.lease).await? {
+            return Ok(Guard::new(self.engine.clone(), self.lease.clone()));
+        }
+        Err(Error::new(
+            ErrorKind::LeaseLost,
+            format!(
+                "lock {:?} could not be re-entered: this holding is no longer ours",
+                self.name()
+            ),
+        )
+        .with_backend(self.engine.backend.name()))
     }
 
-    /// Releases this hold. `Ok(true)` if it was still ours; `Ok(false)` if the lease had been
-    /// lost (nothing is changed then: someone else's lock is never touched).
+    /// Releases this hold. `Ok(true)` if the holding was still ours; `Ok(false)` if it had
+    /// been lost (nothing is changed in the store then: someone else's lock, or a newer holding
+    /// of the same owner, is never touched).
     ///
     /// # Cancel Safety
     ///
@@ -107,25 +102,16 @@ impl Guard {
     /// happened; either way the lock is free at the latest when its lease ends.
     pub async fn release(mut self) -> Result<bool> {
         self.released = true;
-        let outcome = release_one(&self.client, &self.lease.req).await?;
-        Ok(outcome != Released::NotHeld)
+        self.engine.release(&self.lease).await
     }
 
-    /// Forgets this guard without releasing it: the hold stays in the store until its lease
-    /// ends (renewal stops once no other guard shares the lease). For hand-overs to another
-    /// process that knows the owner token.
+    /// Forgets this guard without releasing it: the holding stays in the store until its lease
+    /// ends (renewal stops once no other guard shares it). For hand-overs to another process
+    /// that knows the owner token ([`crate::Lock::release`]).
     pub fn leak(mut self) {
         self.released = true;
+        self.lease.drop_hold();
     }
-}
-
-/// Releases one hold and wakes this client's next waiter if the lock became free.
-pub(crate) async fn release_one(client: &Client, req: &LockRequest) -> Result<Released> {
-    let outcome = client.inner.backend.release_if_owner(req).await?;
-    if outcome == Released::Freed {
-        client.inner.local.released(&req.name);
-    }
-    Ok(outcome)
 }
 
 impl Drop for Guard {
@@ -133,14 +119,13 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        let client = self.client.clone();
+        let engine = self.engine.clone();
         // The task keeps the lease (and its watchdog) alive until the release is done.
         let lease = self.lease.clone();
-        crate::core::spawn_detached(self.client.inner.runtime.as_ref(), async move {
-            if let Err(e) = release_one(&client, &lease.req).await {
+        self.engine.spawn_detached(async move {
+            if let Err(e) = engine.release(&lease).await {
                 tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
             }
-            drop(lease);
         });
     }
 }

@@ -40,7 +40,7 @@ pub mod lock;
 pub mod sql;
 mod types;
 
-pub use backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+pub use backend::{Attempt, Backend, Capabilities, LockRequest};
 pub use client::{Client, DEFAULT_URL, RwLock, connect, redact};
 pub use error::{Error, ErrorKind, Result};
 pub use guard::Guard;

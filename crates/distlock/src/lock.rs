@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{LockRequest, Released};
+use crate::backend::LockRequest;
 use crate::client::Client;
 use crate::core::wait::{self, Deadline};
 use crate::error::{Error, ErrorKind, Result};
-use crate::guard::{self, Guard};
+use crate::guard::Guard;
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
 /// A named lock, not yet taken. Configure it (lease, renewal, owner), then acquire.
@@ -52,7 +52,10 @@ impl Lock {
         self
     }
 
-    /// Acquires as `owner`: acquisitions with the same token re-enter each other's hold.
+    /// Acquires as `owner`: in this client, acquisitions with the same token re-enter the
+    /// owner's holding (one more hold of the same lease and token). Another client or process
+    /// presenting the token gets the same holding back but counts no hold: sharing an owner
+    /// token between clients is a hand-over, not re-entry.
     pub fn owner(mut self, owner: OwnerToken) -> Self {
         self.owner = Some(owner);
         self
@@ -78,13 +81,19 @@ impl Lock {
         })
     }
 
+    async fn take(&self, req: LockRequest, deadline: Deadline) -> Result<Option<Guard>> {
+        let engine = &self.client.engine;
+        let lease = wait::acquire(engine, req, self.renew, deadline).await?;
+        Ok(lease.map(|lease| Guard::new(engine.clone(), lease)))
+    }
+
     /// Waits as long as it takes to acquire the lock.
     ///
     /// # Cancel Safety
     ///
     /// See [`acquire_timeout`](Lock::acquire_timeout).
     pub async fn acquire(&self) -> Result<Guard> {
-        wait::acquire(&self.client, self.request()?, self.renew, Deadline::Never)
+        self.take(self.request()?, Deadline::Never)
             .await?
             .ok_or_else(unreachable_timeout)
     }
@@ -92,10 +101,11 @@ impl Lock {
     /// Acquires the lock if it is free (or already ours), never waiting. `Ok(None)` if another
     /// owner holds it.
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
-        wait::acquire(&self.client, self.request()?, self.renew, Deadline::Now).await
+        self.take(self.request()?, Deadline::Now).await
     }
 
-    /// Waits at most `wait` for the lock; [`ErrorKind::Timeout`] after that.
+    /// Waits at most `wait` for the lock; [`ErrorKind::Timeout`] after that. A `wait` too long
+    /// for the clock to represent (`Duration::MAX`) waits without end.
     ///
     /// # Cancel Safety
     ///
@@ -104,17 +114,18 @@ impl Lock {
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<Guard> {
         let req = self.request()?;
         let name = req.name.clone();
-        let deadline = Deadline::At(Instant::now() + wait);
-        match wait::acquire(&self.client, req, self.renew, deadline).await? {
+        match self.take(req, Deadline::after(wait)).await? {
             Some(guard) => Ok(guard),
             None => Err(wait::timed_out(&name, wait)),
         }
     }
 
-    /// Releases one hold of the owner set with [`owner`](Lock::owner), without a guard.
-    /// [`ErrorKind::NotHeld`] if that owner does not hold the lock (someone else's lock is left
-    /// as it is). Returns the holds that owner has left.
-    pub async fn release(&self) -> Result<u32> {
+    /// Frees the lock if the owner set with [`owner`](Lock::owner) holds it, without a guard
+    /// (the other half of [`Guard::leak`]: a hand-over to another process that knows the owner
+    /// token). [`ErrorKind::NotHeld`] if that owner does not hold the lock; someone else's lock
+    /// is left as it is. Guards of this owner in this client learn the loss at their next
+    /// renewal.
+    pub async fn release(&self) -> Result<()> {
         let Some(owner) = &self.owner else {
             return Err(Error::new(
                 ErrorKind::NotHeld,
@@ -126,15 +137,14 @@ impl Lock {
         };
         let mut req = self.request()?;
         req.owner = owner.clone();
-        match guard::release_one(&self.client, &req).await? {
-            Released::Freed => Ok(0),
-            Released::StillHeld { holds } => Ok(holds),
-            Released::NotHeld => Err(Error::new(
-                ErrorKind::NotHeld,
-                format!("lock {:?} is not held by this owner", self.name),
-            )
-            .with_backend(self.client.backend_name())),
+        if self.client.engine.release_by_owner(&req).await? {
+            return Ok(());
         }
+        Err(Error::new(
+            ErrorKind::NotHeld,
+            format!("lock {:?} is not held by this owner", self.name),
+        )
+        .with_backend(self.client.backend_name()))
     }
 
     /// Free permits of a semaphore (only for locks made by [`Client::semaphore`]).
@@ -146,7 +156,7 @@ impl Lock {
                 "available_permits is only for semaphores",
             ));
         }
-        self.client.inner.backend.available_permits(&req).await
+        self.client.engine.backend.available_permits(&req).await
     }
 }
 
@@ -237,9 +247,10 @@ impl MultiLock {
     }
 
     /// Waits at most `wait` for all the locks; [`ErrorKind::Timeout`] (holding none) after that.
+    /// A `wait` too long for the clock to represent waits without end.
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MultiGuard> {
-        let deadline = Instant::now() + wait;
-        match self.take_all(Some(deadline)).await? {
+        let deadline = Instant::now().checked_add(wait);
+        match self.take_all(deadline).await? {
             Some(g) => Ok(g),
             None => Err(Error::new(
                 ErrorKind::Timeout,

@@ -445,14 +445,19 @@ impl distlock::Backend for Counting {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.try_take(req).await
     }
-    async fn extend(&self, req: &distlock::LockRequest) -> distlock::Result<bool> {
-        self.inner.extend(req).await
-    }
-    async fn release_if_owner(
+    async fn extend(
         &self,
         req: &distlock::LockRequest,
-    ) -> distlock::Result<distlock::Released> {
-        self.inner.release_if_owner(req).await
+        token: distlock::FencingToken,
+    ) -> distlock::Result<bool> {
+        self.inner.extend(req, token).await
+    }
+    async fn release(
+        &self,
+        req: &distlock::LockRequest,
+        token: Option<distlock::FencingToken>,
+    ) -> distlock::Result<bool> {
+        self.inner.release(req, token).await
     }
     async fn watch_free(
         &self,

@@ -10,8 +10,10 @@
 //! or takes longer than [`PING_TIMEOUT`] counts as the end); either way the holding's lost
 //! signal fires.
 //!
-//! Holdings belong to this client: re-entry (same owner) counts holds here; another client
-//! presenting the owner token is "another session" and is refused.
+//! Holdings belong to this client: the same owner asking again gets its holding confirmed (same
+//! token; re-entry is counted by the core); another client presenting the owner token is
+//! "another session" and is refused. Release and the liveness check name the holding by its
+//! token, so a guard of an earlier holding never touches a later one.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::{Attempt, LockRequest, Released, Signal};
+use crate::backend::{Attempt, LockRequest, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName, OwnerToken};
 
@@ -68,7 +70,6 @@ enum Command {
 
 struct Holding {
     owner: OwnerToken,
-    holds: u32,
     token: FencingToken,
     commands: mpsc::Sender<Command>,
     lost: watch::Receiver<bool>,
@@ -111,7 +112,6 @@ impl<P: SessionPool> Sessions<P> {
                 if *h.lost.borrow() {
                     held.remove(&req.name);
                 } else if h.owner == req.owner {
-                    h.holds += 1;
                     return Ok(Attempt::Acquired {
                         token: h.token,
                         session_lost: Some(h.lost_signal()),
@@ -139,7 +139,6 @@ impl<P: SessionPool> Sessions<P> {
         };
         let holding = Holding {
             owner: req.owner.clone(),
-            holds: 1,
             token,
             commands: commands_tx,
             lost,
@@ -152,12 +151,15 @@ impl<P: SessionPool> Sessions<P> {
         })
     }
 
-    /// Whether `req.owner` still holds the lock through a live connection (asks the connection).
-    pub(crate) async fn still_held(&self, req: &LockRequest) -> Result<bool> {
+    /// Whether `req.owner` still holds the lock with the holding `token` names, through a live
+    /// connection (asks the connection).
+    pub(crate) async fn still_held(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         let commands = {
             let held = self.held();
             match held.get(&req.name) {
-                Some(h) if h.owner == req.owner && !*h.lost.borrow() => h.commands.clone(),
+                Some(h) if h.owner == req.owner && h.token == token && !*h.lost.borrow() => {
+                    h.commands.clone()
+                }
                 _ => return Ok(false),
             }
         };
@@ -168,32 +170,29 @@ impl<P: SessionPool> Sessions<P> {
         Ok(rx.await.unwrap_or(false))
     }
 
-    pub(crate) async fn release(&self, req: &LockRequest) -> Result<Released> {
+    /// Frees the lock if `req.owner` holds it (with the holding `token` names, when given).
+    pub(crate) async fn release(
+        &self,
+        req: &LockRequest,
+        token: Option<FencingToken>,
+    ) -> Result<bool> {
         let commands = {
             let mut held = self.held();
-            match held.get_mut(&req.name) {
-                Some(h) if h.owner == req.owner => {
-                    if h.holds > 1 && !*h.lost.borrow() {
-                        h.holds -= 1;
-                        return Ok(Released::StillHeld { holds: h.holds });
-                    }
+            match held.get(&req.name) {
+                Some(h) if h.owner == req.owner && token.is_none_or(|t| t == h.token) => {
                     held.remove(&req.name).map(|h| h.commands)
                 }
                 _ => None,
             }
         };
         let Some(commands) = commands else {
-            return Ok(Released::NotHeld);
+            return Ok(false);
         };
         let (tx, rx) = oneshot::channel();
         if commands.send(Command::Release(tx)).await.is_err() {
-            return Ok(Released::NotHeld);
+            return Ok(false);
         }
-        Ok(if rx.await.unwrap_or(false) {
-            Released::Freed
-        } else {
-            Released::NotHeld
-        })
+        Ok(rx.await.unwrap_or(false))
     }
 }
 

@@ -1,32 +1,63 @@
-//! A held lease: the watchdog that renews it and the signal that says it is gone.
+//! A held lease: how many guards share it, the watchdog that renews it, and the signal that says
+//! it is gone.
+//!
+//! The guard's own clock decides first. Every renewal counts the lease from the moment its
+//! request was *sent*, so "confirmed until" is never later than the store's expiry; once that
+//! instant passes without a newer confirmation the holding is lost, whether or not the watchdog
+//! has run since (a process paused past its lease learns it from the clock at once, not after a
+//! round trip to the store). A confirmation that arrives after that instant is not taken: a
+//! loss, once reported, stays reported.
 //!
 //! The watchdog renews every lease/3 (for lease-based stores; session-based ones, whose
-//! capabilities say they do not renew, only report the session's end). It counts the lease from the moment the request that
-//! (re)started it was *sent*, so its idea of "expired" is never later than the store's. It stops
-//! and fires the lost signal when the store says the lock is no longer ours, when renewal kept
-//! failing until the lease ran out, or when a session-based store ends the session.
+//! capabilities say they do not renew, only report the session's end). It also stops and fires
+//! the lost signal when the store says the holding is no longer ours, or when renewal kept
+//! failing until the lease ran out.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, LockRequest, Signal};
+use crate::core::reentrancy::Slot;
 use crate::error::{Error, ErrorKind};
 use crate::types::{FencingToken, show_duration};
 
-/// One holding of one lock by one owner, shared by all reentrant guards of that owner.
+/// What a holding's guards can see of it.
+#[derive(Clone, Debug, Default)]
+struct LeaseState {
+    /// The instant until which the store has confirmed the holding; `None` for session-based
+    /// stores, whose holdings end only with the session.
+    valid_until: Option<Instant>,
+    /// Why the holding was lost, once it was.
+    lost: Option<Arc<str>>,
+    /// Why the last renewal failed, if it did: the likely reason when the lease then runs out.
+    renewal_error: Option<Arc<str>>,
+}
+
+impl LeaseState {
+    fn is_lost(&self, now: Instant) -> bool {
+        self.lost.is_some() || self.valid_until.is_some_and(|until| now >= until)
+    }
+}
+
+/// One holding of one lock by one owner, shared by all reentrant guards of that owner in this
+/// client.
 pub(crate) struct HeldLease {
     pub(crate) req: LockRequest,
     pub(crate) token: FencingToken,
-    lost: watch::Receiver<Option<Arc<str>>>,
-    watchdog: tokio::task::AbortHandle,
-    on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
+    state: Arc<watch::Sender<LeaseState>>,
+    /// Guards standing for this holding. At zero the holding is over for this client.
+    holds: AtomicU32,
+    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Serialises this owner's takes and releases of the lock (see [`Slot`]).
+    pub(crate) slot: Arc<Slot>,
 }
 
 impl HeldLease {
-    /// Starts the watchdog for a lock acquired by a request sent at `sent`.
+    /// Starts the watchdog for a holding taken by a request sent at `sent`, with one hold.
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         req: LockRequest,
@@ -34,43 +65,109 @@ impl HeldLease {
         sent: Instant,
         renew: bool,
         session_lost: Option<Signal>,
+        slot: Arc<Slot>,
     ) -> Self {
-        let (tx, rx) = watch::channel(None);
+        let renews = backend.capabilities().renews;
+        let state = Arc::new(watch::Sender::new(LeaseState {
+            valid_until: renews.then(|| sent + req.lease.duration()),
+            ..LeaseState::default()
+        }));
         let watchdog = tokio::spawn(watch_lease(
             backend,
             req.clone(),
-            sent,
-            renew,
+            token,
+            renew && renews,
             session_lost,
-            tx,
+            state.clone(),
         ))
         .abort_handle();
         HeldLease {
             req,
             token,
-            lost: rx,
-            watchdog,
-            on_drop: None,
+            state,
+            holds: AtomicU32::new(1),
+            watchdog: Mutex::new(Some(watchdog)),
+            slot,
         }
     }
 
-    pub(crate) fn set_on_drop(&mut self, f: impl FnOnce() + Send + Sync + 'static) {
-        self.on_drop = Some(Box::new(f));
-    }
-
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some()
+        self.state.borrow().is_lost(Instant::now())
     }
 
-    /// Resolves with a [`ErrorKind::LeaseLost`] error once the lease is gone.
+    /// The lease is still ours by our own clock and some guard still stands for it.
+    pub(crate) fn is_live(&self) -> bool {
+        self.holds.load(Ordering::Acquire) > 0 && !self.is_lost()
+    }
+
+    /// The store confirmed the holding by a request sent at `sent`. `false` (and the holding
+    /// marked lost) if the confirmation came after the lease had already ended by our clock.
+    pub(crate) fn confirm(&self, sent: Instant) -> bool {
+        confirm(&self.state, sent, self.req.lease.duration())
+    }
+
+    /// Marks the holding lost for `why` (first reason wins).
+    pub(crate) fn mark_lost(&self, why: &str) {
+        mark_lost(&self.state, why);
+    }
+
+    /// One more guard stands for this holding.
+    pub(crate) fn add_hold(&self) {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One guard less; returns the guards left. At zero the watchdog stops.
+    pub(crate) fn drop_hold(&self) -> u32 {
+        let left = self.holds.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+        if left == 0 {
+            self.stop_watchdog();
+        }
+        left
+    }
+
+    fn stop_watchdog(&self) {
+        let handle = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            h.abort();
+        }
+    }
+
+    /// Resolves with a [`ErrorKind::LeaseLost`] error once the holding is lost: by the store's
+    /// word, or by our clock passing the end of the last confirmed lease.
     pub(crate) fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        let mut rx = self.lost.clone();
+        let mut rx = self.state.subscribe();
         let name = self.req.name.clone();
+        let lease = self.req.lease.duration();
         async move {
-            let why = match rx.wait_for(|v| v.is_some()).await {
-                Ok(v) => v.as_ref().map(|s| s.to_string()).unwrap_or_default(),
-                // The watchdog is gone without a verdict: only when the guard was released.
-                Err(_) => "the lock was released".to_string(),
+            let why = loop {
+                let (lost, until) = {
+                    let s = rx.borrow_and_update();
+                    (s.lost.clone(), s.valid_until)
+                };
+                if let Some(why) = lost {
+                    break why.to_string();
+                }
+                let ends = async {
+                    match until {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() {
+                        break "the lock was released".to_string();
+                    },
+                    () = ends => {
+                        let s = rx.borrow();
+                        if s.is_lost(Instant::now()) {
+                            break lease_ended(lease, s.renewal_error.as_deref());
+                        }
+                    }
+                }
             };
             Error::new(ErrorKind::LeaseLost, format!("lock {name:?}: {why}"))
         }
@@ -79,20 +176,61 @@ impl HeldLease {
 
 impl Drop for HeldLease {
     fn drop(&mut self) {
-        self.watchdog.abort();
-        if let Some(f) = self.on_drop.take() {
-            f();
-        }
+        self.stop_watchdog();
     }
+}
+
+fn lease_ended(lease: Duration, renewal_error: Option<&str>) -> String {
+    let why = match renewal_error {
+        Some(e) => format!("the last renewal failed: {e}"),
+        None => "was the process paused?".to_string(),
+    };
+    format!(
+        "its {} lease ended without a confirmed renewal ({why})",
+        show_duration(lease)
+    )
+}
+
+fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, lease: Duration) -> bool {
+    let mut taken = false;
+    state.send_if_modified(|s| {
+        // Judged at the moment of the update: if a guard could already have seen the lease as
+        // over, the confirmation is too late to count.
+        if s.is_lost(Instant::now()) {
+            return false;
+        }
+        if let Some(until) = s.valid_until.as_mut() {
+            *until = (*until).max(sent + lease);
+        }
+        taken = true;
+        true
+    });
+    if !taken {
+        mark_lost(
+            state,
+            "the store confirmed the lease only after it had ended by this process's clock",
+        );
+    }
+    taken
+}
+
+fn mark_lost(state: &watch::Sender<LeaseState>, why: &str) {
+    state.send_if_modified(|s| {
+        if s.lost.is_some() {
+            return false;
+        }
+        s.lost = Some(why.into());
+        true
+    });
 }
 
 async fn watch_lease(
     backend: Arc<dyn Backend>,
     req: LockRequest,
-    sent: Instant,
+    token: FencingToken,
     renew: bool,
     session_lost: Option<Signal>,
-    lost: watch::Sender<Option<Arc<str>>>,
+    state: Arc<watch::Sender<LeaseState>>,
 ) {
     let session = async {
         match session_lost {
@@ -100,13 +238,15 @@ async fn watch_lease(
             None => std::future::pending().await,
         }
     };
-    // Session-based stores keep the lock for as long as the session lives: nothing to renew,
-    // and no lease to run out; only the session's end is a loss.
     let renewal = async {
-        if backend.capabilities().renews {
-            keep_renewed(&*backend, &req, sent, renew).await
-        } else {
+        if state.borrow().valid_until.is_none() {
+            // Session-based stores keep the lock for as long as the session lives: nothing to
+            // renew, and no lease to run out; only the session's end is a loss.
             std::future::pending().await
+        } else if renew {
+            keep_renewed(&*backend, &req, token, &state).await
+        } else {
+            run_out(&req, &state).await
         }
     };
     let why = tokio::select! {
@@ -114,41 +254,58 @@ async fn watch_lease(
         () = session => format!("the {} session holding the lock ended", backend.name()),
     };
     tracing::warn!(lock = %req.name, backend = backend.name(), "lease lost: {why}");
-    let _ = lost.send(Some(why.into()));
+    mark_lost(&state, &why);
+}
+
+fn valid_until(state: &watch::Sender<LeaseState>) -> Instant {
+    state.borrow().valid_until.unwrap_or_else(Instant::now)
+}
+
+/// Renewal off: the holding ends with its lease (which a re-entry may have restarted).
+async fn run_out(req: &LockRequest, state: &watch::Sender<LeaseState>) -> String {
+    loop {
+        let until = valid_until(state);
+        tokio::time::sleep_until(until).await;
+        if valid_until(state) <= Instant::now() {
+            return format!(
+                "its {} lease ended (renewal is off)",
+                show_duration(req.lease.duration())
+            );
+        }
+    }
 }
 
 /// Renews until renewal is impossible; returns why it stopped.
 async fn keep_renewed(
     backend: &dyn Backend,
     req: &LockRequest,
-    mut confirmed: Instant,
-    renew: bool,
+    token: FencingToken,
+    state: &watch::Sender<LeaseState>,
 ) -> String {
     let lease = req.lease.duration();
-    if !renew {
-        tokio::time::sleep_until(confirmed + lease).await;
-        return format!(
-            "its {} lease ended (renewal is off)",
-            show_duration(req.lease.duration())
-        );
-    }
     let period = lease / 3;
-    let mut next = confirmed + period;
+    // The last confirmation was sent a lease before it runs out; renew a period after it.
+    let mut next = valid_until(state) - lease + period;
     loop {
         tokio::time::sleep_until(next).await;
         let sent = Instant::now();
-        let expires = confirmed + lease;
-        // Past the lease (the process was paused, say), still ask: the store may answer that
-        // nobody took the lock meanwhile. Give the answer at least a period to arrive.
-        let answer_by = expires.max(sent + period);
-        match tokio::time::timeout_at(answer_by, backend.extend(req)).await {
+        let until = valid_until(state);
+        if sent >= until {
+            // Woken after the lease ended (the process was paused, say): the holding may be
+            // someone else's by now. No question to the store can make it ours again.
+            return lease_ended(lease, state.borrow().renewal_error.as_deref());
+        }
+        match tokio::time::timeout_at(until, backend.extend(req, token)).await {
             Ok(Ok(true)) => {
-                confirmed = sent;
+                if !confirm(state, sent, lease) {
+                    return "the renewal was confirmed only after the lease had ended".into();
+                }
                 next = sent + period;
             }
-            Ok(Ok(false)) => return "the store no longer lists this holder as owner".into(),
-            Ok(Err(e)) if Instant::now() < expires => {
+            Ok(Ok(false)) => return "the store no longer lists this holding as the owner".into(),
+            Ok(Err(e)) if Instant::now() < until => {
                 tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
+                state.send_modify(|s| s.renewal_error = Some(e.to_string().into()));
                 next = Instant::now() + (period / 4).max(Duration::from_millis(5));
             }
             Ok(Err(e)) => return format!("renewal failed until the lease ended: {e}"),

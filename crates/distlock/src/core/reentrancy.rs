@@ -1,70 +1,171 @@
-//! Reentrant holders share one [`HeldLease`]: one watchdog and one lost signal per
-//! (name, flavour, owner), however many guards re-entered it. The hold count itself lives in
-//! the store; this table only avoids renewing the same lease once per guard.
+//! Re-entry, counted here and only here: every guard of one owner's holding of one lock in this
+//! client shares one [`HeldLease`] (one watchdog, one lost signal) and adds one to its hold
+//! count; the store sees a single holding and is asked to free it when the last guard goes.
+//!
+//! What one owner does to one lock is serialised by a [`Slot`]: a take, a re-entry and the
+//! release of the last hold never overlap, so a release in flight cannot free a holding that a
+//! concurrent acquisition by the same owner has just been handed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Backend, LockRequest, Signal};
+use crate::backend::{Attempt, Backend, LockRequest};
 use crate::core::lease::HeldLease;
-use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
+use crate::error::Result;
+use crate::types::{LockKind, LockName, OwnerToken};
 
 type Key = (LockName, LockKind, OwnerToken);
+type Slots = Mutex<HashMap<Key, Weak<Slot>>>;
 
-/// The leases this client holds, by (name, flavour, owner).
-#[derive(Default, Clone)]
+/// One owner's turn at one lock, and the holding it has now (if any).
+pub(crate) struct Slot {
+    current: tokio::sync::Mutex<Weak<HeldLease>>,
+    key: Key,
+    table: Weak<Slots>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(table) = self.table.upgrade() {
+            let mut slots = table.lock().unwrap_or_else(|p| p.into_inner());
+            if slots.get(&self.key).is_some_and(|w| w.strong_count() == 0) {
+                slots.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The answer to one attempt at a lock.
+pub(crate) enum Taken {
+    /// The caller holds it: a new holding, or one more hold of the owner's live one.
+    Got(Arc<HeldLease>),
+    /// Someone else holds it; their lease has this long left, if the store knows.
+    Held(Option<Duration>),
+}
+
+/// The holdings of one client, by (name, flavour, owner).
+#[derive(Default)]
 pub(crate) struct LeaseTable {
-    held: Arc<Mutex<HashMap<Key, Weak<HeldLease>>>>,
+    slots: Arc<Slots>,
 }
 
 impl LeaseTable {
-    /// The shared lease for a holding just acquired: the existing one when this acquisition
-    /// re-entered it (same token), a new one with its own watchdog otherwise.
-    pub(crate) fn join_or_start(
+    fn slot(&self, req: &LockRequest) -> Arc<Slot> {
+        let key: Key = (req.name.clone(), req.kind, req.owner.clone());
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(&key).and_then(Weak::upgrade) {
+            return slot;
+        }
+        let slot = Arc::new(Slot {
+            current: tokio::sync::Mutex::new(Weak::new()),
+            key: key.clone(),
+            table: Arc::downgrade(&self.slots),
+        });
+        slots.insert(key, Arc::downgrade(&slot));
+        slot
+    }
+
+    /// One attempt: re-enter the owner's live holding (confirmed by the store), or ask the
+    /// store to take the lock.
+    pub(crate) async fn try_take(
         &self,
         backend: &Arc<dyn Backend>,
         req: &LockRequest,
-        token: FencingToken,
-        sent: Instant,
         renew: bool,
-        session_lost: Option<Signal>,
-    ) -> Arc<HeldLease> {
-        let key: Key = (req.name.clone(), req.kind, req.owner.clone());
-        // Declared before the table's guard so it drops after it: dropping the last reference
-        // to a stale lease takes the table's lock (see `set_on_drop`).
-        let stale: Option<Arc<HeldLease>>;
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = held.get(&key).and_then(Weak::upgrade) {
-            // Same token means the store counted this as one more hold of the same holding.
-            if existing.token == token && !existing.is_lost() {
-                return existing;
-            }
-            stale = Some(existing);
-        } else {
-            stale = None;
+    ) -> Result<Taken> {
+        let slot = self.slot(req);
+        let mut current = slot.current.lock().await;
+        if let Some(lease) = current.upgrade().filter(|l| l.is_live())
+            && add_confirmed_hold(&**backend, &lease).await?
+        {
+            return Ok(Taken::Got(lease));
         }
-        let mut lease = HeldLease::start(
-            backend.clone(),
-            req.clone(),
-            token,
-            sent,
-            renew,
-            session_lost,
-        );
-        let table = self.held.clone();
-        let drop_key = key.clone();
-        lease.set_on_drop(move || {
-            let mut held = table.lock().unwrap_or_else(|p| p.into_inner());
-            if held.get(&drop_key).is_some_and(|w| w.strong_count() == 0) {
-                held.remove(&drop_key);
+        let sent = Instant::now();
+        match backend.try_take(req).await? {
+            Attempt::Acquired {
+                token,
+                session_lost,
+            } => {
+                let lease = Arc::new(HeldLease::start(
+                    backend.clone(),
+                    req.clone(),
+                    token,
+                    sent,
+                    renew,
+                    session_lost,
+                    slot.clone(),
+                ));
+                *current = Arc::downgrade(&lease);
+                Ok(Taken::Got(lease))
             }
-        });
-        let lease = Arc::new(lease);
-        held.insert(key, Arc::downgrade(&lease));
-        drop(held);
-        drop(stale);
-        lease
+            Attempt::Held { retry_after } => Ok(Taken::Held(retry_after)),
+        }
     }
+}
+
+/// Adds a hold to `lease` if it is still live and the store confirms it is still this exact
+/// holding (which restarts its lease). `Ok(false)` (and nothing held) otherwise.
+pub(crate) async fn reenter(backend: &dyn Backend, lease: &Arc<HeldLease>) -> Result<bool> {
+    let _turn = lease.slot.current.lock().await;
+    if !lease.is_live() {
+        return Ok(false);
+    }
+    add_confirmed_hold(backend, lease).await
+}
+
+async fn add_confirmed_hold(backend: &dyn Backend, lease: &HeldLease) -> Result<bool> {
+    // Counted before the round trip so that the watchdog keeps running whatever other guards do.
+    lease.add_hold();
+    let sent = Instant::now();
+    let confirmed = match backend.extend(&lease.req, lease.token).await {
+        Ok(true) => lease.confirm(sent),
+        Ok(false) => {
+            lease.mark_lost("the store no longer lists this holding as the owner");
+            false
+        }
+        Err(e) => {
+            lease.drop_hold();
+            return Err(e);
+        }
+    };
+    if !confirmed {
+        lease.drop_hold();
+    }
+    Ok(confirmed)
+}
+
+/// What releasing one guard did.
+pub(crate) struct Released {
+    /// The holding was still ours (by the store's word for the last hold, by our clock before).
+    pub(crate) held: bool,
+    /// The store freed the lock: local waiters may go.
+    pub(crate) freed: bool,
+}
+
+/// Releases one guard's hold; the last one frees the lock in the store, naming the holding by
+/// its token so that a newer holding of the same owner is never touched. A holding already lost
+/// is not sent to the store: it is no longer ours to free.
+pub(crate) async fn release(backend: &dyn Backend, lease: &Arc<HeldLease>) -> Result<Released> {
+    let mut current = lease.slot.current.lock().await;
+    let lost = lease.is_lost();
+    if lease.drop_hold() > 0 {
+        return Ok(Released {
+            held: !lost,
+            freed: false,
+        });
+    }
+    if std::ptr::eq(current.as_ptr(), Arc::as_ptr(lease)) {
+        *current = Weak::new();
+    }
+    if lost {
+        return Ok(Released {
+            held: false,
+            freed: false,
+        });
+    }
+    let freed = backend.release(&lease.req, Some(lease.token)).await?;
+    Ok(Released { held: freed, freed })
 }

@@ -2,25 +2,28 @@
 //! for the *trait*, not for any store: every store is tested for real by the testkit suite).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::FencingToken;
 use crate::{Client, OwnerToken};
 
-/// Locks in a map, with switches to make renewal fail.
+/// Locks in a map (name → owner, token), with switches to make renewal fail or hang.
 #[derive(Debug, Default)]
 struct FakeBackend {
-    held: Mutex<HashMap<String, (String, u32, u64)>>,
+    held: Mutex<HashMap<String, (String, u64)>>,
     next_token: AtomicU32,
     extends: AtomicU32,
     takes: AtomicU32,
+    releases: AtomicU32,
     extend_fails: AtomicBool,
+    extend_hangs: AtomicBool,
     forget_owner: AtomicBool,
 }
 
@@ -41,14 +44,11 @@ impl Backend for FakeBackend {
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         self.takes.fetch_add(1, Ordering::SeqCst);
         let mut held = self.held.lock().unwrap();
-        match held.get_mut(req.name.as_str()) {
-            Some((owner, holds, token)) if owner == req.owner.as_str() => {
-                *holds += 1;
-                Ok(Attempt::Acquired {
-                    token: FencingToken(*token),
-                    session_lost: None,
-                })
-            }
+        match held.get(req.name.as_str()) {
+            Some((owner, token)) if owner == req.owner.as_str() => Ok(Attempt::Acquired {
+                token: FencingToken(*token),
+                session_lost: None,
+            }),
             Some(_) => Ok(Attempt::Held {
                 retry_after: Some(req.lease.duration()),
             }),
@@ -56,7 +56,7 @@ impl Backend for FakeBackend {
                 let token = u64::from(self.next_token.fetch_add(1, Ordering::SeqCst) + 1);
                 held.insert(
                     req.name.to_string(),
-                    (req.owner.as_str().to_string(), 1, token),
+                    (req.owner.as_str().to_string(), token),
                 );
                 Ok(Attempt::Acquired {
                     token: FencingToken(token),
@@ -66,8 +66,11 @@ impl Backend for FakeBackend {
         }
     }
 
-    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         self.extends.fetch_add(1, Ordering::SeqCst);
+        if self.extend_hangs.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         if self.extend_fails.load(Ordering::SeqCst) {
             return Err(Error::new(ErrorKind::Connection, "store unreachable"));
         }
@@ -77,28 +80,24 @@ impl Backend for FakeBackend {
         let held = self.held.lock().unwrap();
         Ok(held
             .get(req.name.as_str())
-            .is_some_and(|(o, _, _)| o == req.owner.as_str()))
+            .is_some_and(|(o, t)| o == req.owner.as_str() && *t == token.get()))
     }
 
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
         let mut held = self.held.lock().unwrap();
-        match held.get_mut(req.name.as_str()) {
-            Some((owner, holds, _)) if owner == req.owner.as_str() => {
-                *holds -= 1;
-                if *holds == 0 {
-                    held.remove(req.name.as_str());
-                    Ok(Released::Freed)
-                } else {
-                    Ok(Released::StillHeld { holds: *holds })
-                }
-            }
-            _ => Ok(Released::NotHeld),
+        let ours = held.get(req.name.as_str()).is_some_and(|(o, t)| {
+            o == req.owner.as_str() && token.is_none_or(|token| *t == token.get())
+        });
+        if ours {
+            held.remove(req.name.as_str());
         }
+        Ok(ours)
     }
 }
 
-fn client() -> (Client, std::sync::Arc<FakeBackend>) {
-    let backend = std::sync::Arc::new(FakeBackend::default());
+fn client() -> (Client, Arc<FakeBackend>) {
+    let backend = Arc::new(FakeBackend::default());
     (Client::from_backend(backend.clone()), backend)
 }
 
@@ -211,8 +210,8 @@ async fn reentrant_guards_share_one_watchdog() {
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     assert_eq!(
         backend.extends.load(Ordering::SeqCst),
-        3,
-        "one renewal per period, not per guard"
+        2 + 3,
+        "one confirmation per re-entry, then one renewal per period, not per guard"
     );
     assert!(first.release().await.unwrap());
     assert!(second.release().await.unwrap());
@@ -233,4 +232,96 @@ async fn unsupported_flavours_are_typed_errors() {
         let err = lock.try_acquire().await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_past_its_end_is_lost_by_the_clock_alone() {
+    let (client, backend) = client();
+    let guard = client
+        .lock("a")
+        .lease(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    // The store never answers a renewal: only the clock can tell.
+    backend.extend_hangs.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2_999)).await;
+    assert!(!guard.is_lost());
+    let started = tokio::time::Instant::now();
+    let err = guard.lost().await;
+    assert_eq!(started.elapsed(), Duration::from_millis(1), "{err}");
+    assert!(guard.is_lost());
+    assert_eq!(err.kind(), ErrorKind::LeaseLost);
+    // A lost holding is not ours to free: the store is not asked.
+    assert!(!guard.release().await.unwrap());
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_guard_never_touches_the_owners_newer_holding() {
+    let (client, backend) = client();
+    let owner = OwnerToken::random();
+    let lock = client
+        .lock("a")
+        .owner(owner)
+        .lease(Duration::from_millis(300))
+        .no_watchdog();
+    let stale = lock.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The store forgot the expired holding; the same owner takes a new one.
+    backend.held.lock().unwrap().clear();
+    let fresh = lock.acquire().await.unwrap();
+    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert!(stale.is_lost());
+    let err = stale.reenter().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(!stale.release().await.unwrap());
+    assert!(!fresh.is_lost());
+    assert!(client.lock("a").try_acquire().await.unwrap().is_none());
+    assert!(fresh.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentry_is_confirmed_by_the_store() {
+    let (client, backend) = client();
+    let guard = client.lock("a").acquire().await.unwrap();
+    backend.forget_owner.store(true, Ordering::SeqCst);
+    let err = guard.reenter().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    assert!(guard.is_lost(), "the store's answer marks the holding lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_past_the_clock_are_waits_without_end() {
+    let (client, _) = client();
+    let held = client.lock("a").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("a")
+                .acquire_timeout(Duration::MAX)
+                .await
+                .map(|g| g.fencing_token())
+        }
+    });
+    let multi = client.multi_lock(["b", "c"]);
+    assert_eq!(
+        multi
+            .acquire_timeout(Duration::MAX)
+            .await
+            .unwrap()
+            .guards()
+            .len(),
+        2
+    );
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!waiter.is_finished());
+    assert!(held.release().await.unwrap());
+    assert!(waiter.await.unwrap().is_ok());
+    let free = client
+        .lock("d")
+        .acquire_timeout(Duration::from_secs(u64::MAX))
+        .await;
+    assert!(free.is_ok());
 }

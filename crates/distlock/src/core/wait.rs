@@ -15,10 +15,11 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LockRequest, Wakeups};
-use crate::client::Client;
+use crate::backend::{Backend, LockRequest, Wakeups};
+use crate::core::Engine;
+use crate::core::lease::HeldLease;
+use crate::core::reentrancy::Taken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::guard::Guard;
 use crate::types::LockName;
 
 /// When a waiter gives up.
@@ -32,6 +33,15 @@ pub(crate) enum Deadline {
     Never,
 }
 
+impl Deadline {
+    /// `wait` from now; a wait past what the clock can represent is a wait without end.
+    pub(crate) fn after(wait: Duration) -> Self {
+        Instant::now()
+            .checked_add(wait)
+            .map_or(Deadline::Never, Deadline::At)
+    }
+}
+
 /// Takes the lock described by `req`, waiting up to `deadline`. `Ok(None)` when the deadline
 /// passed with the lock still held by someone else.
 ///
@@ -41,46 +51,35 @@ pub(crate) enum Deadline {
 /// with no guard and no watchdog; the store frees it when the lease ends. A queued waiter
 /// (fair locks) leaves its queue in the background.
 pub(crate) async fn acquire(
-    client: &Client,
+    engine: &Engine,
     req: LockRequest,
     renew: bool,
     deadline: Deadline,
-) -> Result<Option<Guard>> {
-    let backend = &client.inner.backend;
+) -> Result<Option<Arc<HeldLease>>> {
+    let backend = &engine.backend;
     if !backend.supports(req.kind) {
         return Err(Error::unsupported(backend.name(), req.kind));
     }
     let caps = backend.capabilities();
     let mut leave_queue = caps
         .queues
-        .then(|| LeaveQueueOnDrop::new(client, backend.clone(), req.clone()));
+        .then(|| LeaveQueueOnDrop::new(engine, req.clone()));
     let mut backoff = Backoff::default();
     let mut store_wakeups: Option<Wakeups> = None;
-    let local = client.inner.local.subscribe(&req.name);
+    let local = engine.local.subscribe(&req.name);
     loop {
         let local_release = local.notified();
         tokio::pin!(local_release);
         local_release.as_mut().enable();
 
-        let sent = Instant::now();
-        let retry_after = match backend.try_take(&req).await? {
-            Attempt::Acquired {
-                token,
-                session_lost,
-            } => {
+        let retry_after = match engine.leases.try_take(backend, &req, renew).await? {
+            Taken::Got(lease) => {
                 if let Some(q) = leave_queue.as_mut() {
                     q.disarm();
                 }
-                return Ok(Some(Guard::new(
-                    client.clone(),
-                    req,
-                    token,
-                    sent,
-                    renew,
-                    session_lost,
-                )));
+                return Ok(Some(lease));
             }
-            Attempt::Held { retry_after } => retry_after,
+            Taken::Held(retry_after) => retry_after,
         };
 
         let now = Instant::now();
@@ -185,10 +184,10 @@ struct LeaveQueueOnDrop {
 }
 
 impl LeaveQueueOnDrop {
-    fn new(client: &Client, backend: Arc<dyn Backend>, req: LockRequest) -> Self {
+    fn new(engine: &Engine, req: LockRequest) -> Self {
         LeaveQueueOnDrop {
-            job: Some((backend, req)),
-            runtime: client.inner.runtime.clone(),
+            job: Some((engine.backend.clone(), req)),
+            runtime: engine.runtime.clone(),
         }
     }
 

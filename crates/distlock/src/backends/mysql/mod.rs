@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
 use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
@@ -127,14 +127,15 @@ impl Backend for MysqlBackend {
         })
     }
 
-    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         if let Some(sessions) = &self.sessions {
-            return sessions.still_held(req).await;
+            return sessions.still_held(req, token).await;
         }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.lease.as_millis() * 1000)
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
+            .bind(token.get())
             .execute(&self.pool)
             .await
             .map_err(err("extending the lease"))?;
@@ -142,22 +143,19 @@ impl Backend for MysqlBackend {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         if let Some(sessions) = &self.sessions {
-            return sessions.release(req).await;
+            return sessions.release(req, token).await;
         }
+        let token = token.map(FencingToken::get);
         let done = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
+            .bind(token)
+            .bind(token)
             .execute(&self.pool)
             .await
             .map_err(err("releasing the lock"))?;
-        Ok(match (done.rows_affected(), done.last_insert_id()) {
-            (0, _) => Released::NotHeld,
-            (_, 0) => Released::Freed,
-            (_, holds) => Released::StillHeld {
-                holds: holds as u32,
-            },
-        })
+        Ok(done.rows_affected() == 1)
     }
 }

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Wakeups};
 use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
@@ -140,37 +140,33 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         if let Some(sessions) = &self.sessions {
-            return sessions.still_held(req).await;
+            return sessions.still_held(req, token).await;
         }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() as i64)
+            .bind(token.get() as i64)
             .execute(&self.pool)
             .await
             .map_err(err("extending the lease"))?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         if let Some(sessions) = &self.sessions {
-            return sessions.release(req).await;
+            return sessions.release(req, token).await;
         }
-        let left = sqlx::query(include_str!("sql/release.sql"))
+        let freed = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
+            .bind(token.map(|t| t.get() as i64))
             .fetch_optional(&self.pool)
             .await
             .map_err(err("releasing the lock"))?;
-        Ok(match left.map(|row| row.get::<i32, _>(0)) {
-            None => Released::NotHeld,
-            Some(0) => Released::Freed,
-            Some(holds) => Released::StillHeld {
-                holds: holds as u32,
-            },
-        })
+        Ok(freed.is_some())
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {

@@ -19,7 +19,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{FromRedisValue, RedisError, Script};
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind, LockName};
 
@@ -165,8 +165,8 @@ impl RedisBackend {
 
     /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
     /// the server (connection refused, or the write itself failed) is retried for a while, so a
-    /// server restart is ridden out; an error after which the script may have run is returned,
-    /// since running it twice could count a hold twice.
+    /// server restart is ridden out; an error after which the script may have run is returned
+    /// (the caller cannot know whether it took effect).
     async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
@@ -305,15 +305,6 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
     }
 }
 
-/// `-1`, `0` or holds left from a release script.
-fn released(left: i64) -> Released {
-    match left {
-        0 => Released::Freed,
-        n if n > 0 => Released::StillHeld { holds: n as u32 },
-        _ => Released::NotHeld,
-    }
-}
-
 fn sha1_hex(text: &str) -> String {
     sha1_smol::Sha1::from(text).digest().to_string()
 }
@@ -400,17 +391,18 @@ impl Backend for RedisBackend {
         attempt(answer, req)
     }
 
-    async fn extend(&self, req: &LockRequest) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         let k = Keys::new(req.kind, &req.name);
         let owner = req.owner.as_str();
         let lease = lease_ms(req).to_string();
+        let token = token.to_string();
         let s = &*SCRIPTS;
         let renewed: i64 = match req.kind {
             LockKind::Read | LockKind::Write => {
                 self.run(
                     &s.rw_extend,
                     &rw_keys(&k, false),
-                    &[owner, &lease, mode(req.kind)],
+                    &[owner, &lease, mode(req.kind), &token],
                     "extending a read-write lock",
                 )
                 .await?
@@ -419,7 +411,7 @@ impl Backend for RedisBackend {
                 self.run(
                     &s.sem_extend,
                     &[k.key(":holders"), k.key(":holds")],
-                    &[owner, &lease],
+                    &[owner, &lease, &token],
                     "extending a semaphore permit",
                 )
                 .await?
@@ -428,7 +420,7 @@ impl Backend for RedisBackend {
                 self.run(
                     &s.extend,
                     &[k.key("")],
-                    &[owner, &lease],
+                    &[owner, &lease, &token],
                     "extending the lease",
                 )
                 .await?
@@ -437,17 +429,19 @@ impl Backend for RedisBackend {
         Ok(renewed == 1)
     }
 
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         let k = Keys::new(req.kind, &req.name);
         let owner = req.owner.as_str();
         let channel = k.channel();
+        // '' names whatever holding the owner has (release by owner token).
+        let token = token.map(|t| t.to_string()).unwrap_or_default();
         let s = &*SCRIPTS;
-        let left: i64 = match req.kind {
+        let freed: i64 = match req.kind {
             LockKind::Fair => {
                 self.run(
                     &s.fair_release,
                     &[k.key(""), k.key(":queue")],
-                    &[owner, &channel],
+                    &[owner, &channel, &token],
                     "releasing a fair lock",
                 )
                 .await?
@@ -456,7 +450,7 @@ impl Backend for RedisBackend {
                 self.run(
                     &s.rw_release,
                     &rw_keys(&k, false),
-                    &[owner, mode(req.kind), &channel],
+                    &[owner, mode(req.kind), &channel, &token],
                     "releasing a read-write lock",
                 )
                 .await?
@@ -465,7 +459,7 @@ impl Backend for RedisBackend {
                 self.run(
                     &s.sem_release,
                     &[k.key(":holders"), k.key(":holds")],
-                    &[owner, &channel],
+                    &[owner, &channel, &token],
                     "releasing a semaphore permit",
                 )
                 .await?
@@ -474,13 +468,13 @@ impl Backend for RedisBackend {
                 self.run(
                     &s.release,
                     &[k.key("")],
-                    &[owner, &channel],
+                    &[owner, &channel, &token],
                     "releasing the lock",
                 )
                 .await?
             }
         };
-        Ok(released(left))
+        Ok(freed == 1)
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {

@@ -1,9 +1,10 @@
 //! The embedded SQLite backend: a lock table in one file, shared by every process on the
 //! machine that opens it. No server. See `docs.md` for its guarantees.
 //!
-//! Every take, extend and release is one `BEGIN IMMEDIATE` transaction (the write lock is taken
-//! up front, so two processes never both read "free" and both write). WAL mode lets readers
-//! proceed during a write; a busy timeout makes writers queue instead of failing.
+//! Every take is one `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two
+//! processes never both read "free" and both write); every extend and release is one statement.
+//! WAL mode lets readers proceed during a write; a busy timeout makes writers queue instead of
+//! failing.
 
 mod clock;
 mod config;
@@ -18,7 +19,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Released};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
 use crate::types::FencingToken;
@@ -174,16 +175,20 @@ impl Backend for SqliteBackend {
                 });
             }
             if live {
-                sqlx::query(include_str!("sql/reenter.sql"))
+                // Our own live holding: restart its lease and answer its token.
+                let token = row.get::<i64, _>("token");
+                sqlx::query(include_str!("sql/extend.sql"))
                     .bind(name)
                     .bind(owner)
                     .bind(expires)
+                    .bind(&self.boot_id)
+                    .bind(token)
                     .execute(&mut *tx)
                     .await
-                    .map_err(err("re-entering the lock"))?;
+                    .map_err(err("restarting the lease"))?;
                 tx.commit().await.map_err(err("committing"))?;
                 return Ok(Attempt::Acquired {
-                    token: FencingToken(row.get::<i64, _>("token") as u64),
+                    token: FencingToken(token as u64),
                     session_lost: None,
                 });
             }
@@ -211,50 +216,30 @@ impl Backend for SqliteBackend {
         })
     }
 
-    async fn extend(&self, req: &LockRequest) -> Result<bool> {
-        let mut tx = self.begin().await?;
+    // Extend and release are one statement each: its own implicit transaction takes the write
+    // lock for exactly that statement.
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
         let expires = clock::boottime_ms() + req.lease.as_millis() as i64;
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(expires)
             .bind(&self.boot_id)
-            .execute(&mut *tx)
+            .bind(token.get() as i64)
+            .execute(&self.pool)
             .await
             .map_err(err("extending the lease"))?;
-        tx.commit().await.map_err(err("committing"))?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn release_if_owner(&self, req: &LockRequest) -> Result<Released> {
-        let name = req.name.as_str();
-        let owner = req.owner.as_str();
-        let mut tx = self.begin().await?;
-        let left = sqlx::query(include_str!("sql/release.sql"))
-            .bind(name)
-            .bind(owner)
-            .fetch_optional(&mut *tx)
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        let deleted = sqlx::query(include_str!("sql/delete.sql"))
+            .bind(req.name.as_str())
+            .bind(req.owner.as_str())
+            .bind(token.map(|t| t.get() as i64))
+            .execute(&self.pool)
             .await
-            .map_err(err("releasing the lock"))?;
-        let outcome = match left {
-            Some(row) => Released::StillHeld {
-                holds: row.get::<i64, _>(0) as u32,
-            },
-            None => {
-                let deleted = sqlx::query(include_str!("sql/delete.sql"))
-                    .bind(name)
-                    .bind(owner)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err("freeing the lock"))?;
-                if deleted.rows_affected() == 1 {
-                    Released::Freed
-                } else {
-                    Released::NotHeld
-                }
-            }
-        };
-        tx.commit().await.map_err(err("committing"))?;
-        Ok(outcome)
+            .map_err(err("freeing the lock"))?;
+        Ok(deleted.rows_affected() == 1)
     }
 }

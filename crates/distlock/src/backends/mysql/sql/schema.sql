@@ -5,7 +5,7 @@
 --   name        the lock name, byte for byte: VARBINARY, so no collation folds case or ignores
 --               trailing spaces (bound, never concatenated)
 --   owner       the holder's secret owner token (32 hex digits), or the last holder's
---   holds       re-entry count of that owner; 0 once released
+--   holds       1 while held, 0 once released (re-entry is counted by the holding client)
 --   token       fencing token of the current (or last) holding: the counter, bumped when a new
 --               holder takes the row
 --   expires_at  when the lease ends, UTC, by the server's clock (UTC_TIMESTAMP(6))

@@ -1,11 +1,12 @@
--- Takes, re-enters or reports a lease lock in one statement.
+-- Takes a lease lock, confirms the caller's own holding, or reports it held, in one statement.
 -- params, bound in order: name, owner, lease in microseconds
 -- returns (through the OK packet's last-insert-id, set with LAST_INSERT_ID(expr) in every branch):
 --   < 2^62: the caller holds the lock now with this fencing token;
 --   >= 2^62: someone else holds it, with (value - 2^62) milliseconds of lease left.
 -- Invariants: the row changes owner only when its lease has ended (expires_at <= now); a
---   re-entry (same owner, lease not over) adds a hold and keeps the token; a new holding bumps
---   the token. MySQL applies the assignments left to right and each later one sees the earlier
+--   caller's own live holding (same owner, lease not over) keeps its token and restarts its
+--   lease (re-entry is counted by the client: `holds` is 1 while held, 0 once released); a new
+--   holding bumps the token. MySQL applies the assignments left to right and each later one sees the earlier
 --   ones' results: token and holds are computed from the old row, owner next (from the old
 --   expiry), expires_at last (from the new owner: it is ours now iff we took or re-entered).
 --   UTC_TIMESTAMP(6) is the statement's start time, one value for the whole statement.
@@ -18,6 +19,6 @@ ON DUPLICATE KEY UPDATE
                   LAST_INSERT_ID(token),
                   token + 0 * LAST_INSERT_ID(4611686018427387904
                       + GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) DIV 1000)))),
-    holds = IF(expires_at <= UTC_TIMESTAMP(6), 1, IF(owner = VALUES(owner), holds + 1, holds)),
+    holds = IF(expires_at <= UTC_TIMESTAMP(6) OR owner = VALUES(owner), 1, holds),
     owner = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
     expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)

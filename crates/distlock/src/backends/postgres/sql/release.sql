@@ -1,16 +1,13 @@
--- Removes one hold of the owner in one statement; at the last hold it ends the lease
--- (expires_at = the epoch, the row stays for the next take) and notifies waiters
--- (LISTEN distlock_released, payload = the lock name; delivered at commit).
--- $1 name, $2 owner
--- returns: holds left (0 = freed); no row if the owner does not hold the lock.
--- SET expressions all read the row as it was, so `holds = 1` means "this was the last hold".
--- CASE, not OR: the notice must go out only when the lock became free.
+-- Frees a lease lock in one statement: ends the lease (expires_at = the epoch; the row stays for
+-- the next take) and notifies waiters (LISTEN distlock_released, payload = the lock name;
+-- delivered at commit). Only the owner's holding, and only the one with token $3 when given
+-- (a guard's release), so an older guard never frees a newer holding of the same owner.
+-- $1 name, $2 owner, $3 token or NULL (release by owner token, without a guard)
+-- returns one row if freed, none if that holding is gone (nothing changed, nobody told).
 WITH released AS (
     UPDATE distlock_locks
-    SET holds = holds - 1,
-        expires_at = CASE WHEN holds = 1 THEN 'epoch'::timestamptz ELSE expires_at END
-    WHERE name = $1 AND owner = $2 AND holds > 0
-    RETURNING holds
+    SET holds = 0, expires_at = 'epoch'::timestamptz
+    WHERE name = $1 AND owner = $2 AND holds > 0 AND ($3::bigint IS NULL OR token = $3)
+    RETURNING name
 )
-SELECT holds FROM released
-WHERE CASE WHEN holds > 0 THEN true ELSE pg_notify('distlock_released', $1) IS NOT NULL END
+SELECT pg_notify('distlock_released', $1) FROM released

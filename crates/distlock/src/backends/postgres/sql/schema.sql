@@ -5,7 +5,7 @@
 --   name        the lock name, byte for byte (bound, never concatenated; "C" collation: equality
 --               is by bytes, no case folding)
 --   owner       the holder's secret owner token (32 hex digits)
---   holds       re-entry count of that owner; 0 once released
+--   holds       1 while held, 0 once released (re-entry is counted by the holding client)
 --   token       fencing token of the current (or last) holding
 --   expires_at  when the lease ends, by the database server's clock
 -- distlock_fencing: the sequence fencing tokens come from. Sequences never go back, also not

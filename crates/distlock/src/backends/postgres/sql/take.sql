@@ -1,13 +1,14 @@
--- Takes, re-enters or reports a lease lock in one statement.
+-- Takes a lease lock, confirms the caller's own holding, or reports it held, in one statement.
 -- $1 name, $2 owner, $3 lease in milliseconds
 -- returns one row: (token, NULL) when the caller holds the lock now, (NULL, ms the holder's lease
 --   has left, or NULL if unknown) when someone else does. Rarely no row (the row appeared after
 --   this statement's snapshot): the caller treats that as held.
 -- Invariants: the row is overwritten only when it is the caller's or its lease has ended, judged
---   by now() (the server's clock, one for every client). A re-entry (same owner, lease not over)
---   keeps the token and adds one hold. A new holding draws its token in the DO UPDATE branch,
---   i.e. after this statement got the row lock, so it is larger than the token of every holder
---   before it. The token in the inserted row is used only by the very first take of a name (no
+--   by now() (the server's clock, one for every client). The caller's own live holding (same
+--   owner, lease not over) keeps its token and restarts its lease (re-entry is counted by the
+--   client, so `holds` is 1 while held and 0 once released). A new holding draws its token
+--   in the DO UPDATE branch, i.e. after this statement got the row lock, so it is larger than
+--   the token of every holder before it. The token in the inserted row is used only by the very first take of a name (no
 --   row yet, so no earlier holder); rows are never deleted, so that happens once per name.
 -- Fast "held" answer: `current` reads the statement's snapshot; when it shows another owner's
 --   live lease the INSERT is skipped, so a waiter's try locks nothing and writes nothing (an
@@ -21,7 +22,7 @@ WITH current AS (
     SELECT $1, $2, 1, nextval('distlock_fencing'), now() + $3 * interval '1 millisecond'
     WHERE NOT EXISTS (SELECT 1 FROM current WHERE owner <> $2 AND expires_at > now())
     ON CONFLICT (name) DO UPDATE SET
-        holds = CASE WHEN l.expires_at > now() THEN l.holds + 1 ELSE 1 END,
+        holds = 1,
         token = CASE WHEN l.expires_at > now() THEN l.token ELSE nextval('distlock_fencing') END,
         owner = excluded.owner,
         expires_at = excluded.expires_at

@@ -1,12 +1,12 @@
--- acquire.lua: take, re-enter, or report the exclusive lock held.
+-- acquire.lua: take the exclusive lock, confirm the owner's own holding, or report it held.
 --
--- KEYS[1]  the lock: a hash, field <owner token> = hold count, field '#fence' = this holding's
---          fencing token; its PEXPIRE is the lease.
+-- KEYS[1]  the lock: a hash, field <owner token> = 1, field '#fence' = this holding's fencing
+--          token; its PEXPIRE is the lease.
 -- KEYS[2]  the lock's fencing counter (see prelude.lua).
 -- ARGV[1]  owner token; ARGV[2] lease in ms.
 --
--- Returns {1, token}   taken (token just bumped) or re-entered (hold count + 1, same token);
---                      either way the lease restarts.
+-- Returns {1, token}   taken (token just bumped), or the owner's own holding confirmed (same
+--                      token); either way the lease restarts.
 --         {0, pttl}    another owner holds it; pttl = ms its lease has left.
 -- Invariant: the hash exists iff the lock is held, and then holds exactly one owner field.
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -16,7 +16,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {1, token}
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('HGET', KEYS[1], '#fence'))}
 end

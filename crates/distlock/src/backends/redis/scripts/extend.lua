@@ -1,11 +1,13 @@
--- extend.lua: restart the lease of an exclusive or fair lock, only for its owner (the watchdog).
+-- extend.lua: restart the lease of an exclusive or fair lock, only for the holding named (the
+-- watchdog, and re-entry's confirmation).
 --
 -- KEYS[1]  the lock hash (see acquire.lua).
--- ARGV[1]  owner token; ARGV[2] lease in ms.
+-- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] the holding's fencing token.
 --
--- Returns 1 if the owner still held the lock (its lease now restarts), 0 otherwise (the lease
--- ended, or someone else holds it: nothing is changed).
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+-- Returns 1 if that holding is still the owner's (its lease now restarts), 0 otherwise (the
+-- lease ended, someone else holds it, or it is a newer holding: nothing is changed).
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+    and same_holding(redis.call('HGET', KEYS[1], '#fence'), ARGV[3]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -1,6 +1,6 @@
--- fair_acquire.lua: take the fair lock if it is our turn, re-enter it, or wait in line.
+-- fair_acquire.lua: take the fair lock if it is our turn, confirm our holding, or wait in line.
 --
--- KEYS[1]  the lock hash, as for the exclusive lock (field <owner> = holds, '#fence' = token).
+-- KEYS[1]  the lock hash, as for the exclusive lock (field <owner> = 1, '#fence' = token).
 -- KEYS[2]  the lock's fencing counter (see prelude.lua).
 -- KEYS[3]  the queue: a list of waiting owner tokens, first come first.
 -- KEYS[4]  each waiter's deadline: a sorted set, owner → server ms by which it must ask again.
@@ -8,7 +8,8 @@
 --          ARGV[5] '1' to wait in line, '0' for a one-off attempt (try_acquire, or the first
 --          attempt before the waiter has subscribed), which never joins the queue.
 --
--- Returns {1, token}  taken (we were first in line, or nobody waits) or re-entered.
+-- Returns {1, token}  taken (we were first in line, or nobody waits), or our own holding
+--                     confirmed (same token, lease restarts).
 --         {0, ms}     not our turn: with ARGV[5] = '1' we are in the queue (appended on the
 --                     first such call, deadline refreshed on every call); ms = how long until we should ask again, never
 --                     more than a third of the waiter ttl so our place does not lapse while we
@@ -29,7 +30,6 @@ end
 
 local held = redis.call('EXISTS', KEYS[1]) == 1
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
-  redis.call('HINCRBY', KEYS[1], owner, 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('HGET', KEYS[1], '#fence'))}
 end

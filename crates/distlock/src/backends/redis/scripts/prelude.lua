@@ -6,6 +6,13 @@
 --   next_fence(key)      bumps and returns the fencing counter stored at `key`; the counter
 --                        lives FENCE_TTL_MS from its creation, then starts again from the clock.
 --   keep_for(key, ms)    makes `key` live at least `ms` more milliseconds (never shortens it).
+--   same_holding(stored, wanted)
+--                        whether the fencing token stored for a holding is the one the caller
+--                        names ('' names any holding of the owner: release by owner token).
+--
+-- Holdings: the store keeps one holding per owner and lock; re-entry is counted by the client.
+-- Every extend and release names the holding by its token, so a guard of an earlier holding of
+-- the same owner never renews or frees a later one.
 --
 -- Fencing invariant: the counter starts at the server's clock in microseconds when it is created
 -- (first use, or after it expired or was lost in a restart of a Redis that keeps nothing on
@@ -30,6 +37,10 @@ local function next_fence(key)
     redis.call('SET', key, string.format('%.0f', token), 'PX', FENCE_TTL_MS)
   end
   return token
+end
+
+local function same_holding(stored, wanted)
+  return stored ~= false and stored ~= nil and (wanted == '' or stored == wanted)
 end
 
 local function keep_for(key, ms)

@@ -1,21 +1,21 @@
--- rw_acquire.lua: take or re-enter one side of a read-write lock, or report it blocked.
+-- rw_acquire.lua: take one side of a read-write lock, confirm our holding, or report it blocked.
 --
--- KEYS[1]  the writer: a hash, 'w' = owner, 'wh' = holds, 'wexp' = server ms its lease ends,
+-- KEYS[1]  the writer: a hash, 'w' = owner, 'wh' = 1, 'wexp' = server ms its lease ends,
 --          'wt' = its fencing token (PEXPIRE = the lease, so a crashed writer's hash vanishes).
 -- KEYS[2]  readers: a sorted set, owner → server ms at which its read lease ends.
--- KEYS[3]  reader holds: a hash, field <owner> = hold count, 't:'<owner> = its fencing token.
+-- KEYS[3]  reader holds: a hash, field <owner> = 1, 't:'<owner> = its fencing token.
 -- KEYS[4]  waiting writers: a sorted set, owner → server ms by which it must ask again.
 -- KEYS[5]  the lock's fencing counter, shared by both sides (see prelude.lua).
 -- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] 'read' or 'write'; ARGV[4] waiter ttl ms.
 --
--- Returns {1, token}  taken or re-entered (re-entry keeps the token and restarts the lease).
+-- Returns {1, token}  taken, or our own holding confirmed (same token, lease restarts).
 --         {0, ms}     blocked; ms = until the blocking lease ends (at most a third of the waiter
 --                     ttl while writers wait, so a waiting writer keeps its place).
 --         {-1, 0}     a reader asked for the write side: upgrading could deadlock two readers,
 --                     so it is refused (release the read lock first).
 -- Rules: any number of readers or one writer. The writer may also take the read side (it
 -- covers it). Writer preference: while a live writer waits, new readers wait too (readers
--- already holding may re-enter), so a stream of readers cannot starve writers. Expired readers,
+-- already holding are confirmed), so a stream of readers cannot starve writers. Expired readers,
 -- writers and waiting writers are purged first, so a crashed holder blocks for one lease at most.
 local owner = ARGV[1]
 local lease = tonumber(ARGV[2])
@@ -49,7 +49,6 @@ end
 
 if ARGV[3] == 'read' then
   if redis.call('ZSCORE', KEYS[2], owner) then
-    redis.call('HINCRBY', KEYS[3], owner, 1)
     redis.call('ZADD', KEYS[2], now + lease, owner)
     keep_for(KEYS[2], lease)
     keep_for(KEYS[3], lease)
@@ -70,7 +69,6 @@ if ARGV[3] == 'read' then
 end
 
 if writer == owner then
-  redis.call('HINCRBY', KEYS[1], 'wh', 1)
   redis.call('HSET', KEYS[1], 'wexp', now + lease)
   redis.call('PEXPIRE', KEYS[1], lease)
   return {1, tonumber(redis.call('HGET', KEYS[1], 'wt'))}

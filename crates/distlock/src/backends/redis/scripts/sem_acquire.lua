@@ -1,11 +1,11 @@
--- sem_acquire.lua: take one permit of a semaphore, re-enter ours, or report all taken.
+-- sem_acquire.lua: take one permit of a semaphore, confirm ours, or report all taken.
 --
 -- KEYS[1]  holders: a sorted set, owner → server ms at which its permit's lease ends.
--- KEYS[2]  holds: a hash, field <owner> = hold count, field 't:'<owner> = its fencing token.
+-- KEYS[2]  holds: a hash, field <owner> = 1, field 't:'<owner> = its fencing token.
 -- KEYS[3]  the semaphore's fencing counter (see prelude.lua).
 -- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] permits in all.
 --
--- Returns {1, token}  a permit taken (new token) or ours re-entered (same token, lease restarts).
+-- Returns {1, token}  a permit taken (new token) or ours confirmed (same token, lease restarts).
 --         {0, ms}     all permits taken; ms = until the first permit's lease ends.
 -- Invariants: each permit has its own lease; a permit whose lease ended (crashed holder) is
 -- purged before counting, so it comes back without anyone releasing it. The keys live as long
@@ -22,7 +22,6 @@ for _, gone in ipairs(expired) do
 end
 
 if redis.call('ZSCORE', KEYS[1], owner) then
-  redis.call('HINCRBY', KEYS[2], owner, 1)
   redis.call('ZADD', KEYS[1], now + lease, owner)
   keep_for(KEYS[1], lease)
   keep_for(KEYS[2], lease)

@@ -3,7 +3,8 @@
 -- distlock_locks: one row per held lock.
 --   name        the lock name, byte for byte (bound, never concatenated)
 --   owner       the holder's secret owner token (32 hex digits)
---   holds       re-entry count of that owner, >= 1
+--   holds       always 1: re-entry is counted by the client that holds the lock, not in the
+--               file (the column stays so files made by earlier versions keep working)
 --   token       fencing token of this holding
 --   boot_id     the kernel boot this lease was taken in (/proc/sys/kernel/random/boot_id)
 --   expires_ms  CLOCK_BOOTTIME in ms when the lease ends
