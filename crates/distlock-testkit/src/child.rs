@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -47,7 +48,9 @@ pub enum Role {
         /// Acquisitions per task.
         iterations: u32,
     },
-    /// Take the lock, report the token, then obey commands: `write PATH`, `lost MS`, `release`.
+    /// Take the lock, report the token, then obey commands: `write PATH`, `lost MS`, `check`
+    /// (answer at once what the guard knows: `is_lost()`, and whether `lost()` is ready),
+    /// `release`.
     Hold {
         /// Lock name.
         name: String,
@@ -213,6 +216,13 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
                         let wait = Duration::from_millis(arg.parse().unwrap_or(0));
                         let lost = tokio::time::timeout(wait, guard.lost()).await.is_ok();
                         say(json!({"event": "lost", "lost": lost}));
+                    }
+                    "check" => {
+                        let is_lost = guard.is_lost();
+                        let lost_ready = guard.lost().now_or_never().is_some();
+                        say(
+                            json!({"event": "check", "is_lost": is_lost, "lost_ready": lost_ready}),
+                        );
                     }
                     "release" => {
                         let held = guard.release().await?;

@@ -192,6 +192,36 @@ fn cases() -> Vec<(&'static str, Runs, CaseFn)> {
             case(pause::paused_holder_is_fenced),
         ),
         (
+            "resumed_holder_knows_at_once",
+            Each,
+            case(pause::resumed_holder_knows_at_once),
+        ),
+        (
+            "stale_guard_keeps_newer_holding",
+            Each,
+            case(watchdog::stale_guard_keeps_newer_holding),
+        ),
+        (
+            "stale_holding_untouched_in_store",
+            Each,
+            case(release::stale_holding_untouched_in_store),
+        ),
+        (
+            "old_guard_after_retake_is_inert",
+            Each,
+            case(release::old_guard_after_retake_is_inert),
+        ),
+        (
+            "reenter_after_lease_end_is_lost",
+            Each,
+            case(watchdog::reenter_after_lease_end_is_lost),
+        ),
+        (
+            "huge_waits_wait_forever",
+            Each,
+            case(timeouts::huge_waits_wait_forever),
+        ),
+        (
             "reentrancy_counts_holds",
             Each,
             case(reentrancy::counts_holds),

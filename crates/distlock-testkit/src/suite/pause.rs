@@ -86,3 +86,49 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
+
+/// A holder process paused past its lease knows it lost the lock the moment it resumes, from its
+/// own clock: the first `is_lost()` after SIGCONT is already true and `lost()` is ready, before
+/// any round trip to the store (the issue: one stale write got through in that window).
+pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("resumed");
+    let lease = Duration::from_millis(800);
+    let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
+        name: name.clone(),
+        lease_ms: lease.as_millis() as u64,
+    }))?;
+    holder.event(Duration::from_secs(30)).await?;
+    holder.send("check").await?;
+    let before = holder.event(Duration::from_secs(10)).await?;
+    check!(
+        before["is_lost"] == false && before["lost_ready"] == false,
+        "a renewed holder reports itself lost: {before}"
+    );
+    holder.signal(libc::SIGSTOP)?;
+    tokio::time::sleep(lease * 3).await;
+    let next = ctx
+        .contender(&name)
+        .acquire_timeout(Duration::from_secs(10))
+        .await;
+    holder.signal(libc::SIGCONT)?;
+    let next = next.map_err(|e| {
+        crate::Failure(format!(
+            "the lock of a holder paused past its lease did not free: {e}"
+        ))
+    })?;
+    holder.send("check").await?;
+    let after = holder.event(Duration::from_secs(10)).await?;
+    check!(
+        after["is_lost"] == true && after["lost_ready"] == true,
+        "right after resuming, the paused holder does not know it lost the lock: {after}"
+    );
+    holder.send("release").await?;
+    let released = holder.event(Duration::from_secs(10)).await?;
+    check!(
+        released["held"] == false,
+        "the paused holder's release claimed the lock: {released}"
+    );
+    holder.finish(Duration::from_secs(10)).await?;
+    check!(next.release().await?, "the next holder lost its lock");
+    Ok(())
+}

@@ -65,3 +65,83 @@ pub(super) async fn dropped_guard_releases(ctx: Ctx) -> Outcome {
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
+
+/// Release and renewal name the exact holding (its fencing token) in the store itself, not only
+/// in the guard: a guard in client A whose holding was freed by owner token and taken again by
+/// the same owner in client B neither frees nor renews B's holding.
+pub(super) async fn stale_holding_untouched_in_store(ctx: Ctx) -> Outcome {
+    let owner = OwnerToken::random();
+    let other_client = ctx.connect().await?;
+    let in_b = |name: &str| (ctx.flavour.make)(&other_client, name).owner(owner.clone());
+
+    // Release: A's guard is still live by its own clock when B has taken the lock again.
+    let name = ctx.unique_name("release");
+    let a = ctx.lock(&name).owner(owner.clone()).acquire().await?;
+    in_b(&name).release().await?;
+    let b = in_b(&name).acquire_timeout(Duration::from_secs(5)).await?;
+    check!(
+        b.fencing_token() > a.fencing_token(),
+        "B's new holding kept A's token"
+    );
+    check!(
+        !a.release().await?,
+        "A's release of a holding that is gone reported holding the lock"
+    );
+    let other = ctx.contender(&name).try_acquire().await?;
+    check!(other.is_none(), "A's stale release freed B's holding");
+    check!(b.release().await?, "B's holding was lost");
+
+    // Renewal: A's watchdog renews with its own token, finds its holding gone and reports the
+    // loss, while B's holding keeps its lease.
+    let name = ctx.unique_name("extend");
+    let lease = Duration::from_millis(600);
+    let a = ctx
+        .lock(&name)
+        .owner(owner.clone())
+        .lease(lease)
+        .acquire()
+        .await?;
+    in_b(&name).release().await?;
+    let b = in_b(&name).lease(lease).no_watchdog().acquire().await?;
+    let lost = tokio::time::timeout(lease, a.lost()).await;
+    check!(
+        lost.is_ok(),
+        "A's watchdog renewed a holding that is not its own"
+    );
+    check!(!b.is_lost(), "B's holding was lost while A renewed");
+    let other = ctx.contender(&name).try_acquire().await?;
+    check!(other.is_none(), "B's holding ended early");
+    drop(b);
+    Ok(())
+}
+
+/// In one client, after the owner's holding was freed by owner token and taken again, the old
+/// guard (still live by its clock) neither re-enters nor frees the new holding. Applies to every
+/// store, session stores included.
+pub(super) async fn old_guard_after_retake_is_inert(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("retaken");
+    let lock = ctx.lock(&name).owner(OwnerToken::random());
+    let old = lock.acquire().await?;
+    lock.release().await?;
+    let again = old.reenter().await;
+    check!(
+        matches!(&again, Err(e) if e.kind() == ErrorKind::LeaseLost),
+        "re-entering a freed holding answered {again:?}"
+    );
+    let new = lock.acquire_timeout(Duration::from_secs(5)).await?;
+    check!(
+        new.fencing_token() > old.fencing_token(),
+        "the new holding kept the freed one's token"
+    );
+    check!(
+        !old.release().await?,
+        "the old guard's release reported holding the lock"
+    );
+    let other = ctx.contender(&name).try_acquire().await?;
+    check!(
+        other.is_none(),
+        "the old guard's release freed the new holding"
+    );
+    check!(new.release().await?, "the new holding was lost");
+    Ok(())
+}

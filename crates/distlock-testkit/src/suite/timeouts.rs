@@ -37,3 +37,38 @@ pub(super) async fn acquire_timeout_times_out(ctx: Ctx) -> Outcome {
     check!(held.release().await?, "the holder lost its lock");
     Ok(())
 }
+
+/// A wait longer than the clock can represent (`Duration::MAX`, `u64::MAX` seconds) is a wait
+/// without end: it neither panics nor gives up, on a free lock, a held one and a multi-lock.
+pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("forever");
+    let free = ctx.lock(&name).acquire_timeout(Duration::MAX).await?;
+    check!(free.release().await?, "the holder lost its lock");
+
+    let held = ctx.contender(&name).acquire().await?;
+    let waiter = tokio::spawn({
+        let lock = ctx.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(u64::MAX)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check!(
+        !waiter.is_finished(),
+        "a wait without end ended while the lock was held: {:?}",
+        waiter.await
+    );
+    check!(held.release().await?, "the holder lost its lock");
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| crate::Failure("the waiter did not get the released lock".into()))?
+        .map_err(|e| crate::Failure(e.to_string()))??;
+    check!(got.release().await?, "the waiter lost its lock");
+
+    let names = [ctx.unique_name("multi-a"), ctx.unique_name("multi-b")];
+    let all = ctx
+        .client
+        .multi_lock(&names)
+        .acquire_timeout(Duration::MAX)
+        .await?;
+    check!(all.release().await?, "the multi-lock lost a lock");
+    Ok(())
+}

@@ -44,3 +44,68 @@ pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
+
+/// Re-entry after the lease ended is refused with `LeaseLost` and takes nothing (the issue: it
+/// used to take a fresh holding that the old guard's release then freed).
+pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("reenter-late");
+    let lease = Duration::from_millis(300);
+    let lock = ctx
+        .lock(&name)
+        .owner(distlock::OwnerToken::random())
+        .lease(lease)
+        .no_watchdog();
+    let guard = lock.acquire().await?;
+    tokio::time::sleep(lease * 2).await;
+    check!(guard.is_lost(), "the guard does not know its lease ended");
+    let again = guard.reenter().await;
+    check!(
+        matches!(&again, Err(e) if e.kind() == distlock::ErrorKind::LeaseLost),
+        "re-entry after the lease ended answered {again:?}"
+    );
+    let other = ctx.contender(&name).try_acquire().await?;
+    check!(other.is_some(), "the refused re-entry left the lock taken");
+    check!(
+        !guard.release().await?,
+        "the expired guard's release claimed the lock"
+    );
+    let still = ctx.contender(&name).try_acquire().await?;
+    check!(
+        still.is_none(),
+        "the expired guard's release freed the next holder's lock"
+    );
+    Ok(())
+}
+
+/// A stale guard of an owner never releases that owner's newer holding (the issue's first
+/// defect): same owner, the first lease ends, the owner takes the lock again, then the first
+/// guard is released.
+pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("stale");
+    let lease = Duration::from_millis(300);
+    let lock = ctx
+        .lock(&name)
+        .owner(distlock::OwnerToken::random())
+        .lease(lease)
+        .no_watchdog();
+    let stale = lock.acquire().await?;
+    tokio::time::sleep(lease * 2).await;
+    let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
+    check!(
+        fresh.fencing_token() > stale.fencing_token(),
+        "the new holding kept the expired one's token {}",
+        stale.fencing_token()
+    );
+    check!(
+        !stale.release().await?,
+        "the stale guard's release reported holding the lock"
+    );
+    let other = ctx.contender(&name).try_acquire().await?;
+    check!(
+        other.is_none(),
+        "the stale guard's release freed the owner's newer holding"
+    );
+    check!(!fresh.is_lost(), "the newer holding reports itself lost");
+    check!(fresh.release().await?, "the newer holding was lost");
+    Ok(())
+}

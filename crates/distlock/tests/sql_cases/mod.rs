@@ -36,6 +36,25 @@ pub fn session_suite(suite: Suite) -> Suite {
             "a paused holder's connection stays open, so its lock stays held and nobody else gets \
              in; a holder whose connection ends is the server_kill case",
         )
+        .not_applicable(
+            "resumed_holder_knows_at_once",
+            "a paused holder keeps its session lock (see paused_holder_is_fenced)",
+        )
+        .not_applicable(
+            "stale_guard_keeps_newer_holding",
+            "a session lock has no lease that ends; old_guard_after_retake_is_inert covers \
+             stale guards",
+        )
+        .not_applicable(
+            "reenter_after_lease_end_is_lost",
+            "a session lock has no lease that ends; old_guard_after_retake_is_inert covers \
+             re-entering a holding that is gone",
+        )
+        .not_applicable(
+            "stale_holding_untouched_in_store",
+            "a session lock belongs to the client whose connection holds it: another client \
+             cannot free it by owner token",
+        )
 }
 
 pub fn postgres_lease(suite: Suite) -> Suite {
