@@ -23,7 +23,7 @@
 //! * [`lock`], [`guard`]: the user API ([`Lock`], [`Guard`], [`MultiLock`]).
 //! * [`backend`]: the [`Backend`] trait — the few steps that must be atomic in a store.
 //! * `core`: written once for every backend — the wait loop, the watchdog and lost signal,
-//!   reentrant holders sharing one lease.
+//!   reentrant holders sharing one holding. It stands alone: the user API wraps it.
 //! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files
 //!   and a `docs.md` stating its guarantees.
 //! * [`sql`]: database techniques that are not a `Lock`: the row lock held by your own
