@@ -1,8 +1,16 @@
 //! The contract a store must meet: only what has to be atomic in the store.
 //!
-//! Everything else (waiting with a deadline, the watchdog, sharing one lease between reentrant
-//! guards, the lost signal, releasing on drop, multi-locks) is written once in [`crate::core`]
-//! and works the same over every backend.
+//! Everything else (waiting with a deadline, the watchdog, re-entry, the lost signal, releasing
+//! on drop, cancellation, multi-locks) is written once in the core and works the same over every
+//! backend. A store supplies:
+//!
+//! * [`Backend::try_take`]: one attempt, answering a token and what keeps the grant alive
+//!   ([`Hold`]: a lease valid for a duration the store states, or a session with an end signal);
+//! * [`Backend::extend`] and [`Backend::release`], naming the exact holding by its token;
+//! * how a waiter waits: by default the core polls `try_take` and wakes on
+//!   [`Backend::watch_free`]; a store whose waiters hold a place in a queue (a fair lock, a
+//!   ZooKeeper node, an etcd key) supplies its own [`Waiter`] instead;
+//! * [`Capabilities`]: whether it notifies, its lease model, whether waiters queue.
 
 use std::fmt;
 use std::future::Future;
@@ -24,6 +32,7 @@ pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send + 'static>>;
 
 /// What one call to the store is about: which lock, which flavour, who asks, for how long.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LockRequest {
     /// The lock's name.
     pub name: LockName,
@@ -35,16 +44,46 @@ pub struct LockRequest {
     pub lease: Lease,
 }
 
-/// The answer to [`Backend::try_take`].
+impl LockRequest {
+    /// A request for `name` of flavour `kind` by `owner`, with `lease`.
+    pub fn new(name: LockName, kind: LockKind, owner: OwnerToken, lease: Lease) -> Self {
+        LockRequest {
+            name,
+            kind,
+            owner,
+            lease,
+        }
+    }
+}
+
+/// What keeps a grant alive.
+#[non_exhaustive]
+pub enum Hold {
+    /// A lease the store keeps for `valid_for`, counted from when the request was *sent*. Usually
+    /// the requested lease; less where the store can promise less (Redlock: lease − elapsed −
+    /// drift), more where it rounds up (whole seconds). The core renews every third of it.
+    Lease {
+        /// How long the grant is valid from the send time of the request.
+        valid_for: Duration,
+    },
+    /// A session: the holding lasts as long as the store's session, with no renewal; the signal
+    /// resolves when the store ends the session (a killed connection, an expired ZooKeeper
+    /// session).
+    Session {
+        /// Resolves when the session that holds the lock has ended.
+        ended: Signal,
+    },
+}
+
+/// The answer to one attempt ([`Backend::try_take`], [`Waiter::poll`]).
+#[non_exhaustive]
 pub enum Attempt {
     /// The caller holds the lock now (newly taken, or its own holding confirmed: same token).
     Acquired {
-        /// The fencing token of this holding.
+        /// The fencing token of this holding; it names the holding in extend and release.
         token: FencingToken,
-        /// For session-based stores: resolves when the store ends the session that holds the lock
-        /// (a killed connection, an expired ZooKeeper session). `None` for lease-based stores,
-        /// whose loss the watchdog detects.
-        session_lost: Option<Signal>,
+        /// What keeps it alive.
+        hold: Hold,
     },
     /// Someone else holds it.
     Held {
@@ -54,25 +93,132 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// Taken with a lease of the requested length (the common case for lease-based stores).
+    pub fn leased(token: FencingToken, req: &LockRequest) -> Self {
+        Attempt::Acquired {
+            token,
+            hold: Hold::Lease {
+                valid_for: req.lease.duration(),
+            },
+        }
+    }
+}
+
 impl fmt::Debug for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Attempt::Acquired { token, .. } => write!(f, "Acquired({token})"),
+            Attempt::Acquired {
+                token,
+                hold: Hold::Lease { valid_for },
+            } => write!(f, "Acquired({token}, valid for {valid_for:?})"),
+            Attempt::Acquired { token, .. } => write!(f, "Acquired({token}, session)"),
             Attempt::Held { retry_after } => write!(f, "Held({retry_after:?})"),
         }
     }
 }
 
-/// What a backend can do, so the core can refuse early and choose how to wait.
+/// How a store keeps a holding alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseModel {
+    /// Each lock has its own lease, renewed by the core's watchdog; `granularity` is the
+    /// smallest step the store can keep (leases shorter than it are refused).
+    PerLock {
+        /// The store's lease resolution.
+        granularity: Duration,
+    },
+    /// A holding lasts as long as the client's session with the store; nothing is renewed.
+    Session,
+}
+
+/// What a backend can do, so the core can refuse early and choose how to wait, and the
+/// conformance suite can tell which cases apply.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct Capabilities {
-    /// The store tells waiters when a lock may be free ([`Backend::watch_free`] is meaningful);
-    /// without it the core waits with a jittered backoff bounded by the holder's lease left.
+    /// The store tells waiters when a lock may be free ([`Backend::watch_free`] or the
+    /// backend's [`Waiter::changed`] is meaningful); without it the core waits with a jittered
+    /// backoff bounded by the holder's lease left.
     pub notifies: bool,
-    /// Locks must be renewed by the watchdog (lease-based). Session-based stores set it false.
-    pub renews: bool,
-    /// Waiters hold a place in a queue in the store, which [`Backend::abandon`] must clear.
+    /// How holdings are kept alive.
+    pub lease: LeaseModel,
+    /// Waiters hold a place in a queue in the store, which their [`Waiter::leave`] must clear.
     pub queues: bool,
+}
+
+impl Capabilities {
+    /// A store with per-lock leases of millisecond resolution that neither notifies nor queues.
+    pub fn leases() -> Self {
+        Capabilities {
+            notifies: false,
+            lease: LeaseModel::PerLock {
+                granularity: Duration::from_millis(1),
+            },
+            queues: false,
+        }
+    }
+
+    /// A store whose holdings are sessions, that neither notifies nor queues.
+    pub fn sessions() -> Self {
+        Capabilities {
+            lease: LeaseModel::Session,
+            ..Self::leases()
+        }
+    }
+
+    /// The same, with notifications.
+    pub fn notifying(self) -> Self {
+        Capabilities {
+            notifies: true,
+            ..self
+        }
+    }
+
+    /// The same, with waiters queueing in the store.
+    pub fn queueing(self) -> Self {
+        Capabilities {
+            queues: true,
+            ..self
+        }
+    }
+
+    /// The same, with lease resolution `granularity`.
+    pub fn granularity(self, granularity: Duration) -> Self {
+        Capabilities {
+            lease: LeaseModel::PerLock { granularity },
+            ..self
+        }
+    }
+
+    /// Whether holdings are leases the watchdog renews.
+    pub fn renews(&self) -> bool {
+        matches!(self.lease, LeaseModel::PerLock { .. })
+    }
+}
+
+/// How one acquisition waits, for stores where waiting is more than "try, then wait for a
+/// notice": the waiter first takes a place (a queue entry, a sequential node, a key), then asks
+/// whether its turn came each time something changed, and removes its place when it gives up.
+///
+/// The core calls [`poll`](Waiter::poll) until it answers [`Attempt::Acquired`], waiting in
+/// between on [`changed`](Waiter::changed) — never longer than the holder's lease left or the
+/// caller's deadline, so a lost notice costs time, never a hang. After a timeout, and in the
+/// background after the acquisition was cancelled, it calls [`leave`](Waiter::leave).
+#[async_trait]
+pub trait Waiter: Send + 'static {
+    /// One attempt: takes the lock if it is this waiter's turn (or free), otherwise reports it
+    /// held. The first call may create the waiter's place in the store.
+    async fn poll(&mut self) -> Result<Attempt>;
+
+    /// Resolves when it is worth polling again (the predecessor left, a release notice). May
+    /// resolve at once, e.g. right after starting to listen, so a change between the last poll
+    /// and the subscription is not missed.
+    async fn changed(&mut self) -> Result<()>;
+
+    /// The waiter gives up: removes its place in the store. Not called after `poll` answered
+    /// `Acquired`.
+    async fn leave(&mut self) -> Result<()>;
 }
 
 /// The atomic primitives a store supplies.
@@ -88,7 +234,7 @@ pub struct Capabilities {
 ///   was lost can be sent again); otherwise it changes nothing and says how long the holder's
 ///   lease has left.
 /// * [`extend`](Backend::extend) restarts the lease only if the holding named by `token` is still
-///   `owner`'s, in one step.
+///   `owner`'s, in one step, and says for how long it is valid now.
 /// * [`release`](Backend::release) frees the lock only if `owner` holds it (with `token`, when
 ///   given), in one step. A newer holding of the same owner is never touched by an older token.
 /// * Lease expiry is judged by one clock for all clients (the store's), never by the caller's.
@@ -111,16 +257,24 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Takes the lock, confirms the owner's own holding, or reports it held. See the contract.
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt>;
 
-    /// Restarts the lease if `req.owner` still holds the lock with the holding `token` names;
-    /// `Ok(false)` if it does not (the lease ended, someone else took it, or the same owner took
-    /// it again as a new holding).
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool>;
+    /// Restarts the lease if `req.owner` still holds the lock with the holding `token` names:
+    /// `Some(valid_for)`, counted from when the request was sent. `None` if it does not (the
+    /// lease ended, someone else took it, or the same owner took it again as a new holding).
+    /// For session holdings this only confirms the holding; the duration is not used.
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>>;
 
     /// Frees the lock if `req.owner` holds it: only the holding `token` names when it is
     /// `Some` (every guard release), whatever holding the owner has when it is `None` (the
     /// owner-token release of [`crate::Lock::release`]). `Ok(true)` if it was freed, `Ok(false)`
     /// if that holding was not there (nothing is changed then).
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool>;
+
+    /// This store's own way of waiting for `req`, if it has one (see [`Waiter`]). `None`, the
+    /// default, lets the core poll [`try_take`](Backend::try_take) and wake on
+    /// [`watch_free`](Backend::watch_free).
+    fn waiter(&self, _req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        None
+    }
 
     /// Starts listening for "the lock may be free" and returns the notices. Called before the
     /// retry it guards, so a release between the two is not missed; the waiter keeps the stream
@@ -129,7 +283,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(Box::pin(futures_util::stream::pending()))
     }
 
-    /// A waiter gives up (timeout or cancellation): leave any queue the store keeps for it.
+    /// A waiter of the default kind gives up (timeout or cancellation): leave any queue the
+    /// store keeps for it.
     async fn abandon(&self, _req: &LockRequest) -> Result<()> {
         Ok(())
     }

@@ -134,6 +134,16 @@ impl Client {
         }
     }
 
+    /// Waits until the work this client queued in the background has finished: the releases of
+    /// guards that were dropped instead of released, and the clean-up of acquisitions that were
+    /// cancelled or timed out (a take that landed after its caller gave up is released, a place
+    /// in a wait queue is left). Call it before the program exits: a runtime that stops first
+    /// drops that work, and the locks stay taken until their leases end. Guards still alive keep
+    /// their locks.
+    pub async fn shutdown(self) {
+        self.engine.flush().await;
+    }
+
     /// The backend's short name: `"sqlite"`, `"redis"`, …
     pub fn backend_name(&self) -> &'static str {
         self.engine.backend.name()

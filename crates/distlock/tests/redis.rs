@@ -449,7 +449,7 @@ impl distlock::Backend for Counting {
         &self,
         req: &distlock::LockRequest,
         token: distlock::FencingToken,
-    ) -> distlock::Result<bool> {
+    ) -> distlock::Result<Option<std::time::Duration>> {
         self.inner.extend(req, token).await
     }
     async fn release(
@@ -464,6 +464,9 @@ impl distlock::Backend for Counting {
         req: &distlock::LockRequest,
     ) -> distlock::Result<distlock::backend::Wakeups> {
         self.inner.watch_free(req).await
+    }
+    fn waiter(&self, req: &distlock::LockRequest) -> Option<Box<dyn distlock::backend::Waiter>> {
+        self.inner.waiter(req)
     }
     async fn abandon(&self, req: &distlock::LockRequest) -> distlock::Result<()> {
         self.inner.abandon(req).await

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::{Attempt, LockRequest, Signal};
+use crate::backend::{Attempt, Hold, LockRequest, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName, OwnerToken};
 
@@ -114,7 +114,9 @@ impl<P: SessionPool> Sessions<P> {
                 } else if h.owner == req.owner {
                     return Ok(Attempt::Acquired {
                         token: h.token,
-                        session_lost: Some(h.lost_signal()),
+                        hold: Hold::Session {
+                            ended: h.lost_signal(),
+                        },
                     });
                 } else {
                     return Ok(Attempt::Held {
@@ -143,11 +145,13 @@ impl<P: SessionPool> Sessions<P> {
             commands: commands_tx,
             lost,
         };
-        let session_lost = Some(holding.lost_signal());
+        let session_lost = holding.lost_signal();
         self.held().insert(req.name.clone(), holding);
         Ok(Attempt::Acquired {
             token,
-            session_lost,
+            hold: Hold::Session {
+                ended: session_lost,
+            },
         })
     }
 

@@ -8,10 +8,10 @@
 //! round trip to the store). A confirmation that arrives after that instant is not taken: a
 //! loss, once reported, stays reported.
 //!
-//! The watchdog renews every lease/3 (for lease-based stores; session-based ones, whose
-//! capabilities say they do not renew, only report the session's end). It also stops and fires
-//! the lost signal when the store says the holding is no longer ours, or when renewal kept
-//! failing until the lease ran out.
+//! The watchdog renews every third of the validity the store last stated (for lease holds;
+//! session holds are not renewed, only their end is reported). It also stops and fires the lost
+//! signal when the store says the holding is no longer ours, or when renewal kept failing until
+//! the lease ran out.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, LockRequest, Signal};
+use crate::backend::{Backend, Hold, LockRequest, Signal};
 use crate::core::reentrancy::Slot;
 use crate::error::{Error, ErrorKind};
 use crate::types::{FencingToken, show_duration};
@@ -63,21 +63,24 @@ impl HeldLease {
         req: LockRequest,
         token: FencingToken,
         sent: Instant,
+        hold: Hold,
         renew: bool,
-        session_lost: Option<Signal>,
         slot: Arc<Slot>,
     ) -> Self {
-        let renews = backend.capabilities().renews;
+        let (valid_until, session_ended) = match hold {
+            Hold::Lease { valid_for } => (Some(sent + valid_for), None),
+            Hold::Session { ended } => (None, Some(ended)),
+        };
         let state = Arc::new(watch::Sender::new(LeaseState {
-            valid_until: renews.then(|| sent + req.lease.duration()),
+            valid_until,
             ..LeaseState::default()
         }));
         let watchdog = tokio::spawn(watch_lease(
             backend,
             req.clone(),
             token,
-            renew && renews,
-            session_lost,
+            renew,
+            session_ended,
             state.clone(),
         ))
         .abort_handle();
@@ -100,10 +103,11 @@ impl HeldLease {
         self.holds.load(Ordering::Acquire) > 0 && !self.is_lost()
     }
 
-    /// The store confirmed the holding by a request sent at `sent`. `false` (and the holding
-    /// marked lost) if the confirmation came after the lease had already ended by our clock.
-    pub(crate) fn confirm(&self, sent: Instant) -> bool {
-        confirm(&self.state, sent, self.req.lease.duration())
+    /// The store confirmed the holding, valid for `valid_for` from `sent` (the request's send
+    /// time). `false` (and the holding marked lost) if the confirmation came after the lease had
+    /// already ended by our clock.
+    pub(crate) fn confirm(&self, sent: Instant, valid_for: Duration) -> bool {
+        confirm(&self.state, sent, valid_for)
     }
 
     /// Marks the holding lost for `why` (first reason wins).
@@ -174,6 +178,17 @@ impl HeldLease {
     }
 }
 
+impl std::fmt::Debug for HeldLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLease")
+            .field("name", &self.req.name)
+            .field("token", &self.token)
+            .field("holds", &self.holds.load(Ordering::Acquire))
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
 impl Drop for HeldLease {
     fn drop(&mut self) {
         self.stop_watchdog();
@@ -191,7 +206,7 @@ fn lease_ended(lease: Duration, renewal_error: Option<&str>) -> String {
     )
 }
 
-fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, lease: Duration) -> bool {
+fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, valid_for: Duration) -> bool {
     let mut taken = false;
     state.send_if_modified(|s| {
         // Judged at the moment of the update: if a guard could already have seen the lease as
@@ -200,7 +215,7 @@ fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, lease: Duration) ->
             return false;
         }
         if let Some(until) = s.valid_until.as_mut() {
-            *until = (*until).max(sent + lease);
+            *until = (*until).max(sent + valid_for);
         }
         taken = true;
         true
@@ -229,11 +244,11 @@ async fn watch_lease(
     req: LockRequest,
     token: FencingToken,
     renew: bool,
-    session_lost: Option<Signal>,
+    session_ended: Option<Signal>,
     state: Arc<watch::Sender<LeaseState>>,
 ) {
     let session = async {
-        match session_lost {
+        match session_ended {
             Some(signal) => signal.await,
             None => std::future::pending().await,
         }
@@ -283,9 +298,13 @@ async fn keep_renewed(
     state: &watch::Sender<LeaseState>,
 ) -> String {
     let lease = req.lease.duration();
-    let period = lease / 3;
-    // The last confirmation was sent a lease before it runs out; renew a period after it.
-    let mut next = valid_until(state) - lease + period;
+    // Renew a third of the stated validity after the request that confirmed it was sent. The
+    // first grant was sent a lease (or its stated validity, at most that much more) before it
+    // runs out; renewing early is harmless.
+    let mut period = lease / 3;
+    let mut next = valid_until(state)
+        .checked_sub(lease)
+        .map_or_else(Instant::now, |sent| sent + period);
     loop {
         tokio::time::sleep_until(next).await;
         let sent = Instant::now();
@@ -296,13 +315,14 @@ async fn keep_renewed(
             return lease_ended(lease, state.borrow().renewal_error.as_deref());
         }
         match tokio::time::timeout_at(until, backend.extend(req, token)).await {
-            Ok(Ok(true)) => {
-                if !confirm(state, sent, lease) {
+            Ok(Ok(Some(valid_for))) => {
+                if !confirm(state, sent, valid_for) {
                     return "the renewal was confirmed only after the lease had ended".into();
                 }
+                period = valid_for / 3;
                 next = sent + period;
             }
-            Ok(Ok(false)) => return "the store no longer lists this holding as the owner".into(),
+            Ok(Ok(None)) => return "the store no longer lists this holding as the owner".into(),
             Ok(Err(e)) if Instant::now() < until => {
                 tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
                 state.send_modify(|s| s.renewal_error = Some(e.to_string().into()));

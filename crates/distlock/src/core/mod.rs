@@ -11,6 +11,9 @@ pub(crate) mod wait;
 mod tests;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
 
 use crate::backend::{Backend, LockRequest};
 use crate::error::Result;
@@ -25,6 +28,15 @@ pub(crate) struct Engine {
     local: LocalWakeups,
     /// Where work queued outside a runtime (a guard dropped by a plain thread) runs.
     runtime: Option<tokio::runtime::Handle>,
+    /// Releases and leaves still running in the background.
+    background: Arc<Background>,
+}
+
+/// Counts background tasks, so that [`Engine::flush`] can wait for them.
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
 }
 
 impl Engine {
@@ -34,6 +46,21 @@ impl Engine {
             leases: LeaseTable::default(),
             local: LocalWakeups::default(),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            background: Arc::default(),
+        }
+    }
+
+    /// Waits until every release and leave queued in the background so far (dropped guards,
+    /// cancelled or timed-out acquisitions) has finished.
+    pub(crate) async fn flush(&self) {
+        loop {
+            let idle = self.background.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.background.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
         }
     }
 
@@ -61,24 +88,35 @@ impl Engine {
         Ok(freed)
     }
 
-    /// Spawns `fut` on the current runtime, or on the one the engine was made on.
+    /// Runs `fut` in the background, tracked for [`flush`](Engine::flush): on the current
+    /// runtime, or on the one the engine was made on when called outside one (a guard dropped
+    /// by a plain thread). Without either, the work is skipped: the lease covers it.
     pub(crate) fn spawn_detached<F>(&self, fut: F)
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        spawn_detached(self.runtime.as_ref(), fut);
+        let Some(handle) = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+        else {
+            return;
+        };
+        self.background.running.fetch_add(1, Ordering::AcqRel);
+        let done = Finished(self.background.clone());
+        handle.spawn(async move {
+            fut.await;
+            drop(done);
+        });
     }
 }
 
-/// Spawns `fut` on the current runtime, or on `fallback` when called outside one (a guard
-/// dropped by a plain thread). Without either, the work is skipped: the lease covers it.
-fn spawn_detached<F>(fallback: Option<&tokio::runtime::Handle>, fut: F)
-where
-    F: std::future::Future<Output = ()> + Send + 'static,
-{
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(fut);
-    } else if let Some(handle) = fallback {
-        handle.spawn(fut);
+/// Counts a background task as finished when dropped: also when the task is cancelled.
+struct Finished(Arc<Background>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LockRequest};
+use crate::backend::{Attempt, Backend, LockRequest, Waiter};
 use crate::core::lease::HeldLease;
 use crate::error::Result;
 use crate::types::{LockKind, LockName, OwnerToken};
@@ -69,12 +69,13 @@ impl LeaseTable {
     }
 
     /// One attempt: re-enter the owner's live holding (confirmed by the store), or ask the
-    /// store to take the lock.
-    pub(crate) async fn try_take(
+    /// waiter to take the lock.
+    pub(crate) async fn take(
         &self,
         backend: &Arc<dyn Backend>,
         req: &LockRequest,
         renew: bool,
+        waiter: &mut dyn Waiter,
     ) -> Result<Taken> {
         let slot = self.slot(req);
         let mut current = slot.current.lock().await;
@@ -84,18 +85,15 @@ impl LeaseTable {
             return Ok(Taken::Got(lease));
         }
         let sent = Instant::now();
-        match backend.try_take(req).await? {
-            Attempt::Acquired {
-                token,
-                session_lost,
-            } => {
+        match waiter.poll().await? {
+            Attempt::Acquired { token, hold } => {
                 let lease = Arc::new(HeldLease::start(
                     backend.clone(),
                     req.clone(),
                     token,
                     sent,
+                    hold,
                     renew,
-                    session_lost,
                     slot.clone(),
                 ));
                 *current = Arc::downgrade(&lease);
@@ -121,8 +119,8 @@ async fn add_confirmed_hold(backend: &dyn Backend, lease: &HeldLease) -> Result<
     lease.add_hold();
     let sent = Instant::now();
     let confirmed = match backend.extend(&lease.req, lease.token).await {
-        Ok(true) => lease.confirm(sent),
-        Ok(false) => {
+        Ok(Some(valid_for)) => lease.confirm(sent, valid_for),
+        Ok(None) => {
             lease.mark_lost("the store no longer lists this holding as the owner");
             false
         }

@@ -1,20 +1,23 @@
-//! Unit tests of the core with paused Tokio time and a fake in-memory [`Backend`] (a stand-in
-//! for the *trait*, not for any store: every store is tested for real by the testkit suite).
+//! Unit tests of the core, on the [`Engine`] itself, with paused Tokio time and a fake in-memory
+//! [`Backend`] (a stand-in for the *trait*, not for any store: every store is tested for real by
+//! the testkit suite).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
+use crate::core::Engine;
+use crate::core::lease::HeldLease;
+use crate::core::wait::{self, Deadline};
 use crate::error::{Error, ErrorKind, Result};
-use crate::types::FencingToken;
-use crate::{Client, OwnerToken};
+use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
-/// Locks in a map (name → owner, token), with switches to make renewal fail or hang.
+/// Locks in a map (name → owner, token), with switches to make renewal fail or hang and takes
+/// slow.
 #[derive(Debug, Default)]
 struct FakeBackend {
     held: Mutex<HashMap<String, (String, u64)>>,
@@ -22,6 +25,7 @@ struct FakeBackend {
     extends: AtomicU32,
     takes: AtomicU32,
     releases: AtomicU32,
+    take_delay_ms: AtomicU32,
     extend_fails: AtomicBool,
     extend_hangs: AtomicBool,
     forget_owner: AtomicBool,
@@ -34,21 +38,20 @@ impl Backend for FakeBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            notifies: false,
-            renews: true,
-            queues: false,
-        }
+        Capabilities::leases()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         self.takes.fetch_add(1, Ordering::SeqCst);
+        let delay = self.take_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay.into())).await;
+        }
         let mut held = self.held.lock().unwrap();
         match held.get(req.name.as_str()) {
-            Some((owner, token)) if owner == req.owner.as_str() => Ok(Attempt::Acquired {
-                token: FencingToken(*token),
-                session_lost: None,
-            }),
+            Some((owner, token)) if owner == req.owner.as_str() => {
+                Ok(Attempt::leased(FencingToken(*token), req))
+            }
             Some(_) => Ok(Attempt::Held {
                 retry_after: Some(req.lease.duration()),
             }),
@@ -58,15 +61,12 @@ impl Backend for FakeBackend {
                     req.name.to_string(),
                     (req.owner.as_str().to_string(), token),
                 );
-                Ok(Attempt::Acquired {
-                    token: FencingToken(token),
-                    session_lost: None,
-                })
+                Ok(Attempt::leased(FencingToken(token), req))
             }
         }
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         self.extends.fetch_add(1, Ordering::SeqCst);
         if self.extend_hangs.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
@@ -75,12 +75,13 @@ impl Backend for FakeBackend {
             return Err(Error::new(ErrorKind::Connection, "store unreachable"));
         }
         if self.forget_owner.load(Ordering::SeqCst) {
-            return Ok(false);
+            return Ok(None);
         }
         let held = self.held.lock().unwrap();
-        Ok(held
+        let ours = held
             .get(req.name.as_str())
-            .is_some_and(|(o, t)| o == req.owner.as_str() && *t == token.get()))
+            .is_some_and(|(o, t)| o == req.owner.as_str() && *t == token.get());
+        Ok(ours.then(|| req.lease.duration()))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
@@ -96,38 +97,62 @@ impl Backend for FakeBackend {
     }
 }
 
-fn client() -> (Client, Arc<FakeBackend>) {
+impl FakeBackend {
+    fn is_held(&self, name: &str) -> bool {
+        self.held.lock().unwrap().contains_key(name)
+    }
+}
+
+fn engine() -> (Arc<Engine>, Arc<FakeBackend>) {
     let backend = Arc::new(FakeBackend::default());
-    (Client::from_backend(backend.clone()), backend)
+    (Arc::new(Engine::new(backend.clone())), backend)
+}
+
+fn request(name: &str, owner: &OwnerToken, lease: Duration) -> LockRequest {
+    LockRequest::new(
+        LockName::new(name).unwrap(),
+        LockKind::Mutex,
+        owner.clone(),
+        Lease::new(lease).unwrap(),
+    )
+}
+
+fn fresh(name: &str, lease: Duration) -> LockRequest {
+    request(name, &OwnerToken::random(), lease)
+}
+
+const LEASE: Duration = Duration::from_secs(3);
+
+async fn take(engine: &Arc<Engine>, req: LockRequest) -> Arc<HeldLease> {
+    wait::acquire(engine, req, true, Deadline::Never)
+        .await
+        .unwrap()
+        .expect("a wait without deadline ends by acquiring")
+}
+
+async fn try_take(engine: &Arc<Engine>, req: LockRequest) -> Option<Arc<HeldLease>> {
+    wait::acquire(engine, req, true, Deadline::Now)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
 async fn watchdog_renews_every_third_of_the_lease() {
-    let (client, backend) = client();
-    let guard = client
-        .lock("a")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let (engine, backend) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
     tokio::time::sleep(Duration::from_millis(10_500)).await;
     // Renewals at 1 s, 2 s, … 10 s.
     assert_eq!(backend.extends.load(Ordering::SeqCst), 10);
-    assert!(!guard.is_lost());
-    assert!(guard.release().await.unwrap());
+    assert!(!held.is_lost());
+    assert!(engine.release(&held).await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
 async fn lost_fires_when_the_store_disowns_us() {
-    let (client, backend) = client();
-    let guard = client
-        .lock("a")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let (engine, backend) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
     backend.forget_owner.store(true, Ordering::SeqCst);
-    let err = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+    let err = tokio::time::timeout(Duration::from_secs(2), held.lost())
         .await
         .expect("lost within one renewal period");
     assert_eq!(err.kind(), ErrorKind::LeaseLost);
@@ -136,23 +161,15 @@ async fn lost_fires_when_the_store_disowns_us() {
 
 #[tokio::test(start_paused = true)]
 async fn lost_fires_when_renewal_fails_until_the_lease_ends() {
-    let (client, backend) = client();
-    let guard = client
-        .lock("a")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
+    let (engine, backend) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
     backend.extend_fails.store(true, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
-    let err = guard.lost().await;
+    let err = held.lost().await;
     let after = started.elapsed();
     assert!(err.to_string().contains("renewal failed"), "{err}");
-    // Not before the lease could have ended, and promptly after.
-    assert!(
-        after >= Duration::from_secs(2) && after <= Duration::from_millis(3_300),
-        "{after:?}"
-    );
+    // Exactly when the last confirmed lease ends.
+    assert_eq!(after, LEASE, "{err}");
     assert!(
         backend.extends.load(Ordering::SeqCst) > 2,
         "renewal was retried"
@@ -160,16 +177,31 @@ async fn lost_fires_when_renewal_fails_until_the_lease_ends() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn waiting_backs_off_and_respects_the_deadline() {
-    let (client, backend) = client();
-    let _held = client.lock("a").acquire().await.unwrap();
+async fn a_lease_past_its_end_is_lost_by_the_clock_alone() {
+    let (engine, backend) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
+    // The store never answers a renewal: only the clock can tell.
+    backend.extend_hangs.store(true, Ordering::SeqCst);
+    tokio::time::sleep(LEASE - Duration::from_millis(1)).await;
+    assert!(!held.is_lost());
     let started = tokio::time::Instant::now();
-    let err = client
-        .lock("a")
-        .acquire_timeout(Duration::from_millis(500))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Timeout);
+    let err = held.lost().await;
+    assert_eq!(started.elapsed(), Duration::from_millis(1), "{err}");
+    assert!(held.is_lost());
+    assert_eq!(err.kind(), ErrorKind::LeaseLost);
+    // A lost holding is not ours to free: the store is not asked.
+    assert!(!engine.release(&held).await.unwrap());
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_backs_off_and_respects_the_deadline() {
+    let (engine, backend) = engine();
+    let _held = take(&engine, fresh("a", LEASE)).await;
+    let started = tokio::time::Instant::now();
+    let deadline = Deadline::after(Duration::from_millis(500));
+    let got = wait::acquire(&engine, fresh("a", LEASE), true, deadline).await;
+    assert!(got.unwrap().is_none());
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     // Backoff doubles to 32 ms: far fewer than one try per millisecond.
     let takes = backend.takes.load(Ordering::SeqCst);
@@ -178,20 +210,20 @@ async fn waiting_backs_off_and_respects_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_local_release_wakes_a_local_waiter_at_once() {
-    let (client, _) = client();
-    let held = client.lock("a").acquire().await.unwrap();
+    let (engine, _) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
     let waiter = tokio::spawn({
-        let client = client.clone();
+        let engine = engine.clone();
         async move {
             // Let the backoff grow to its ceiling before the release.
-            let g = client.lock("a").acquire().await.unwrap();
-            (tokio::time::Instant::now(), g)
+            let got = take(&engine, fresh("a", LEASE)).await;
+            (tokio::time::Instant::now(), got)
         }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let released_at = tokio::time::Instant::now();
-    assert!(held.release().await.unwrap());
-    let (acquired_at, _g) = waiter.await.unwrap();
+    assert!(engine.release(&held).await.unwrap());
+    let (acquired_at, _got) = waiter.await.unwrap();
     assert!(
         acquired_at - released_at < Duration::from_millis(1),
         "woke after {:?}",
@@ -200,128 +232,111 @@ async fn a_local_release_wakes_a_local_waiter_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn reentrant_guards_share_one_watchdog() {
-    let (client, backend) = client();
+async fn reentrant_holds_share_one_watchdog_and_one_holding() {
+    let (engine, backend) = engine();
     let owner = OwnerToken::random();
-    let lock = client.lock("a").owner(owner).lease(Duration::from_secs(3));
-    let first = lock.acquire().await.unwrap();
-    let second = lock.acquire().await.unwrap();
-    let third = second.reenter().await.unwrap();
+    let first = take(&engine, request("a", &owner, LEASE)).await;
+    let second = take(&engine, request("a", &owner, LEASE)).await;
+    assert!(Arc::ptr_eq(&first, &second), "one holding per owner");
+    assert!(engine.reenter(&first).await.unwrap());
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     assert_eq!(
         backend.extends.load(Ordering::SeqCst),
         2 + 3,
         "one confirmation per re-entry, then one renewal per period, not per guard"
     );
-    assert!(first.release().await.unwrap());
-    assert!(second.release().await.unwrap());
-    assert!(client.lock("a").try_acquire().await.unwrap().is_none());
-    assert!(third.release().await.unwrap());
-    assert!(client.lock("a").try_acquire().await.unwrap().is_some());
-}
-
-#[tokio::test]
-async fn unsupported_flavours_are_typed_errors() {
-    let (client, _) = client();
-    for lock in [
-        client.fair_lock("a"),
-        client.rw_lock("a").read(),
-        client.rw_lock("a").write(),
-        client.semaphore("a", 3),
-    ] {
-        let err = lock.try_acquire().await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    }
+    assert!(engine.release(&first).await.unwrap());
+    assert!(engine.release(&second).await.unwrap());
+    assert!(try_take(&engine, fresh("a", LEASE)).await.is_none());
+    assert_eq!(
+        backend.releases.load(Ordering::SeqCst),
+        0,
+        "held twice more"
+    );
+    assert!(engine.release(&first).await.unwrap());
+    assert!(try_take(&engine, fresh("a", LEASE)).await.is_some());
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_past_its_end_is_lost_by_the_clock_alone() {
-    let (client, backend) = client();
-    let guard = client
-        .lock("a")
-        .lease(Duration::from_secs(3))
-        .acquire()
-        .await
-        .unwrap();
-    // The store never answers a renewal: only the clock can tell.
-    backend.extend_hangs.store(true, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(2_999)).await;
-    assert!(!guard.is_lost());
-    let started = tokio::time::Instant::now();
-    let err = guard.lost().await;
-    assert_eq!(started.elapsed(), Duration::from_millis(1), "{err}");
-    assert!(guard.is_lost());
-    assert_eq!(err.kind(), ErrorKind::LeaseLost);
-    // A lost holding is not ours to free: the store is not asked.
-    assert!(!guard.release().await.unwrap());
-    assert_eq!(backend.releases.load(Ordering::SeqCst), 0);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_stale_guard_never_touches_the_owners_newer_holding() {
-    let (client, backend) = client();
+async fn a_stale_holding_never_touches_the_owners_newer_one() {
+    let (engine, backend) = engine();
     let owner = OwnerToken::random();
-    let lock = client
-        .lock("a")
-        .owner(owner)
-        .lease(Duration::from_millis(300))
-        .no_watchdog();
-    let stale = lock.acquire().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let short = Duration::from_millis(300);
+    let stale = wait::acquire(&engine, request("a", &owner, short), false, Deadline::Now)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(short * 2).await;
     // The store forgot the expired holding; the same owner takes a new one.
     backend.held.lock().unwrap().clear();
-    let fresh = lock.acquire().await.unwrap();
-    assert!(fresh.fencing_token() > stale.fencing_token());
+    let fresh_one = take(&engine, request("a", &owner, short)).await;
+    assert!(fresh_one.token > stale.token);
     assert!(stale.is_lost());
-    let err = stale.reenter().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
-    assert!(!stale.release().await.unwrap());
-    assert!(!fresh.is_lost());
-    assert!(client.lock("a").try_acquire().await.unwrap().is_none());
-    assert!(fresh.release().await.unwrap());
+    assert!(!engine.reenter(&stale).await.unwrap());
+    assert!(!engine.release(&stale).await.unwrap());
+    assert!(!fresh_one.is_lost());
+    assert!(backend.is_held("a"));
+    assert!(engine.release(&fresh_one).await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
 async fn reentry_is_confirmed_by_the_store() {
-    let (client, backend) = client();
-    let guard = client.lock("a").acquire().await.unwrap();
+    let (engine, backend) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
     backend.forget_owner.store(true, Ordering::SeqCst);
-    let err = guard.reenter().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
-    assert!(guard.is_lost(), "the store's answer marks the holding lost");
+    assert!(!engine.reenter(&held).await.unwrap());
+    assert!(held.is_lost(), "the store's answer marks the holding lost");
 }
 
 #[tokio::test(start_paused = true)]
 async fn waits_past_the_clock_are_waits_without_end() {
-    let (client, _) = client();
-    let held = client.lock("a").acquire().await.unwrap();
+    let (engine, _) = engine();
+    let held = take(&engine, fresh("a", LEASE)).await;
+    assert!(matches!(Deadline::after(Duration::MAX), Deadline::Never));
     let waiter = tokio::spawn({
-        let client = client.clone();
+        let engine = engine.clone();
         async move {
-            client
-                .lock("a")
-                .acquire_timeout(Duration::MAX)
-                .await
-                .map(|g| g.fencing_token())
+            let deadline = Deadline::after(Duration::from_secs(u64::MAX));
+            wait::acquire(&engine, fresh("a", LEASE), true, deadline).await
         }
     });
-    let multi = client.multi_lock(["b", "c"]);
-    assert_eq!(
-        multi
-            .acquire_timeout(Duration::MAX)
-            .await
-            .unwrap()
-            .guards()
-            .len(),
-        2
-    );
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert!(!waiter.is_finished());
-    assert!(held.release().await.unwrap());
-    assert!(waiter.await.unwrap().is_ok());
-    let free = client
-        .lock("d")
-        .acquire_timeout(Duration::from_secs(u64::MAX))
-        .await;
-    assert!(free.is_ok());
+    assert!(engine.release(&held).await.unwrap());
+    assert!(waiter.await.unwrap().unwrap().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_acquisition_leaves_nothing_held() {
+    let (engine, backend) = engine();
+    backend.take_delay_ms.store(10, Ordering::SeqCst);
+    for budget_us in [1, 100, 5_000, 9_999] {
+        let attempt = wait::acquire(&engine, fresh("a", LEASE), true, Deadline::Never);
+        let outcome = tokio::time::timeout(Duration::from_micros(budget_us), attempt).await;
+        assert!(outcome.is_err(), "the take takes 10 ms");
+        engine.flush().await;
+        assert!(
+            !backend.is_held("a"),
+            "a take that landed after its caller gave up is released (budget {budget_us} µs)"
+        );
+    }
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn unsupported_flavours_are_typed_errors() {
+    let (engine, _) = engine();
+    for kind in [
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Permit { permits: 3 },
+    ] {
+        let mut req = fresh("a", LEASE);
+        req.kind = kind;
+        let err = wait::acquire(&engine, req, true, Deadline::Now)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    }
 }

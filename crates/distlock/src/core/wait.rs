@@ -1,21 +1,31 @@
 //! How a waiter waits: one loop for every backend and every lock flavour.
 //!
-//! Try; if the lock is held, start listening for "may be free" (the store's notification, and
-//! releases made by this same client), then try again at once — a release between the first try
-//! and the subscription is not missed. After that, sleep until a notice arrives, but never longer
-//! than the holder's lease has left (a lost notice costs at most one lease, never a hang) and
-//! never past the caller's deadline. Stores that cannot notify are polled with a short jittered
-//! backoff, still bounded by the lease left.
+//! Each attempt asks the waiter ([`Waiter::poll`]: the store's own, or [`PollingWaiter`] built
+//! from `try_take` + `watch_free`). If the lock is held, the loop waits for the waiter's
+//! [`changed`](Waiter::changed) (which, for the polling waiter, first subscribes and answers at
+//! once, so a release between the try and the subscription is not missed) or for a release
+//! made by this same client — but never longer than the holder's lease has left (a lost notice
+//! costs at most one lease, never a hang) and never past the caller's deadline. Stores that
+//! cannot notify are polled with a short jittered backoff, still bounded by the lease left.
+//!
+//! # Cancellation
+//!
+//! Each attempt runs in a task of its own, so a caller that drops the acquisition mid-request
+//! cannot cut the store's answer off: if the attempt took the lock, the task's result is handed
+//! to a background release (by the holding's exact token), and a waiter that gave up leaves its
+//! place in the store. Both are tracked by the engine, so [`Engine::flush`] waits for them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, LockRequest, Wakeups};
+use crate::backend::{Attempt, Backend, LeaseModel, LockRequest, Waiter, Wakeups};
 use crate::core::Engine;
 use crate::core::lease::HeldLease;
 use crate::core::reentrancy::Taken;
@@ -47,11 +57,10 @@ impl Deadline {
 ///
 /// # Cancel Safety
 ///
-/// Dropping the future while a `try_take` is in flight may leave the lock taken in the store
-/// with no guard and no watchdog; the store frees it when the lease ends. A queued waiter
-/// (fair locks) leaves its queue in the background.
+/// Dropping the future leaves nothing behind once the background clean-up has run: a take in
+/// flight that succeeded is released, a waiter's place in the store is removed.
 pub(crate) async fn acquire(
-    engine: &Engine,
+    engine: &Arc<Engine>,
     req: LockRequest,
     renew: bool,
     deadline: Deadline,
@@ -61,38 +70,59 @@ pub(crate) async fn acquire(
         return Err(Error::unsupported(backend.name(), req.kind));
     }
     let caps = backend.capabilities();
-    let mut leave_queue = caps
-        .queues
-        .then(|| LeaveQueueOnDrop::new(engine, req.clone()));
+    if let LeaseModel::PerLock { granularity } = caps.lease
+        && req.lease.duration() < granularity
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidLease,
+            format!(
+                "a lease of {} is shorter than the {} the {} store can keep",
+                crate::types::show_duration(req.lease.duration()),
+                crate::types::show_duration(granularity),
+                backend.name()
+            ),
+        ));
+    }
+    let waiter = backend.waiter(&req).unwrap_or_else(|| {
+        Box::new(PollingWaiter {
+            backend: backend.clone(),
+            req: req.clone(),
+            notifies: caps.notifies,
+            queues: caps.queues,
+            wakeups: None,
+        })
+    });
+    let mut waiting = Waiting {
+        engine: engine.clone(),
+        req: req.clone(),
+        renew,
+        waiter: Some(waiter),
+        in_flight: None,
+        acquired: false,
+    };
     let mut backoff = Backoff::default();
-    let mut store_wakeups: Option<Wakeups> = None;
     let local = engine.local.subscribe(&req.name);
     loop {
         let local_release = local.notified();
         tokio::pin!(local_release);
         local_release.as_mut().enable();
 
-        let retry_after = match engine.leases.try_take(backend, &req, renew).await? {
-            Taken::Got(lease) => {
-                if let Some(q) = leave_queue.as_mut() {
-                    q.disarm();
-                }
-                return Ok(Some(lease));
-            }
+        let retry_after = match waiting.attempt().await? {
+            Taken::Got(lease) => return Ok(Some(lease)),
             Taken::Held(retry_after) => retry_after,
         };
 
         let now = Instant::now();
         let until = match deadline {
-            Deadline::Now => return Ok(None),
-            Deadline::At(at) if now >= at => return Ok(None),
-            Deadline::At(at) => Some(at),
-            Deadline::Never => None,
+            Deadline::Now => None,
+            Deadline::At(at) if now >= at => None,
+            Deadline::At(at) => Some(Some(at)),
+            Deadline::Never => Some(None),
         };
-        if caps.notifies && store_wakeups.is_none() {
-            store_wakeups = Some(backend.watch_free(&req).await?);
-            continue;
-        }
+        let Some(until) = until else {
+            waiting.leave().await;
+            return Ok(None);
+        };
         let lease_left = retry_after.unwrap_or(req.lease.duration());
         let mut nap = if caps.notifies {
             lease_left
@@ -102,22 +132,151 @@ pub(crate) async fn acquire(
         if let Some(at) = until {
             nap = nap.min(at - now);
         }
-        let store_notice = async {
-            match store_wakeups.as_mut() {
-                Some(w) => {
-                    if w.next().await.is_none() {
-                        // The store's notice stream ended: fall back to the timer.
-                        std::future::pending::<()>().await;
-                    }
-                }
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            () = store_notice => {}
+            changed = waiting.changed() => changed?,
             () = &mut local_release => {}
             () = tokio::time::sleep(nap) => {}
         }
+    }
+}
+
+/// One acquisition's waiter, between attempts and across cancellation.
+struct Waiting {
+    engine: Arc<Engine>,
+    req: LockRequest,
+    renew: bool,
+    /// `None` while an attempt has it.
+    waiter: Option<Box<dyn Waiter>>,
+    /// The attempt in flight, whose answer must not be lost if the acquisition is dropped.
+    in_flight: Option<JoinHandle<(Box<dyn Waiter>, Result<Taken>)>>,
+    acquired: bool,
+}
+
+impl Waiting {
+    async fn attempt(&mut self) -> Result<Taken> {
+        let Some(mut waiter) = self.waiter.take() else {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                "an earlier attempt of this acquisition failed",
+            ));
+        };
+        let engine = self.engine.clone();
+        let (req, renew) = (self.req.clone(), self.renew);
+        let task = self.in_flight.insert(tokio::spawn(async move {
+            let taken = engine
+                .leases
+                .take(&engine.backend, &req, renew, &mut *waiter)
+                .await;
+            (waiter, taken)
+        }));
+        let joined = task.await;
+        self.in_flight = None;
+        let (waiter, taken) = joined.map_err(|e| {
+            Error::new(
+                ErrorKind::Backend,
+                format!("an acquisition attempt failed: {e}"),
+            )
+            .with_backend(self.engine.backend.name())
+        })?;
+        self.waiter = Some(waiter);
+        self.acquired = matches!(taken, Ok(Taken::Got(_)));
+        taken
+    }
+
+    /// Cancel-safe: the waiter stays in place if the future is dropped.
+    async fn changed(&mut self) -> Result<()> {
+        match self.waiter.as_mut() {
+            Some(w) => w.changed().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Gives up: the waiter leaves its place in the store now.
+    async fn leave(&mut self) {
+        if let Some(mut waiter) = self.waiter.take() {
+            leave(&self.req, &mut *waiter).await;
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(task) = self.in_flight.take() {
+            // Dropped mid-attempt: finish it in the background, then undo whatever it did.
+            let engine = self.engine.clone();
+            let req = self.req.clone();
+            self.engine.spawn_detached(async move {
+                let Ok((mut waiter, taken)) = task.await else {
+                    return;
+                };
+                match taken {
+                    Ok(Taken::Got(lease)) => {
+                        if let Err(e) = engine.release(&lease).await {
+                            tracing::warn!(lock = %req.name, "releasing a cancelled acquisition failed: {e}");
+                        }
+                    }
+                    _ => leave(&req, &mut *waiter).await,
+                }
+            });
+        } else if !self.acquired
+            && let Some(mut waiter) = self.waiter.take()
+        {
+            let req = self.req.clone();
+            self.engine.spawn_detached(async move {
+                leave(&req, &mut *waiter).await;
+            });
+        }
+    }
+}
+
+async fn leave(req: &LockRequest, waiter: &mut dyn Waiter) {
+    if let Err(e) = waiter.leave().await {
+        tracing::debug!(lock = %req.name, "leaving the wait queue failed: {e}");
+    }
+}
+
+/// The waiter of stores without their own: polls `try_take`, wakes on `watch_free`, and leaves
+/// with `abandon` where waiters queue.
+struct PollingWaiter {
+    backend: Arc<dyn Backend>,
+    req: LockRequest,
+    notifies: bool,
+    queues: bool,
+    wakeups: Option<Wakeups>,
+}
+
+#[async_trait]
+impl Waiter for PollingWaiter {
+    async fn poll(&mut self) -> Result<Attempt> {
+        self.backend.try_take(&self.req).await
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        if !self.notifies {
+            return std::future::pending().await;
+        }
+        match self.wakeups.as_mut() {
+            None => {
+                // Listen first, then have the loop try again at once: a release between the
+                // last try and the subscription is seen by that try.
+                self.wakeups = Some(self.backend.watch_free(&self.req).await?);
+                Ok(())
+            }
+            Some(wakeups) => {
+                if wakeups.next().await.is_none() {
+                    // The store's notice stream ended: the loop's timer takes over.
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        if self.queues {
+            self.backend.abandon(&self.req).await?;
+        }
+        Ok(())
     }
 }
 
@@ -173,37 +332,6 @@ impl LocalWakeups {
         let by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = by_name.get(name).and_then(Weak::upgrade) {
             n.notify_one();
-        }
-    }
-}
-
-/// Tells a queueing store that a waiter gave up, also when the waiting future is dropped.
-struct LeaveQueueOnDrop {
-    job: Option<(Arc<dyn Backend>, LockRequest)>,
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl LeaveQueueOnDrop {
-    fn new(engine: &Engine, req: LockRequest) -> Self {
-        LeaveQueueOnDrop {
-            job: Some((engine.backend.clone(), req)),
-            runtime: engine.runtime.clone(),
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.job = None;
-    }
-}
-
-impl Drop for LeaveQueueOnDrop {
-    fn drop(&mut self) {
-        if let Some((backend, req)) = self.job.take() {
-            super::spawn_detached(self.runtime.as_ref(), async move {
-                if let Err(e) = backend.abandon(&req).await {
-                    tracing::debug!(lock = %req.name, "leaving the wait queue failed: {e}");
-                }
-            });
         }
     }
 }

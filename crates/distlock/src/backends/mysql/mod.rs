@@ -96,11 +96,12 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            notifies: false,
-            renews: self.sessions.is_none(),
-            queues: false,
-        }
+        let base = if self.sessions.is_some() {
+            Capabilities::sessions()
+        } else {
+            Capabilities::leases()
+        };
+        base
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -120,16 +121,15 @@ impl Backend for MysqlBackend {
                 retry_after: Some(Duration::from_millis(answer - HELD_BASE)),
             }
         } else {
-            Attempt::Acquired {
-                token: FencingToken(answer),
-                session_lost: None,
-            }
+            Attempt::leased(FencingToken(answer), req)
         })
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         if let Some(sessions) = &self.sessions {
-            return sessions.still_held(req, token).await;
+            // A session holding has no lease; the duration is not used.
+            let held = sessions.still_held(req, token).await?;
+            return Ok(held.then_some(Duration::ZERO));
         }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.lease.as_millis() * 1000)
@@ -140,7 +140,7 @@ impl Backend for MysqlBackend {
             .await
             .map_err(err("extending the lease"))?;
         // sqlx asks for "found rows": 1 when the row matched, even if nothing changed.
-        Ok(done.rows_affected() == 1)
+        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {

@@ -106,11 +106,12 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            notifies: true,
-            renews: self.sessions.is_none(),
-            queues: false,
-        }
+        let base = if self.sessions.is_some() {
+            Capabilities::sessions()
+        } else {
+            Capabilities::leases()
+        };
+        base.notifying()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -128,10 +129,7 @@ impl Backend for PostgresBackend {
             return Ok(Attempt::Held { retry_after: None });
         };
         match row.get::<Option<i64>, _>(0) {
-            Some(token) => Ok(Attempt::Acquired {
-                token: FencingToken(token as u64),
-                session_lost: None,
-            }),
+            Some(token) => Ok(Attempt::leased(FencingToken(token as u64), req)),
             None => Ok(Attempt::Held {
                 retry_after: row
                     .get::<Option<i64>, _>(1)
@@ -140,9 +138,11 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         if let Some(sessions) = &self.sessions {
-            return sessions.still_held(req, token).await;
+            // A session holding has no lease; the duration is not used.
+            let held = sessions.still_held(req, token).await?;
+            return Ok(held.then_some(Duration::ZERO));
         }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
@@ -152,7 +152,7 @@ impl Backend for PostgresBackend {
             .execute(&self.pool)
             .await
             .map_err(err("extending the lease"))?;
-        Ok(done.rows_affected() == 1)
+        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {

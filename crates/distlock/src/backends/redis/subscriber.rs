@@ -110,18 +110,6 @@ impl Subscriber {
             },
         ))
     }
-
-    /// Whether a waiter with `wake_key` listens on `channel` (a fair-lock owner waiting in line).
-    pub(super) fn is_watching(&self, channel: &str, wake_key: &str) -> bool {
-        lock(&self.registry)
-            .channels
-            .get(channel)
-            .is_some_and(|waiters| {
-                waiters
-                    .iter()
-                    .any(|w| w.wake_key.as_deref() == Some(wake_key))
-            })
-    }
 }
 
 fn lock(registry: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {

@@ -138,11 +138,7 @@ impl Backend for SqliteBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            notifies: false,
-            renews: true,
-            queues: false,
-        }
+        Capabilities::leases()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -187,10 +183,7 @@ impl Backend for SqliteBackend {
                     .await
                     .map_err(err("restarting the lease"))?;
                 tx.commit().await.map_err(err("committing"))?;
-                return Ok(Attempt::Acquired {
-                    token: FencingToken(token as u64),
-                    session_lost: None,
-                });
+                return Ok(Attempt::leased(FencingToken(token as u64), req));
             }
         }
         let token: i64 = sqlx::query(include_str!("sql/next_token.sql"))
@@ -210,15 +203,12 @@ impl Backend for SqliteBackend {
             .await
             .map_err(err("taking the lock"))?;
         tx.commit().await.map_err(err("committing"))?;
-        Ok(Attempt::Acquired {
-            token: FencingToken(token as u64),
-            session_lost: None,
-        })
+        Ok(Attempt::leased(FencingToken(token as u64), req))
     }
 
     // Extend and release are one statement each: its own implicit transaction takes the write
     // lock for exactly that statement.
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<bool> {
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         let expires = clock::boottime_ms() + req.lease.as_millis() as i64;
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
@@ -229,7 +219,7 @@ impl Backend for SqliteBackend {
             .execute(&self.pool)
             .await
             .map_err(err("extending the lease"))?;
-        Ok(done.rows_affected() == 1)
+        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {

@@ -1,0 +1,102 @@
+//! The fair lock's waiter: it takes a place in the lock's queue once it listens for its turn,
+//! keeps the place alive by asking again, and removes it when it gives up.
+//!
+//! The first poll is a one-off attempt that never queues (a `try_acquire` leaves no place
+//! behind). The first [`changed`](Waiter::changed) subscribes to the lock's channel under the
+//! SHA-1 of the owner token — the release wakes only the head of the queue, by that digest —
+//! and answers at once; every poll after that waits in line.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+
+use super::invoke::Server;
+use super::keys::Keys;
+use super::scripts::SCRIPTS;
+use super::{WAITER_TTL, attempt};
+use crate::backend::{Attempt, LockRequest, Waiter, Wakeups};
+use crate::error::Result;
+
+pub(super) struct FairWaiter {
+    server: Arc<Server>,
+    req: LockRequest,
+    keys: Keys,
+    /// Set once subscribed: from then on, polls wait in line.
+    turns: Option<Wakeups>,
+    /// Whether a poll may have put this waiter in the queue.
+    queued: bool,
+}
+
+impl FairWaiter {
+    pub(super) fn new(server: Arc<Server>, req: LockRequest) -> Self {
+        let keys = Keys::new(req.kind, &req.name);
+        FairWaiter {
+            server,
+            req,
+            keys,
+            turns: None,
+            queued: false,
+        }
+    }
+}
+
+#[async_trait]
+impl Waiter for FairWaiter {
+    async fn poll(&mut self) -> Result<Attempt> {
+        let in_line = self.turns.is_some();
+        self.queued |= in_line;
+        let lease = self.req.lease.as_millis().to_string();
+        let waiter_ttl = WAITER_TTL.as_millis().to_string();
+        let channel = self.keys.channel();
+        let args = [
+            self.req.owner.as_str(),
+            &lease,
+            &waiter_ttl,
+            &channel,
+            if in_line { "1" } else { "0" },
+        ];
+        let script = &SCRIPTS.ops(self.req.kind).acquire;
+        let answer = self
+            .server
+            .run(script, &self.keys.acquire(), &args, "taking a fair lock")
+            .await?;
+        attempt(answer, &self.req)
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        match self.turns.as_mut() {
+            None => {
+                let digest = sha1_smol::Sha1::from(self.req.owner.as_str())
+                    .digest()
+                    .to_string();
+                let turns = self
+                    .server
+                    .subscriber
+                    .watch(self.keys.channel(), Some(digest))
+                    .await;
+                self.turns = Some(turns);
+                Ok(())
+            }
+            Some(turns) => {
+                if turns.next().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        if !self.queued {
+            return Ok(());
+        }
+        let args = [self.req.owner.as_str(), &self.keys.channel()];
+        let what = "leaving a fair lock's queue";
+        let _: i64 = self
+            .server
+            .run(&SCRIPTS.fair_abandon, &self.keys.abandon(), &args, what)
+            .await?;
+        Ok(())
+    }
+}

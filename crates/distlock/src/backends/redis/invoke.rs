@@ -1,0 +1,164 @@
+//! Talking to one Redis server: the shared command connection, the shared subscriber, running a
+//! script, and turning redis-rs errors into distlock's.
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{FromRedisValue, RedisError, Script};
+
+use super::config;
+use super::subscriber::Subscriber;
+use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
+use crate::error::{Error, ErrorKind, Result};
+
+/// One server, shared by a client's backend and its waiters.
+///
+/// Commands from every task share one multiplexed connection (redis-rs `ConnectionManager`,
+/// which also reconnects), so many acquires are pipelined on it instead of waiting for each
+/// other's round trips. Waiters share one pub/sub connection ([`Subscriber`]).
+pub(super) struct Server {
+    conn: ConnectionManager,
+    pub(super) subscriber: Subscriber,
+    pub(super) shown_url: String,
+}
+
+impl Server {
+    /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
+    pub(super) async fn connect(url: &str) -> Result<Self> {
+        let config = config::parse(url)?;
+        if config.tls {
+            // redis-rs leaves rustls without a crypto provider; another part of the program
+            // may have installed one already, which is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = ::redis::Client::open(config.info).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidUrl,
+                format!("{}: {:?}", config.shown, e.kind()),
+            )
+            .with_backend(NAME)
+        })?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = client
+            .get_connection_manager_with_config(manager)
+            .await
+            .map_err(|e| {
+                from_redis(&format!("connecting to {}", config.shown), e).with_hint(
+                    "is redis-server running? (for the test servers: run scripts/services.sh)",
+                )
+            })?;
+        Ok(Server {
+            conn,
+            subscriber: Subscriber::start(client),
+            shown_url: config.shown,
+        })
+    }
+
+    /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
+    /// the server (connection refused, or the write itself failed) is retried for a while, so a
+    /// server restart is ridden out; an error after which the script may have run is returned
+    /// (the caller cannot know whether it took effect).
+    pub(super) async fn run<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        what: &str,
+    ) -> Result<T> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut conn = self.conn.clone();
+        let give_up = tokio::time::Instant::now() + NOT_SENT_RETRY_FOR;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match invocation.invoke_async(&mut conn).await {
+                Ok(value) => return Ok(value),
+                Err(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(from_redis(what, e)),
+            }
+        }
+    }
+}
+
+/// True when the request cannot have reached the server: the connection was refused, or
+/// writing it failed. (A reset or EOF while awaiting the answer is ambiguous, and not retried.)
+/// redis-rs keeps the I/O error kind private, so a failed write is recognised by its text.
+fn surely_not_sent(e: &RedisError) -> bool {
+    if e.is_connection_refusal() {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    e.is_connection_dropped() && (text.contains("broken pipe") || text.contains("not connected"))
+}
+
+trait WithHint {
+    fn with_hint(self, hint: &str) -> Self;
+}
+
+impl WithHint for Error {
+    fn with_hint(self, hint: &str) -> Self {
+        if self.kind() != ErrorKind::Connection {
+            return self;
+        }
+        let message = format!("{}; {hint}", self.message());
+        let mut out = Error::new(self.kind(), message).with_backend(NAME);
+        if let Some(source) = std::error::Error::source(&self) {
+            out = out.with_source(SourceText(source.to_string()));
+        }
+        out
+    }
+}
+
+/// A source error kept as text (the original is not `Clone`).
+#[derive(Debug)]
+struct SourceText(String);
+
+impl std::fmt::Display for SourceText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SourceText {}
+
+/// A redis-rs error as a distlock error: transport trouble is `Connection`, the rest `Backend`.
+/// redis-rs messages carry no URL, so no password can leak through them.
+fn from_redis(what: &str, e: RedisError) -> Error {
+    use ::redis::{ErrorKind as Redis, ServerErrorKind};
+    if matches!(
+        e.kind(),
+        Redis::AuthenticationFailed | Redis::Server(ServerErrorKind::NoPerm)
+    ) {
+        return Error::new(
+            ErrorKind::Backend,
+            format!("{what}: the server refused the user or password in the URL, or its ACL forbids scripts"),
+        )
+        .with_backend(NAME)
+        .with_source(e);
+    }
+    let kind = if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+    {
+        ErrorKind::Connection
+    } else {
+        ErrorKind::Backend
+    };
+    Error::new(kind, what.to_string())
+        .with_backend(NAME)
+        .with_source(e)
+}

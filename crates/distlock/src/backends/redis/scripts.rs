@@ -1,0 +1,70 @@
+//! The Lua scripts, one set per flavour. Each lives in `scripts/` with `prelude.lua` (server
+//! clock, fencing counter, holding check) put in front.
+//!
+//! Argument order is the same for every flavour's extend (`owner, lease ms, token[, mode]`) and
+//! release (`owner, channel, token or '', [mode]`), so those calls are written once.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+use crate::types::LockKind;
+
+/// One flavour's take, renew and release.
+pub(super) struct Ops {
+    pub(super) acquire: Script,
+    pub(super) extend: Script,
+    pub(super) release: Script,
+}
+
+pub(super) struct Scripts {
+    mutex: Ops,
+    fair: Ops,
+    rw: Ops,
+    sem: Ops,
+    pub(super) fair_abandon: Script,
+    pub(super) rw_abandon: Script,
+    pub(super) sem_available: Script,
+}
+
+impl Scripts {
+    pub(super) fn ops(&self, kind: LockKind) -> &Ops {
+        match kind {
+            LockKind::Fair => &self.fair,
+            LockKind::Read | LockKind::Write => &self.rw,
+            LockKind::Permit { .. } => &self.sem,
+            _ => &self.mutex,
+        }
+    }
+}
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
+}
+
+pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    mutex: Ops {
+        acquire: script(include_str!("scripts/acquire.lua")),
+        extend: script(include_str!("scripts/extend.lua")),
+        release: script(include_str!("scripts/release.lua")),
+    },
+    fair: Ops {
+        acquire: script(include_str!("scripts/fair_acquire.lua")),
+        // The fair lock's holding is the exclusive lock's hash: the same renewal.
+        extend: script(include_str!("scripts/extend.lua")),
+        release: script(include_str!("scripts/fair_release.lua")),
+    },
+    rw: Ops {
+        acquire: script(include_str!("scripts/rw_acquire.lua")),
+        extend: script(include_str!("scripts/rw_extend.lua")),
+        release: script(include_str!("scripts/rw_release.lua")),
+    },
+    sem: Ops {
+        acquire: script(include_str!("scripts/sem_acquire.lua")),
+        extend: script(include_str!("scripts/sem_extend.lua")),
+        release: script(include_str!("scripts/sem_release.lua")),
+    },
+    fair_abandon: script(include_str!("scripts/fair_abandon.lua")),
+    rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
+    sem_available: script(include_str!("scripts/sem_available.lua")),
+});
