@@ -121,6 +121,16 @@ pub fn redact(url: &str) -> String {
 
 /// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made
 /// from it. Clones share connections, the watchdogs and the in-process wake-ups.
+///
+/// ```no_run
+/// # async fn demo() -> distlock::Result<()> {
+/// let client = distlock::connect("sqlite:./locks.db").await?;
+/// let guard = client.lock("report:daily").acquire().await?;
+/// // … the work only one instance may do …
+/// guard.release().await?;
+/// client.shutdown().await; // before exiting: lets background releases finish
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     pub(crate) engine: Arc<Engine>,
@@ -141,6 +151,12 @@ impl Client {
     /// drops that work, and the locks stay taken until their leases end. Guards still alive keep
     /// their locks.
     pub async fn shutdown(self) {
+        self.flush().await;
+    }
+
+    /// Waits for the background work queued so far (see [`shutdown`](Client::shutdown)) while
+    /// keeping the client.
+    pub async fn flush(&self) {
         self.engine.flush().await;
     }
 

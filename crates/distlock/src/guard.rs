@@ -19,6 +19,20 @@ use crate::types::{FencingToken, LockKind, LockName};
 /// Release it with [`release`](Guard::release) to learn whether it was still held. Dropping it
 /// releases in the background instead: the release is queued on the runtime, not immediate, and
 /// if the runtime is gone the store frees the lock when the lease ends.
+///
+/// ```no_run
+/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// # async fn write_with(_token: u64) -> distlock::Result<()> { Ok(()) }
+/// let guard = client.lock("payment:981").acquire().await?;
+/// tokio::select! {
+///     done = write_with(guard.fencing_token().get()) => done?,
+///     lost = guard.lost() => return Err(lost), // stop: the lock may be someone else's now
+/// }
+/// if !guard.release().await? {
+///     // the lease had been lost before the release: the work may have overlapped another holder
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a guard releases the lock at once (in the background)"]
 pub struct Guard {
     engine: Arc<Engine>,

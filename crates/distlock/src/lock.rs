@@ -13,6 +13,19 @@ use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
 /// A named lock, not yet taken. Configure it (lease, renewal, owner), then acquire.
 ///
+/// ```no_run
+/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// use std::time::Duration;
+///
+/// let lock = client.lock("stock:sku-42").lease(Duration::from_secs(10));
+/// match lock.try_acquire().await? {
+///     Some(guard) => { /* ours */ guard.release().await?; }
+///     None => { /* someone else holds it */ }
+/// }
+/// let guard = lock.acquire_timeout(Duration::from_secs(2)).await?; // ErrorKind::Timeout
+/// # Ok(()) }
+/// ```
+///
 /// Each acquisition acts as a new owner unless [`owner`](Lock::owner) fixes one: two tasks
 /// sharing a `Lock` value still exclude each other. Re-entry is explicit: acquire again with the
 /// same owner token, or call [`Guard::reenter`].
@@ -91,7 +104,10 @@ impl Lock {
     ///
     /// # Cancel Safety
     ///
-    /// See [`acquire_timeout`](Lock::acquire_timeout).
+    /// Cancel-safe: dropping the future leaves nothing behind. A take already sent to the store
+    /// finishes in the background and, if it took the lock, is released at once (by its exact
+    /// holding); a waiter's place in a queue is removed. [`Client::shutdown`] waits for that
+    /// clean-up.
     pub async fn acquire(&self) -> Result<Guard> {
         self.take(self.request()?, Deadline::Never)
             .await?
@@ -100,6 +116,10 @@ impl Lock {
 
     /// Acquires the lock if it is free (or already ours), never waiting. `Ok(None)` if another
     /// owner holds it.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Cancel-safe, as [`acquire`](Lock::acquire).
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
         self.take(self.request()?, Deadline::Now).await
     }
@@ -109,8 +129,7 @@ impl Lock {
     ///
     /// # Cancel Safety
     ///
-    /// Dropping the future while a request is in flight may leave the lock taken in the store
-    /// without a guard; it is freed when its lease ends (no watchdog runs for it).
+    /// Cancel-safe, as [`acquire`](Lock::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<Guard> {
         let req = self.request()?;
         let name = req.name.clone();
@@ -125,6 +144,11 @@ impl Lock {
     /// token). [`ErrorKind::NotHeld`] if that owner does not hold the lock; someone else's lock
     /// is left as it is. Guards of this owner in this client learn the loss at their next
     /// renewal.
+    ///
+    /// # Cancel Safety
+    ///
+    /// If the future is dropped before the store answers, the release may or may not have
+    /// happened.
     pub async fn release(&self) -> Result<()> {
         let Some(owner) = &self.owner else {
             return Err(Error::new(
@@ -165,6 +189,20 @@ impl Lock {
 /// Names are sorted and de-duplicated, and taken in that order, so two callers asking for
 /// {a, b} and {b, a} cannot deadlock. If one cannot be taken, the ones already taken are
 /// released before the call returns.
+///
+/// ```no_run
+/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// let both = client.multi_lock(["account:7", "account:3"]).acquire().await?;
+/// let tokens = both.fencing_tokens(); // in name order: account:3, account:7
+/// both.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel Safety
+///
+/// Every acquisition method is cancel-safe: a dropped future's guards are dropped, which
+/// releases them in the background, and the lock being waited for is cleaned up as for
+/// [`Lock::acquire`].
 #[derive(Clone, Debug)]
 pub struct MultiLock {
     client: Client,
@@ -325,6 +363,11 @@ impl MultiGuard {
     }
 
     /// Releases every lock; `Ok(true)` if all were still held.
+    ///
+    /// # Cancel Safety
+    ///
+    /// If the future is dropped midway, the locks not yet released are released in the
+    /// background.
     pub async fn release(self) -> Result<bool> {
         let mut all_held = true;
         let mut first_err = None;

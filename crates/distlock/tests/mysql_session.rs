@@ -9,10 +9,10 @@ fn main() -> std::process::ExitCode {
         "DISTLOCK_MYSQL_URL",
         sql_cases::MYSQL_DEFAULT,
     ));
-    sql_cases::mysql_session(sql_cases::session_suite(distlock_testkit::Suite::new(
+    sql_cases::mysql_session(distlock_testkit::Suite::new(
         "mysql",
         "MariaDB at 127.0.0.1:3306",
         url,
-    )))
+    ))
     .run()
 }

@@ -9,10 +9,10 @@ fn main() -> std::process::ExitCode {
         "DISTLOCK_POSTGRES_URL",
         sql_cases::PG_DEFAULT,
     ));
-    sql_cases::postgres_session(sql_cases::session_suite(distlock_testkit::Suite::new(
+    sql_cases::postgres_session(distlock_testkit::Suite::new(
         "postgres",
         "PostgreSQL at 127.0.0.1:5432",
         url,
-    )))
+    ))
     .run()
 }

@@ -88,3 +88,35 @@ pub(super) async fn awkward_names_round_trip(ctx: Ctx) -> Outcome {
     }
     Ok(())
 }
+
+/// Every flavour the backend says it supports works; every other one answers `Unsupported`
+/// (never a silently different lock).
+pub(super) async fn unsupported_flavours_are_typed(ctx: Ctx) -> Outcome {
+    use distlock::LockKind;
+    let name = ctx.unique_name("flavours");
+    let c = &ctx.client;
+    let flavours = [
+        (LockKind::Mutex, c.lock(&name)),
+        (LockKind::Fair, c.fair_lock(&name)),
+        (LockKind::Read, c.rw_lock(&name).read()),
+        (LockKind::Write, c.rw_lock(&name).write()),
+        (LockKind::Permit { permits: 2 }, c.semaphore(&name, 2)),
+    ];
+    for (kind, lock) in flavours {
+        let outcome = lock.try_acquire().await;
+        if c.backend().supports(kind) {
+            let guard = outcome?;
+            check!(guard.is_some(), "{kind:?} on a fresh name was not taken");
+            if let Some(g) = guard {
+                check!(g.release().await?, "{kind:?} lost its lock");
+            }
+        } else {
+            check!(
+                matches!(&outcome, Err(e) if e.kind() == ErrorKind::Unsupported),
+                "{kind:?}, which {} lacks, answered {outcome:?}",
+                c.backend_name()
+            );
+        }
+    }
+    Ok(())
+}

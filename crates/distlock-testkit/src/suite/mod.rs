@@ -4,6 +4,7 @@
 //! child processes and second clients), the flavour under test, and fresh lock names.
 
 mod bad_input;
+mod cancel;
 mod crash;
 mod exclusion;
 mod fencing;
@@ -114,6 +115,15 @@ pub struct Suite {
     not_applicable: Vec<(&'static str, &'static str)>,
 }
 
+/// What a case needs of the store, read from its [`distlock::Capabilities`].
+#[derive(Clone, Copy, PartialEq)]
+enum Needs {
+    /// Any store.
+    Any,
+    /// Per-lock leases (lease expiry, renewal, pauses past the lease); not session holdings.
+    Leases,
+}
+
 /// Which flavours a case runs with.
 #[derive(Clone, Copy, PartialEq)]
 enum Runs {
@@ -126,7 +136,8 @@ enum Runs {
 }
 
 /// Every case of the suite.
-fn cases() -> Vec<(&'static str, Runs, CaseFn)> {
+fn cases() -> Vec<(&'static str, Runs, Needs, CaseFn)> {
+    use Needs::{Any, Leases};
     use Runs::{Each, EachExclusive, Once};
     fn case<F, Fut>(f: F) -> CaseFn
     where
@@ -139,107 +150,146 @@ fn cases() -> Vec<(&'static str, Runs, CaseFn)> {
         (
             "exclusion_across_processes",
             EachExclusive,
+            Any,
             case(exclusion::across_processes),
         ),
         (
             "exclusion_between_tasks",
             EachExclusive,
+            Any,
             case(exclusion::between_tasks),
         ),
         (
             "try_acquire_on_held_is_none",
             Each,
+            Any,
             case(timeouts::try_acquire_on_held_is_none),
         ),
         (
             "acquire_timeout_times_out",
             Each,
+            Any,
             case(timeouts::acquire_timeout_times_out),
         ),
         (
             "release_by_other_is_not_held",
             Each,
+            Any,
             case(release::by_other_is_not_held),
         ),
         (
             "double_release_keeps_next_holder",
             Each,
+            Any,
             case(release::double_release_keeps_next_holder),
         ),
         (
             "dropped_guard_releases",
             Each,
+            Any,
             case(release::dropped_guard_releases),
         ),
         (
             "crashed_holder_frees_within_lease",
             Each,
+            Any,
             case(crash::killed_holder_frees_within_lease),
         ),
         (
             "watchdog_keeps_lock_past_lease",
             Each,
+            Any,
             case(watchdog::keeps_lock_past_lease),
         ),
         (
             "no_watchdog_lease_ends",
             Each,
+            Leases,
             case(watchdog::no_watchdog_lease_ends),
         ),
         (
             "paused_holder_is_fenced",
             Each,
+            Leases,
             case(pause::paused_holder_is_fenced),
         ),
         (
             "resumed_holder_knows_at_once",
             Each,
+            Leases,
             case(pause::resumed_holder_knows_at_once),
         ),
         (
             "stale_guard_keeps_newer_holding",
             Each,
+            Leases,
             case(watchdog::stale_guard_keeps_newer_holding),
         ),
         (
             "stale_holding_untouched_in_store",
             Each,
+            Leases,
             case(release::stale_holding_untouched_in_store),
         ),
         (
             "old_guard_after_retake_is_inert",
             Each,
+            Any,
             case(release::old_guard_after_retake_is_inert),
         ),
         (
             "reenter_after_lease_end_is_lost",
             Each,
+            Leases,
             case(watchdog::reenter_after_lease_end_is_lost),
         ),
         (
             "huge_waits_wait_forever",
             Each,
+            Any,
             case(timeouts::huge_waits_wait_forever),
         ),
         (
             "reentrancy_counts_holds",
             Each,
+            Any,
             case(reentrancy::counts_holds),
         ),
         (
             "fencing_tokens_increase_across_processes",
             EachExclusive,
+            Any,
             case(fencing::increase_across_processes),
         ),
-        ("bad_input_is_typed", Once, case(bad_input::is_typed)),
+        (
+            "cancelled_acquire_leaves_nothing_held",
+            Each,
+            Any,
+            case(cancel::cancelled_acquire_leaves_nothing_held),
+        ),
+        (
+            "cancelled_waiter_leaves_the_queue",
+            Each,
+            Any,
+            case(cancel::cancelled_waiter_leaves_the_queue),
+        ),
+        (
+            "unsupported_flavours_are_typed",
+            Once,
+            Any,
+            case(bad_input::unsupported_flavours_are_typed),
+        ),
+        ("bad_input_is_typed", Once, Any, case(bad_input::is_typed)),
         (
             "awkward_names_round_trip",
             Each,
+            Any,
             case(bad_input::awkward_names_round_trip),
         ),
         (
             "multi_lock_orders_and_rolls_back",
             Once,
+            Any,
             case(multi::orders_and_rolls_back),
         ),
     ]
@@ -312,6 +362,30 @@ impl Suite {
         for (case, why) in &self.not_applicable {
             eprintln!("not applicable to {}: {case}: {why}", self.backend);
         }
+        // Which cases apply follows from what the store says it can do. A store that cannot be
+        // reached gets every case, and every case fails naming it.
+        let capabilities = if skip {
+            None
+        } else {
+            probe_capabilities(&self.url)
+        };
+        let applies_to_store = |case: &str, needs: Needs| -> bool {
+            let Some(caps) = capabilities else {
+                return true;
+            };
+            let fits = match needs {
+                Needs::Any => true,
+                Needs::Leases => caps.renews(),
+            };
+            if !fits {
+                eprintln!(
+                    "not applicable to {}: {case}: its holdings are sessions, not leases (no lease \
+                     ends, a paused holder keeps its session, another client cannot free it)",
+                    self.backend
+                );
+            }
+            fits
+        };
 
         let setup = Arc::new(Setup {
             server: self.server,
@@ -320,11 +394,15 @@ impl Suite {
             reachable: std::sync::OnceLock::new(),
         });
         let mut trials = Vec::new();
+        let cases: Vec<_> = cases()
+            .into_iter()
+            .filter(|(case, _, needs, _)| {
+                !self.not_applicable.iter().any(|(c, _)| c == case)
+                    && applies_to_store(case, *needs)
+            })
+            .collect();
         for (index, flavour) in self.flavours.iter().enumerate() {
-            for (case, runs, body) in cases() {
-                if self.not_applicable.iter().any(|(c, _)| *c == case) {
-                    continue;
-                }
+            for (case, runs, _, body) in cases.iter().cloned() {
                 let applies = match runs {
                     Runs::Each => true,
                     Runs::EachExclusive => flavour.self_exclusive,
@@ -344,6 +422,21 @@ impl Suite {
         }
         libtest_mimic::run(&args, trials).exit_code()
     }
+}
+
+/// What the store at `url` can do, or `None` if it cannot be reached now.
+fn probe_capabilities(url: &str) -> Option<distlock::Capabilities> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(async {
+        let client = tokio::time::timeout(Duration::from_secs(10), distlock::connect(url))
+            .await
+            .ok()?
+            .ok()?;
+        Some(client.backend().capabilities())
+    })
 }
 
 struct Setup {

@@ -148,12 +148,17 @@ impl HeldLease {
         let lease = self.req.lease.duration();
         async move {
             let why = loop {
-                let (lost, until) = {
+                let (lost, until, renewal_error) = {
                     let s = rx.borrow_and_update();
-                    (s.lost.clone(), s.valid_until)
+                    (s.lost.clone(), s.valid_until, s.renewal_error.clone())
                 };
                 if let Some(why) = lost {
                     break why.to_string();
+                }
+                // Past the end already (a process resuming from a pause): ready at once, not at
+                // the timer's next tick.
+                if until.is_some_and(|at| Instant::now() >= at) {
+                    break lease_ended(lease, renewal_error.as_deref());
                 }
                 let ends = async {
                     match until {

@@ -24,39 +24,6 @@ pub fn session_url(url: &str) -> String {
     format!("{url}{sep}lock=session")
 }
 
-/// The cases that do not apply to session locks, and why.
-pub fn session_suite(suite: Suite) -> Suite {
-    suite
-        .not_applicable(
-            "no_watchdog_lease_ends",
-            "a session lock has no lease that ends: the server holds it until the connection ends",
-        )
-        .not_applicable(
-            "paused_holder_is_fenced",
-            "a paused holder's connection stays open, so its lock stays held and nobody else gets \
-             in; a holder whose connection ends is the server_kill case",
-        )
-        .not_applicable(
-            "resumed_holder_knows_at_once",
-            "a paused holder keeps its session lock (see paused_holder_is_fenced)",
-        )
-        .not_applicable(
-            "stale_guard_keeps_newer_holding",
-            "a session lock has no lease that ends; old_guard_after_retake_is_inert covers \
-             stale guards",
-        )
-        .not_applicable(
-            "reenter_after_lease_end_is_lost",
-            "a session lock has no lease that ends; old_guard_after_retake_is_inert covers \
-             re-entering a holding that is gone",
-        )
-        .not_applicable(
-            "stale_holding_untouched_in_store",
-            "a session lock belongs to the client whose connection holds it: another client \
-             cannot free it by owner token",
-        )
-}
-
 pub fn postgres_lease(suite: Suite) -> Suite {
     suite.case("release_wakes_waiters_by_notify", release_wakes_waiters)
 }

@@ -1,10 +1,12 @@
 //! The MySQL / MariaDB backend: lease locks in a table (the default) or session locks on
-//! `GET_LOCK` (`?lock=session`). See `docs.md` for the guarantees of each.
+//! `GET_LOCK` (`?lock=session`). The guarantees of each are below.
 //!
 //! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
 //! server's clock. MySQL has no `RETURNING` on an upsert, so the take and release statements
 //! report their outcome through `LAST_INSERT_ID(expr)`, which the server sends back in the same
 //! reply. Waiters poll with the core's jittered backoff (see `docs.md` for why).
+//!
+#![doc = include_str!("docs.md")]
 
 mod config;
 mod session;

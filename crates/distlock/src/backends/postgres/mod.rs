@@ -1,9 +1,11 @@
 //! The PostgreSQL backend: lease locks in a table (the default) or session locks on advisory
-//! locks (`?lock=session`). See `docs.md` for the guarantees of each.
+//! locks (`?lock=session`). The guarantees of each are below.
 //!
 //! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
 //! server's clock. Waiters of every lock on one client share one listening connection
 //! (`LISTEN distlock_released`); the release statement notifies in the same transaction.
+//!
+#![doc = include_str!("docs.md")]
 
 mod config;
 mod notify;

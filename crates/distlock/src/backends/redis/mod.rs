@@ -1,13 +1,15 @@
 //! The Redis backend: every synchronizer as a few Lua scripts, waiting by pub/sub.
-//! See `docs.md` for its guarantees.
+//! Its guarantees are below.
 //!
-//! * [`invoke`]: the server — one multiplexed command connection and one pub/sub connection
-//!   ([`subscriber`]) per client, scripts run by SHA-1 (`EVALSHA`) and loaded again after
+//! * `invoke`: the server — one multiplexed command connection and one pub/sub connection
+//!   (`subscriber`) per client, scripts run by SHA-1 (`EVALSHA`) and loaded again after
 //!   `NOSCRIPT` (a restarted server).
-//! * [`keys`]: where each lock lives; all keys of one lock share the hash tag `{name}`, so each
+//! * `keys`: where each lock lives; all keys of one lock share the hash tag `{name}`, so each
 //!   script touches one cluster slot.
-//! * [`scripts`]: the scripts of each flavour (the Lua lives in `scripts/`).
-//! * [`fair`]: the fair lock's waiter, which holds a place in the lock's queue.
+//! * `scripts`: the scripts of each flavour (the Lua lives in `scripts/`).
+//! * `fair`: the fair lock's waiter, which holds a place in the lock's queue.
+//!
+#![doc = include_str!("docs.md")]
 
 mod config;
 mod fair;

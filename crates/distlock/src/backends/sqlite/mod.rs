@@ -1,10 +1,12 @@
 //! The embedded SQLite backend: a lock table in one file, shared by every process on the
-//! machine that opens it. No server. See `docs.md` for its guarantees.
+//! machine that opens it. No server. Its guarantees are below.
 //!
 //! Every take is one `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two
 //! processes never both read "free" and both write); every extend and release is one statement.
 //! WAL mode lets readers proceed during a write; a busy timeout makes writers queue instead of
 //! failing.
+//!
+#![doc = include_str!("docs.md")]
 
 mod clock;
 mod config;
