@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::duration;
+use crate::{EXIT_USAGE, duration};
 
 /// What the workers do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -128,6 +128,13 @@ struct Report {
 }
 
 pub(crate) async fn run(args: BenchArgs) -> ExitCode {
+    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
+        eprintln!(
+            "distlock bench: need 1 <= processes <= workers (got {} workers over {} processes)",
+            args.workers, args.processes
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let outcome = match &args.child {
         Some(job) => run_child(job).await,
         None => run_parent(&args).await,
@@ -160,13 +167,6 @@ async fn sleep_until_ns(at: u64) {
 }
 
 async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
-    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
-        bail!(
-            "need 1 <= processes <= workers (got {} workers over {} processes)",
-            args.workers,
-            args.processes
-        );
-    }
     let url = args
         .url
         .clone()

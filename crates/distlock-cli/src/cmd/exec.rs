@@ -3,7 +3,8 @@
 //! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] when the
 //! lock could not be had (taken with `--no-wait`, `--wait` ran out, the store unreachable);
 //! [`EXIT_LEASE_LOST`] when the lease was lost while COMMAND ran (COMMAND is then stopped);
-//! [`EXIT_USAGE`] for an invalid name, lease or URL; 126/127 when COMMAND cannot be started.
+//! [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL); 126/127 when COMMAND cannot
+//! be started.
 
 use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
@@ -13,14 +14,15 @@ use distlock::{ErrorKind, Guard};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::duration;
+use crate::{EXIT_USAGE, duration};
 
 /// The lock was not obtained (EX_TEMPFAIL: try again later).
 pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
 /// The lease was lost while COMMAND ran; COMMAND was stopped.
 pub(crate) const EXIT_LEASE_LOST: u8 = 76;
-/// Invalid arguments: lock name, lease, URL (EX_USAGE).
-pub(crate) const EXIT_USAGE: u8 = 64;
+/// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
+/// no deadline is ever computed from an absurd `--wait 500000000000y`.
+const WAIT_FOREVER_FROM: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// How long COMMAND gets between SIGTERM and SIGKILL after the lease is lost.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -37,10 +39,16 @@ pub(crate) struct ExecArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs.
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    // `allow_hyphen_values`: `--lease -1s` is a bad lease, not an unknown flag `-1`.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
     lease: Duration,
     /// Give up (exit 75) if the lock is not free within this time [default: wait forever].
-    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    #[arg(
+        long,
+        value_parser = duration::parse,
+        allow_hyphen_values = true,
+        conflicts_with = "no_wait"
+    )]
     wait: Option<Duration>,
     /// Give up (exit 75) at once if the lock is taken.
     #[arg(long)]
@@ -64,7 +72,7 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         taken = async {
             if args.no_wait {
                 lock.try_acquire().await
-            } else if let Some(wait) = args.wait {
+            } else if let Some(wait) = args.wait.filter(|w| *w < WAIT_FOREVER_FROM) {
                 lock.acquire_timeout(wait).await.map(Some)
             } else {
                 lock.acquire().await.map(Some)

@@ -40,7 +40,7 @@ use self::progress::Progress;
 use self::report::RunReport;
 use self::store::Store;
 use self::strategy::{LockStore, Method, Scenario, Settings, Strategy};
-use crate::cmd::exec::EXIT_USAGE;
+use crate::EXIT_USAGE;
 use crate::duration;
 
 /// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
