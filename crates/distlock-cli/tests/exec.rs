@@ -449,3 +449,52 @@ fn a_wait_too_long_for_the_clock_waits_forever() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
     }
 }
+
+/// Issue #8, item 6: `kill -9` of distlock must not leave COMMAND, or what COMMAND started,
+/// running without the lock. The shell and both its `sleep`s must be gone within two seconds.
+#[test]
+fn killing_distlock_kills_command_and_its_children() {
+    for store in common::every_store("kill -9 of exec") {
+        let (backend, url) = (store.name, &store.url);
+        let name = format!("exec-test/kill-9/{}", common::unique());
+        let scratch = Scratch::new();
+        let pids = scratch.path("pids");
+        let script = format!(
+            "sleep 60 & a=$!; sleep 60 & b=$!; echo $$ $a $b > {p}.tmp; mv {p}.tmp {p}; wait",
+            p = pids.display()
+        );
+        let mut holder = Command::new(BIN)
+            .args(["exec", "--url", url, "--lease", "2s", &name, "--"])
+            .args(["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        wait_until_ran(&mut holder, &pids, backend);
+        let pids: Vec<i32> = std::fs::read_to_string(&pids)
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(pids.len(), 3, "{backend}: {pids:?}");
+        assert!(pids.iter().all(|&p| common::running(p)), "{backend}");
+        signal(holder.id(), libc::SIGKILL);
+        holder.wait().unwrap();
+        let gone = common::eventually(Duration::from_secs(2), || {
+            pids.iter().all(|&p| !common::running(p))
+        });
+        let left: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|&p| common::running(p))
+            .collect();
+        for &p in &left {
+            // SAFETY: kill(2) on processes this test started, so they do not linger.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        assert!(
+            gone,
+            "{backend}: processes {left:?} of COMMAND outlived a SIGKILLed distlock"
+        );
+    }
+}

@@ -16,6 +16,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{EXIT_USAGE, duration};
 
+mod tether;
+
 /// The lock was not obtained (EX_TEMPFAIL: try again later).
 pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
 /// The lease was lost while COMMAND ran; COMMAND was stopped.
@@ -111,7 +113,7 @@ fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
     }
 }
 
-/// Runs COMMAND to its end, forwarding signals and stopping it if the lease is lost.
+/// Runs COMMAND to its end, and makes sure it does not outlive distlock.
 async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> ExitCode {
     // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
     // to the whole group: stopping COMMAND after a lost lease also stops what it started. With a
@@ -121,6 +123,7 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
     if own_group {
         command.process_group(0);
     }
+    tether::die_with_parent(&mut command);
     let mut child = match command
         .args(&args.command[1..])
         .env("DISTLOCK_LOCK_NAME", &args.name)
@@ -145,11 +148,44 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
         let pid = pid as libc::pid_t;
         if own_group { -pid } else { pid }
     });
+    // If distlock dies now, however it dies, the watcher stops COMMAND and all it started.
+    let tether = target.and_then(|target| match tether::Tether::attach(target) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!(
+                "distlock: cannot start the watcher ({e}); if distlock is killed, what COMMAND \
+                 started may outlive it"
+            );
+            None
+        }
+    });
+    let (status, code) = wait_holding(&mut child, target, guard, signals).await;
+    // COMMAND has ended: the watcher leaves what COMMAND left running alone, as a normal exit
+    // always has. If we could not learn that COMMAND ended, it stays and kills the group as we
+    // exit.
+    if status.is_ok()
+        && let Some(tether) = tether
+    {
+        tether.stand_down();
+    }
+    code
+}
+
+/// Waits for COMMAND to end, forwarding signals and stopping it if the lease is lost.
+async fn wait_holding(
+    child: &mut tokio::process::Child,
+    target: Option<libc::pid_t>,
+    guard: &Guard,
+    signals: &mut Signals,
+) -> (std::io::Result<std::process::ExitStatus>, ExitCode) {
     let lost = guard.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
-            status = child.wait() => return exit_code_of(status),
+            status = child.wait() => {
+                let code = exit_code_of(&status);
+                return (status, code);
+            }
             sig = signals.next() => {
                 if let Some(target) = target {
                     send(target, sig);
@@ -157,21 +193,25 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
             }
             why = &mut lost => {
                 eprintln!("distlock: {why}; stopping the command");
+                let mut status = Err(std::io::Error::other("COMMAND has no pid"));
                 if let Some(target) = target {
                     send(target, libc::SIGTERM);
-                    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                        eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
-                        send(target, libc::SIGKILL);
-                        let _ = child.wait().await;
-                    }
+                    status = match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
+                            send(target, libc::SIGKILL);
+                            child.wait().await
+                        }
+                    };
                 }
-                return ExitCode::from(EXIT_LEASE_LOST);
+                return (status, ExitCode::from(EXIT_LEASE_LOST));
             }
         }
     }
 }
 
-fn exit_code_of(status: std::io::Result<std::process::ExitStatus>) -> ExitCode {
+fn exit_code_of(status: &std::io::Result<std::process::ExitStatus>) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Ok(s) => match (s.code(), s.signal()) {
