@@ -4,6 +4,7 @@
 
 mod cmd;
 mod duration;
+mod errors;
 
 use std::process::ExitCode;
 

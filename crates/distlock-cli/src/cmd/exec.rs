@@ -14,7 +14,7 @@ use distlock::{ErrorKind, Guard};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{EXIT_USAGE, duration};
+use crate::{EXIT_USAGE, duration, errors};
 
 mod tether;
 
@@ -96,13 +96,16 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     let code = run_holding(&args, &guard, &mut interrupted).await;
     let name = guard.name().to_string();
     if let Err(e) = guard.release().await {
-        eprintln!("distlock: releasing lock {name:?} failed ({e}); it frees when its lease ends");
+        eprintln!(
+            "distlock: releasing lock {name:?} failed ({}); it frees when its lease ends",
+            errors::chain(&e)
+        );
     }
     code
 }
 
 fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
-    eprintln!("distlock: lock {name:?} not obtained: {e}");
+    eprintln!("distlock: lock {name:?} not obtained: {}", errors::chain(e));
     match e.kind() {
         ErrorKind::InvalidName
         | ErrorKind::InvalidLease
