@@ -4,10 +4,15 @@
 
 mod cmd;
 mod duration;
+mod errors;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Exit status of every subcommand for invalid arguments (EX_USAGE in sysexits.h), whether clap or
+/// the subcommand finds them.
+pub(crate) const EXIT_USAGE: u8 = 64;
 
 /// Distributed locks for scripts, cron jobs and services.
 #[derive(Parser, Debug)]
@@ -35,7 +40,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -53,4 +61,29 @@ fn main() -> ExitCode {
             Command::Bench(args) => cmd::bench::run(args).await,
         }
     })
+}
+
+/// Prints clap's verdict on the arguments. `--help` and `--version` succeed; everything else is a
+/// usage error, said in one line (clap's own exit status, 2, would read as COMMAND's to a script
+/// running `distlock exec`).
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        // `distlock` or `distlock demo --internal` alone: the help is the message.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(EXIT_USAGE)
+        }
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("distlock: {first} (see --help)");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }

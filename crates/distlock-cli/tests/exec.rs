@@ -1,10 +1,13 @@
-//! `distlock exec` end to end: the real binary, real processes, an SQLite file per test.
+//! `distlock exec` end to end: the real binary, real processes, an SQLite file per test and the
+//! real servers where a test says so.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+use common::BIN;
 
 struct Scratch {
     dir: tempfile::TempDir,
@@ -294,26 +297,8 @@ fn bad_arguments_are_clear_errors() {
 /// with 75, and the lock is free again after the holder ends.
 #[test]
 fn exec_works_on_every_server_backend() {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    let backends = [
-        ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
-        (
-            "postgres",
-            "DISTLOCK_POSTGRES_URL",
-            "postgres://postgres@127.0.0.1:5432/distlock_test",
-        ),
-        (
-            "mysql",
-            "DISTLOCK_MYSQL_URL",
-            "mysql://root@127.0.0.1:3306/distlock_test",
-        ),
-    ];
-    for (backend, var, default) in backends {
-        if skip.split(',').any(|s| s.trim() == backend) {
-            eprintln!("SKIPPED: exec on {backend}, because DISTLOCK_SKIP={skip}");
-            continue;
-        }
-        let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    for store in common::servers("exec") {
+        let (backend, url) = (store.name, &store.url);
         let name = format!("exec-test/{backend}/{}", rand_suffix());
         let scratch = Scratch::new();
         let ready = scratch.path("ready");
@@ -322,44 +307,25 @@ fn exec_works_on_every_server_backend() {
             ready.display()
         );
         let mut holder = Command::new(BIN)
-            .args(["exec", "--url", &url, &name, "--", "sh", "-c", &script])
+            .args(["exec", "--url", url, &name, "--", "sh", "-c", &script])
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn holder");
-        let started = Instant::now();
-        while std::fs::read_to_string(&ready)
-            .unwrap_or_default()
-            .trim()
-            .is_empty()
-        {
-            if let Some(status) = holder.try_wait().unwrap() {
-                let mut stderr = String::new();
-                std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).ok();
-                panic!(
-                    "exec on {backend} exited {status} before running the command: {stderr}\n\
-                     is the server up? run scripts/services.sh (or DISTLOCK_SKIP={backend})"
-                );
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{backend}: holder never ran"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until_ran(&mut holder, &ready, backend);
         let first: u64 = std::fs::read_to_string(&ready)
             .unwrap()
             .trim()
             .parse()
             .unwrap();
         let refused = Command::new(BIN)
-            .args(["exec", "--url", &url, "--no-wait", &name, "--", "true"])
+            .args(["exec", "--url", url, "--no-wait", &name, "--", "true"])
             .output()
             .unwrap();
         assert_eq!(code(&refused), 75, "{backend}: {refused:?}");
         signal(holder.id(), libc::SIGTERM);
         wait_with_timeout(&mut holder, Duration::from_secs(10));
         let next = Command::new(BIN)
-            .args(["exec", "--url", &url, "--wait", "10s", &name, "--"])
+            .args(["exec", "--url", url, "--wait", "10s", &name, "--"])
             .args(["sh", "-c", "echo $DISTLOCK_FENCING_TOKEN"])
             .output()
             .unwrap();
@@ -369,5 +335,166 @@ fn exec_works_on_every_server_backend() {
             .parse()
             .unwrap();
         assert!(second > first, "{backend}: token {second} after {first}");
+    }
+}
+
+/// Waits until `holder`'s command has written `ready`; fails with its stderr if it exits first.
+fn wait_until_ran(holder: &mut Child, ready: &Path, backend: &str) {
+    let started = Instant::now();
+    while std::fs::read_to_string(ready)
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        if let Some(status) = holder.try_wait().unwrap() {
+            let mut stderr = String::new();
+            if let Some(pipe) = holder.stderr.as_mut() {
+                std::io::Read::read_to_string(pipe, &mut stderr).ok();
+            }
+            panic!(
+                "exec on {backend} exited {status} before running the command: {stderr}\n\
+                 is the server up? run scripts/services.sh (or DISTLOCK_SKIP={backend})"
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{backend}: holder never ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue #8, item 5: every invalid argument is exit 64 and one line, never clap's 2 (which a
+/// script cannot tell from COMMAND's own 2). Parsing fails before any store is opened, so one
+/// store stands for all.
+#[test]
+fn invalid_arguments_exit_64_with_one_line() {
+    let s = Scratch::new();
+    for bad in [
+        &["--lease", "-1s"][..],
+        &["--lease=-1s"],
+        &["--lease", "99999999999999999999s"],
+        &["--lease", "584942417355y"],
+        &["--lease", "soon"],
+        &["--wait", "-1s"],
+        &["--wait=-1s"],
+        &["--wait", "99999999999999999999s"],
+        &["--wait", "584942417355y"],
+        &["--wait", "1s", "--no-wait"],
+        &["--no-such-flag"],
+    ] {
+        let mut args = bad.to_vec();
+        args.extend(["job", "--", "echo", "ran"]);
+        let out = s.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 64, "{bad:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{bad:?}: the command ran");
+        assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
+        assert!(stderr.starts_with("distlock: "), "{bad:?}: {stderr}");
+    }
+    let out = Command::new(BIN).args(["exec", "job"]).output().unwrap();
+    assert_eq!(code(&out), 64, "no COMMAND: {out:?}");
+    for ok in [&["--help"][..], &["--version"], &["exec", "--help"]] {
+        let out = Command::new(BIN).args(ok).output().unwrap();
+        assert_eq!(code(&out), 0, "{ok:?}: {out:?}");
+        assert!(!out.stdout.is_empty(), "{ok:?} printed nothing");
+    }
+}
+
+/// Issue #8, item 4: a `--wait` past what the clock can represent is "wait forever", not a panic
+/// (exit 101): the command runs at once on a free lock, and after the holder ends on a held one.
+#[test]
+fn a_wait_too_long_for_the_clock_waits_forever() {
+    const FOREVER: &str = "500000000000y";
+    for store in common::every_store("a huge --wait") {
+        let (backend, url) = (store.name, &store.url);
+        let name = format!("exec-test/huge-wait/{}", common::unique());
+        let free = Command::new(BIN)
+            .args([
+                "exec", "--url", url, "--wait", FOREVER, &name, "--", "echo", "ran",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&free), 0, "{backend}, free lock: {free:?}");
+        assert_eq!(String::from_utf8_lossy(&free.stdout).trim(), "ran");
+
+        let scratch = Scratch::new();
+        let ready = scratch.path("ready");
+        let script = format!("echo $$ > {}; sleep 30", ready.display());
+        let mut holder = Command::new(BIN)
+            .args(["exec", "--url", url, &name, "--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        wait_until_ran(&mut holder, &ready, backend);
+        let mut waiter = Command::new(BIN)
+            .args([
+                "exec", "--url", url, "--wait", FOREVER, &name, "--", "echo", "ran",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(
+            waiter.try_wait().unwrap().is_none(),
+            "{backend}: the waiter did not wait: {:?}",
+            waiter.wait_with_output()
+        );
+        signal(holder.id(), libc::SIGTERM);
+        wait_with_timeout(&mut holder, Duration::from_secs(10));
+        wait_with_timeout(&mut waiter, Duration::from_secs(10));
+        let out = waiter.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "{backend}, held lock: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    }
+}
+
+/// Issue #8, item 6: `kill -9` of distlock must not leave COMMAND, or what COMMAND started,
+/// running without the lock. The shell and both its `sleep`s must be gone within two seconds.
+#[test]
+fn killing_distlock_kills_command_and_its_children() {
+    for store in common::every_store("kill -9 of exec") {
+        let (backend, url) = (store.name, &store.url);
+        let name = format!("exec-test/kill-9/{}", common::unique());
+        let scratch = Scratch::new();
+        let pids = scratch.path("pids");
+        let script = format!(
+            "sleep 60 & a=$!; sleep 60 & b=$!; echo $$ $a $b > {p}.tmp; mv {p}.tmp {p}; wait",
+            p = pids.display()
+        );
+        let mut holder = Command::new(BIN)
+            .args(["exec", "--url", url, "--lease", "2s", &name, "--"])
+            .args(["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        wait_until_ran(&mut holder, &pids, backend);
+        let pids: Vec<i32> = std::fs::read_to_string(&pids)
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(pids.len(), 3, "{backend}: {pids:?}");
+        assert!(pids.iter().all(|&p| common::running(p)), "{backend}");
+        signal(holder.id(), libc::SIGKILL);
+        holder.wait().unwrap();
+        let gone = common::eventually(Duration::from_secs(2), || {
+            pids.iter().all(|&p| !common::running(p))
+        });
+        let left: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|&p| common::running(p))
+            .collect();
+        for &p in &left {
+            // SAFETY: kill(2) on processes this test started, so they do not linger.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        assert!(
+            gone,
+            "{backend}: processes {left:?} of COMMAND outlived a SIGKILLed distlock"
+        );
     }
 }

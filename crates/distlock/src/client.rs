@@ -91,31 +91,96 @@ pub async fn connect(url: &str) -> Result<Client> {
     Ok(Client::from_backend(backend))
 }
 
-/// `url` with any password replaced by `***`, for messages and `Debug`.
+/// Query parameters whose values [`redact`] shows: they shape the connection and hold no secret.
+/// Every other parameter's value is masked, so a secret under any name (`password`, `pass`,
+/// `sslpassword`, `Password`, `pass%77ord`, a name a driver adds tomorrow) never shows.
+const SHOWN_PARAMETERS: &[&str] = &[
+    // distlock's own.
+    "lock",
+    "max_connections",
+    // sqlx (PostgreSQL, MySQL) and redis-rs.
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "sslca",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "application_name",
+    "charset",
+    "collation",
+    "socket",
+    "timezone",
+    "time-zone",
+    "protocol",
+    "db",
+];
+
+/// `url` as messages and `Debug` may show it: the user-info password and the value of every
+/// query parameter but the harmless ones (`lock`, `sslmode`, …) replaced by `***`, and any
+/// fragment but `#insecure` too.
+///
+/// When the user-info cannot be told apart from the rest (an `@` after a `/`, `?` or `#`, as an
+/// unencoded password may hold), everything before the last `@` is masked.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
+    let (prefix, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => url.split_at(url.find(':').map_or(0, |i| i + 1)),
     };
-    let rest = &url[scheme_end + 3..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_string()
+    let (shown_userinfo, tail) = match (rest[..authority_end].rfind('@'), rest.rfind('@')) {
+        (Some(at), _) => {
+            let userinfo = &rest[..at];
+            let shown = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
             };
-            format!(
-                "{}{}{}",
-                &url[..scheme_end + 3],
-                masked,
-                &url[scheme_end + 3 + at..]
-            )
+            (shown, &rest[at..])
         }
-        None => url.to_string(),
+        (None, Some(at)) => ("***".to_string(), &rest[at..]),
+        (None, None) => (String::new(), rest),
+    };
+    let (tail, fragment) = match tail.split_once('#') {
+        Some((tail, fragment)) => (tail, Some(fragment)),
+        None => (tail, None),
+    };
+    let mut shown = format!("{prefix}{shown_userinfo}");
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let pairs: Vec<String> = query.split('&').map(redact_parameter).collect();
+            shown.push_str(&pairs.join("&"));
+        }
+        None => shown.push_str(tail),
+    }
+    match fragment {
+        Some("insecure") => shown.push_str("#insecure"),
+        Some(_) => shown.push_str("#***"),
+        None => {}
+    }
+    shown
+}
+
+/// One `key=value` of a query string, its value masked unless the key is in [`SHOWN_PARAMETERS`].
+fn redact_parameter(pair: &str) -> String {
+    let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+    let harmless = SHOWN_PARAMETERS
+        .iter()
+        .any(|shown| shown.eq_ignore_ascii_case(key));
+    match pair.split_once('=') {
+        _ if harmless || pair.is_empty() => pair.to_string(),
+        Some((key, _)) => format!("{key}=***"),
+        None => "***".to_string(),
     }
 }
 
@@ -242,7 +307,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redact_hides_passwords_only() {
+    fn redact_hides_user_info_passwords() {
         assert_eq!(
             redact("postgres://app:s3cret@db:5432/x"),
             "postgres://app:***@db:5432/x"
@@ -252,6 +317,59 @@ mod tests {
         assert_eq!(redact("mysql://root@h/db"), "mysql://root@h/db");
         assert_eq!(redact("sqlite:./a.db"), "sqlite:./a.db");
         assert_eq!(redact("redis://u:p@ss@h"), "redis://u:***@h");
+    }
+
+    #[test]
+    fn redact_keeps_harmless_parameters() {
+        for url in [
+            "postgres://app@db:5432/x?sslmode=require&lock=session&max_connections=5",
+            "mysql://root@h/db?ssl-mode=REQUIRED&SSL-CA=/etc/ca.pem",
+            "rediss://h:6380/0#insecure",
+            "redis://h:6379/0?protocol=resp3",
+            "postgres://h/db?",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+    }
+
+    #[test]
+    fn redact_hides_every_other_parameter_and_malformed_user_info() {
+        for (url, shown) in [
+            (
+                "postgres://u@h:1/t?password=s3cret",
+                "postgres://u@h:1/t?password=***",
+            ),
+            (
+                "postgres://u@h/t?sslmode=require&sslpassword=s3cret&lock=session",
+                "postgres://u@h/t?sslmode=require&sslpassword=***&lock=session",
+            ),
+            ("redis://h/0?PassWord=s3cret", "redis://h/0?PassWord=***"),
+            (
+                "redis://h/0?pass%77ord=s3cret",
+                "redis://h/0?pass%77ord=***",
+            ),
+            (
+                "mysql://h/db?ssl-key-password=s3cret",
+                "mysql://h/db?ssl-key-password=***",
+            ),
+            (
+                "redis://h?token=s3cret&auth=s3cret",
+                "redis://h?token=***&auth=***",
+            ),
+            ("redis://h?s3cret", "redis://h?***"),
+            (
+                "sqlite:/tmp/a.db?password=s3cret",
+                "sqlite:/tmp/a.db?password=***",
+            ),
+            ("rediss://h#s3cret", "rediss://h#***"),
+            // An unencoded '/', '?' or '#' in a password.
+            ("postgres://u:s3/cret@h/db", "postgres://***@h/db"),
+            ("redis://u:s3?cret@h", "redis://***@h"),
+            ("redis://u:s3#cret@h:1", "redis://***@h:1"),
+            ("postgres:u:s3cret@h/db", "postgres:u:***@h/db"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
     }
 
     #[tokio::test]

@@ -53,7 +53,9 @@ impl ErrorKind {
 /// A distlock error: a [`kind`](Error::kind), the backend it came from, a message and maybe the
 /// store's own error as [`source`](StdError::source).
 ///
-/// `Display` never shows a password: URLs are redacted before they reach a message.
+/// `Display` shows the kind, backend and message, not the source: printing the chain (anyhow's
+/// `{:#}`, or walking [`source`](StdError::source)) then shows each cause once. `Display` never
+/// shows a password: URLs are redacted before they reach a message.
 pub struct Error {
     kind: ErrorKind,
     backend: &'static str,
@@ -78,6 +80,12 @@ impl Error {
     /// Attaches the underlying error (a driver's, an I/O error).
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
+        self
+    }
+
+    /// [`with_source`](Error::with_source) for a cause already boxed.
+    pub(crate) fn with_boxed_source(mut self, source: Box<dyn StdError + Send + Sync>) -> Self {
+        self.source = Some(source);
         self
     }
 
@@ -134,9 +142,6 @@ impl fmt::Display for Error {
         }
         if !self.message.is_empty() {
             write!(f, ": {}", self.message)?;
-        }
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
         }
         Ok(())
     }

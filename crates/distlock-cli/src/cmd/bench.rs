@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::duration;
+use crate::{EXIT_USAGE, duration, errors};
 
 /// What the workers do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -81,7 +81,6 @@ pub(crate) struct BenchArgs {
 /// What a child process is asked to do.
 #[derive(Serialize, Deserialize, Debug)]
 struct Job {
-    url: String,
     workload: Workload,
     kind: Kind,
     /// Index of this process, and the first worker number it runs.
@@ -128,14 +127,21 @@ struct Report {
 }
 
 pub(crate) async fn run(args: BenchArgs) -> ExitCode {
+    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
+        eprintln!(
+            "distlock bench: need 1 <= processes <= workers (got {} workers over {} processes)",
+            args.workers, args.processes
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let outcome = match &args.child {
-        Some(job) => run_child(job).await,
+        Some(job) => run_child(job, args.url.as_deref()).await,
         None => run_parent(&args).await,
     };
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("distlock bench: {e:#}");
+            eprintln!("distlock bench: {}", errors::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -160,21 +166,13 @@ async fn sleep_until_ns(at: u64) {
 }
 
 async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
-    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
-        bail!(
-            "need 1 <= processes <= workers (got {} workers over {} processes)",
-            args.workers,
-            args.processes
-        );
-    }
     let url = args
         .url
         .clone()
         .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
     // Fail early, with the store's own message, if the URL is wrong or the store is down.
-    let probe = distlock::connect(&url)
-        .await
-        .with_context(|| format!("connecting to {}", distlock::redact(&url)))?;
+    // The error names the URL (redacted) itself.
+    let probe = distlock::connect(&url).await?;
     let backend = probe.backend_name().to_string();
     drop(probe);
 
@@ -186,7 +184,6 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
         let workers =
             args.workers / args.processes + usize::from(process < args.workers % args.processes);
         let job = Job {
-            url: url.clone(),
             workload: args.workload,
             kind: args.kind,
             process,
@@ -204,7 +201,9 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
             .arg("contended")
             .arg("--child")
             .arg(serde_json::to_string(&job)?)
-            .env_remove("DISTLOCK_URL")
+            // The URL goes in the environment, not the job: other users can read a command line
+            // (ps, /proc/PID/cmdline), and the URL may hold a password.
+            .env("DISTLOCK_URL", &url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -368,11 +367,10 @@ fn print_table(r: &Report) {
     }
 }
 
-async fn run_child(job: &str) -> Result<ExitCode> {
+async fn run_child(job: &str, url: Option<&str>) -> Result<ExitCode> {
     let job: Job = serde_json::from_str(job).context("reading the bench job")?;
-    let client = distlock::connect(&job.url)
-        .await
-        .with_context(|| format!("connecting to {}", distlock::redact(&job.url)))?;
+    let url = url.context("the parent passes DISTLOCK_URL")?;
+    let client = distlock::connect(url).await?;
     let mut stdout = tokio::io::stdout();
     stdout.write_all(b"ready\n").await?;
     stdout.flush().await?;
@@ -413,7 +411,7 @@ async fn run_child(job: &str) -> Result<ExitCode> {
                     Err(e) if e.is_timeout() => break,
                     Err(e) => {
                         errors += 1;
-                        eprintln!("distlock bench: acquire failed: {e}");
+                        eprintln!("distlock bench: acquire failed: {}", errors::chain(&e));
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -426,7 +424,7 @@ async fn run_child(job: &str) -> Result<ExitCode> {
                 let released_ns = monotonic_ns();
                 if let Err(e) = guard.release().await {
                     errors += 1;
-                    eprintln!("distlock bench: release failed: {e}");
+                    eprintln!("distlock bench: release failed: {}", errors::chain(&e));
                 }
                 holds.push(Hold {
                     lock: lock_index,

@@ -3,7 +3,8 @@
 //! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] when the
 //! lock could not be had (taken with `--no-wait`, `--wait` ran out, the store unreachable);
 //! [`EXIT_LEASE_LOST`] when the lease was lost while COMMAND ran (COMMAND is then stopped);
-//! [`EXIT_USAGE`] for an invalid name, lease or URL; 126/127 when COMMAND cannot be started.
+//! [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL); 126/127 when COMMAND cannot
+//! be started.
 
 use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
@@ -13,14 +14,17 @@ use distlock::{ErrorKind, Guard};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::duration;
+use crate::{EXIT_USAGE, duration, errors};
+
+mod tether;
 
 /// The lock was not obtained (EX_TEMPFAIL: try again later).
 pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
 /// The lease was lost while COMMAND ran; COMMAND was stopped.
 pub(crate) const EXIT_LEASE_LOST: u8 = 76;
-/// Invalid arguments: lock name, lease, URL (EX_USAGE).
-pub(crate) const EXIT_USAGE: u8 = 64;
+/// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
+/// no deadline is ever computed from an absurd `--wait 500000000000y`.
+const WAIT_FOREVER_FROM: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// How long COMMAND gets between SIGTERM and SIGKILL after the lease is lost.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -37,10 +41,16 @@ pub(crate) struct ExecArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs.
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    // `allow_hyphen_values`: `--lease -1s` is a bad lease, not an unknown flag `-1`.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
     lease: Duration,
     /// Give up (exit 75) if the lock is not free within this time [default: wait forever].
-    #[arg(long, value_parser = duration::parse, conflicts_with = "no_wait")]
+    #[arg(
+        long,
+        value_parser = duration::parse,
+        allow_hyphen_values = true,
+        conflicts_with = "no_wait"
+    )]
     wait: Option<Duration>,
     /// Give up (exit 75) at once if the lock is taken.
     #[arg(long)]
@@ -64,7 +74,7 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         taken = async {
             if args.no_wait {
                 lock.try_acquire().await
-            } else if let Some(wait) = args.wait {
+            } else if let Some(wait) = args.wait.filter(|w| *w < WAIT_FOREVER_FROM) {
                 lock.acquire_timeout(wait).await.map(Some)
             } else {
                 lock.acquire().await.map(Some)
@@ -86,13 +96,16 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     let code = run_holding(&args, &guard, &mut interrupted).await;
     let name = guard.name().to_string();
     if let Err(e) = guard.release().await {
-        eprintln!("distlock: releasing lock {name:?} failed ({e}); it frees when its lease ends");
+        eprintln!(
+            "distlock: releasing lock {name:?} failed ({}); it frees when its lease ends",
+            errors::chain(&e)
+        );
     }
     code
 }
 
 fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
-    eprintln!("distlock: lock {name:?} not obtained: {e}");
+    eprintln!("distlock: lock {name:?} not obtained: {}", errors::chain(e));
     match e.kind() {
         ErrorKind::InvalidName
         | ErrorKind::InvalidLease
@@ -103,7 +116,7 @@ fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
     }
 }
 
-/// Runs COMMAND to its end, forwarding signals and stopping it if the lease is lost.
+/// Runs COMMAND to its end, and makes sure it does not outlive distlock.
 async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> ExitCode {
     // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
     // to the whole group: stopping COMMAND after a lost lease also stops what it started. With a
@@ -113,6 +126,7 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
     if own_group {
         command.process_group(0);
     }
+    tether::die_with_parent(&mut command);
     let mut child = match command
         .args(&args.command[1..])
         .env("DISTLOCK_LOCK_NAME", &args.name)
@@ -137,11 +151,44 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
         let pid = pid as libc::pid_t;
         if own_group { -pid } else { pid }
     });
+    // If distlock dies now, however it dies, the watcher stops COMMAND and all it started.
+    let tether = target.and_then(|target| match tether::Tether::attach(target) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!(
+                "distlock: cannot start the watcher ({e}); if distlock is killed, what COMMAND \
+                 started may outlive it"
+            );
+            None
+        }
+    });
+    let (status, code) = wait_holding(&mut child, target, guard, signals).await;
+    // COMMAND has ended: the watcher leaves what COMMAND left running alone, as a normal exit
+    // always has. If we could not learn that COMMAND ended, it stays and kills the group as we
+    // exit.
+    if status.is_ok()
+        && let Some(tether) = tether
+    {
+        tether.stand_down();
+    }
+    code
+}
+
+/// Waits for COMMAND to end, forwarding signals and stopping it if the lease is lost.
+async fn wait_holding(
+    child: &mut tokio::process::Child,
+    target: Option<libc::pid_t>,
+    guard: &Guard,
+    signals: &mut Signals,
+) -> (std::io::Result<std::process::ExitStatus>, ExitCode) {
     let lost = guard.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
-            status = child.wait() => return exit_code_of(status),
+            status = child.wait() => {
+                let code = exit_code_of(&status);
+                return (status, code);
+            }
             sig = signals.next() => {
                 if let Some(target) = target {
                     send(target, sig);
@@ -149,21 +196,25 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
             }
             why = &mut lost => {
                 eprintln!("distlock: {why}; stopping the command");
+                let mut status = Err(std::io::Error::other("COMMAND has no pid"));
                 if let Some(target) = target {
                     send(target, libc::SIGTERM);
-                    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                        eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
-                        send(target, libc::SIGKILL);
-                        let _ = child.wait().await;
-                    }
+                    status = match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            eprintln!("distlock: the command ignored SIGTERM for {STOP_GRACE:?}; killing it");
+                            send(target, libc::SIGKILL);
+                            child.wait().await
+                        }
+                    };
                 }
-                return ExitCode::from(EXIT_LEASE_LOST);
+                return (status, ExitCode::from(EXIT_LEASE_LOST));
             }
         }
     }
 }
 
-fn exit_code_of(status: std::io::Result<std::process::ExitStatus>) -> ExitCode {
+fn exit_code_of(status: &std::io::Result<std::process::ExitStatus>) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Ok(s) => match (s.code(), s.signal()) {

@@ -4,7 +4,7 @@ use crate::error::{Error, ErrorKind};
 
 /// Maps a driver error: unreachable or busy stores are [`ErrorKind::Connection`] (worth a
 /// retry), everything the database refused is [`ErrorKind::Backend`]. sqlx's messages carry no
-/// connection password.
+/// connection password (a bad URL is reported by `sql_url`, masked, before sqlx sees it).
 pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Error {
     let kind = match &e {
         sqlx::Error::Io(_)
@@ -20,9 +20,19 @@ pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Er
         sqlx::Error::Configuration(_) => ErrorKind::InvalidUrl,
         _ => ErrorKind::Backend,
     };
+    // sqlx's Display repeats its cause's text ("error communicating with database: <the I/O
+    // error>") and then returns that cause as its source: a printed chain would say it twice.
+    // The cause itself becomes our source instead.
+    let source: Box<dyn std::error::Error + Send + Sync> = match e {
+        sqlx::Error::Io(io) => Box::new(io),
+        sqlx::Error::Database(db) => db,
+        sqlx::Error::Tls(tls) => tls,
+        sqlx::Error::Configuration(config) => config,
+        other => Box::new(other),
+    };
     Error::new(kind, what.to_string())
         .with_backend(backend)
-        .with_source(e)
+        .with_boxed_source(source)
 }
 
 /// SQLite's BUSY (5) and LOCKED (6), with their extended codes: another process holds the

@@ -108,7 +108,7 @@ pub(crate) async fn run(args: ServeArgs) -> std::process::ExitCode {
     match serve(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("instance: {e:#}");
+            eprintln!("instance: {}", crate::errors::chain(e.as_ref()));
             std::process::ExitCode::from(2)
         }
     }
@@ -123,7 +123,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             std::env::var(LOCK_URL_ENV).with_context(|| format!("{LOCK_URL_ENV} is not set"))?;
         let client = distlock::connect(&url)
             .await
-            .with_context(|| format!("connecting to the lock store {}", distlock::redact(&url)))?;
+            .context("connecting to the lock store")?;
         Some(client)
     } else {
         None
@@ -210,8 +210,9 @@ async fn answer(
             format!("gave up after {tries} conflicting writes\n"),
         ),
         Err(e) => {
-            eprintln!("instance: request {n}: {e:#}");
-            reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n"))
+            let e = crate::errors::chain(e.as_ref());
+            eprintln!("instance: request {n}: {e}");
+            reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
         }
     })
 }

@@ -65,10 +65,8 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
     if let Some(port) = port
         && port.parse::<u16>().map_or(true, |p| p == 0)
     {
-        return Err(invalid(
-            url,
-            format!("port {port:?} is not a number 1-65535"),
-        ));
+        // Not quoted: with a '/', '?' or '#' in an unencoded password, the "port" is part of it.
+        return Err(invalid(url, "the port is not a number 1-65535"));
     }
     let path = rest[authority_end..]
         .split(['?', '#'])
@@ -78,7 +76,7 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
     if !path.is_empty() && path.parse::<u32>().is_err() {
         return Err(invalid(
             url,
-            format!("database {path:?} is not a number (redis://host:port/0)"),
+            "the database (after the /) is not a number, as in redis://host:port/0",
         ));
     }
     let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {

@@ -12,7 +12,7 @@ pub(super) fn parse(url: &str) -> Result<PathBuf> {
         .ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidUrl,
-                format!("{url:?} is not an sqlite: URL"),
+                format!("{:?} is not an sqlite: URL", crate::client::redact(url)),
             )
         })?;
     let path = rest.split(['?', '#']).next().unwrap_or("");

@@ -1,0 +1,108 @@
+//! What the CLI test files share: the binary, and the stores to run it against.
+
+#![allow(dead_code)] // Each test file uses its own part of this module.
+
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
+pub struct Store {
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql.
+    pub name: &'static str,
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default).
+const SERVERS: [(&str, &str, &str); 3] = [
+    ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
+    (
+        "postgres",
+        "DISTLOCK_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/distlock_test",
+    ),
+    (
+        "mysql",
+        "DISTLOCK_MYSQL_URL",
+        "mysql://root@127.0.0.1:3306/distlock_test",
+    ),
+];
+
+fn skipped(name: &str, what: &str) -> bool {
+    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let skipped = skip.split(',').any(|s| s.trim() == name);
+    if skipped {
+        eprintln!("SKIPPED: {what} on {name}, because DISTLOCK_SKIP={skip}");
+    }
+    skipped
+}
+
+/// A fresh SQLite store.
+pub fn sqlite() -> Store {
+    let dir = tempfile::tempdir().expect("tempdir");
+    Store {
+        name: "sqlite",
+        url: format!("sqlite:{}", dir.path().join("locks.db").display()),
+        _dir: Some(dir),
+    }
+}
+
+/// The server stores not listed in `DISTLOCK_SKIP` (each skip printed, naming `what`). A server
+/// that is down makes the test using it fail, with a hint to run scripts/services.sh.
+pub fn servers(what: &str) -> Vec<Store> {
+    SERVERS
+        .iter()
+        .filter(|(name, _, _)| !skipped(name, what))
+        .map(|&(name, var, default)| Store {
+            name,
+            url: std::env::var(var).unwrap_or_else(|_| default.to_string()),
+            _dir: None,
+        })
+        .collect()
+}
+
+/// SQLite and every server store not skipped.
+pub fn every_store(what: &str) -> Vec<Store> {
+    let mut stores = vec![sqlite()];
+    stores.extend(servers(what));
+    stores
+}
+
+/// A string unique to this call, for lock names and file names.
+pub fn unique() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}-{nanos}-{n}", std::process::id())
+}
+
+/// Whether process `pid` still runs (a zombie, dead but not yet reaped, does not).
+pub fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next()),
+            Some(Some('Z' | 'X'))
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Polls `done` every 10 ms for up to `within`; true if it became true.
+pub fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if started.elapsed() >= within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
