@@ -4,7 +4,6 @@
 
 mod cmd;
 mod duration;
-mod errors;
 
 use std::process::ExitCode;
 

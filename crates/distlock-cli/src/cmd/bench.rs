@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use crate::{EXIT_USAGE, duration, errors};
+use crate::{EXIT_USAGE, duration};
 
 /// What the workers do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -141,7 +141,7 @@ pub(crate) async fn run(args: BenchArgs) -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("distlock bench: {}", errors::chain(e.as_ref()));
+            eprintln!("distlock bench: {}", distlock::error::chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -411,7 +411,10 @@ async fn run_child(job: &str, url: Option<&str>) -> Result<ExitCode> {
                     Err(e) if e.is_timeout() => break,
                     Err(e) => {
                         errors += 1;
-                        eprintln!("distlock bench: acquire failed: {}", errors::chain(&e));
+                        eprintln!(
+                            "distlock bench: acquire failed: {}",
+                            distlock::error::chain(&e)
+                        );
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -424,7 +427,10 @@ async fn run_child(job: &str, url: Option<&str>) -> Result<ExitCode> {
                 let released_ns = monotonic_ns();
                 if let Err(e) = guard.release().await {
                     errors += 1;
-                    eprintln!("distlock bench: release failed: {}", errors::chain(&e));
+                    eprintln!(
+                        "distlock bench: release failed: {}",
+                        distlock::error::chain(&e)
+                    );
                 }
                 holds.push(Hold {
                     lock: lock_index,

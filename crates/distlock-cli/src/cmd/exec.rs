@@ -14,7 +14,7 @@ use distlock::{ErrorKind, Guard};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{EXIT_USAGE, duration, errors};
+use crate::{EXIT_USAGE, duration};
 
 mod tether;
 
@@ -98,14 +98,17 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     if let Err(e) = guard.release().await {
         eprintln!(
             "distlock: releasing lock {name:?} failed ({}); it frees when its lease ends",
-            errors::chain(&e)
+            distlock::error::chain(&e)
         );
     }
     code
 }
 
 fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
-    eprintln!("distlock: lock {name:?} not obtained: {}", errors::chain(e));
+    eprintln!(
+        "distlock: lock {name:?} not obtained: {}",
+        distlock::error::chain(e)
+    );
     match e.kind() {
         ErrorKind::InvalidName
         | ErrorKind::InvalidLease

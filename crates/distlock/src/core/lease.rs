@@ -330,10 +330,16 @@ async fn keep_renewed(
             Ok(Ok(None)) => return "the store no longer lists this holding as the owner".into(),
             Ok(Err(e)) if Instant::now() < until => {
                 tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
-                state.send_modify(|s| s.renewal_error = Some(e.to_string().into()));
+                let why = crate::error::chain(&e);
+                state.send_modify(|s| s.renewal_error = Some(why.into()));
                 next = Instant::now() + (period / 4).max(Duration::from_millis(5));
             }
-            Ok(Err(e)) => return format!("renewal failed until the lease ended: {e}"),
+            Ok(Err(e)) => {
+                return format!(
+                    "renewal failed until the lease ended: {}",
+                    crate::error::chain(&e)
+                );
+            }
             Err(_) => return "renewal got no answer before the lease ended".into(),
         }
     }

@@ -140,6 +140,10 @@ pub(crate) async fn acquire(
     }
 }
 
+/// What an attempt's task hands back: the waiter, for the next attempt or for leaving, and the
+/// answer.
+type AttemptDone = (Box<dyn Waiter>, Result<Taken>);
+
 /// One acquisition's waiter, between attempts and across cancellation.
 struct Waiting {
     engine: Arc<Engine>,
@@ -148,7 +152,7 @@ struct Waiting {
     /// `None` while an attempt has it.
     waiter: Option<Box<dyn Waiter>>,
     /// The attempt in flight, whose answer must not be lost if the acquisition is dropped.
-    in_flight: Option<JoinHandle<(Box<dyn Waiter>, Result<Taken>)>>,
+    in_flight: Option<JoinHandle<AttemptDone>>,
     acquired: bool,
 }
 

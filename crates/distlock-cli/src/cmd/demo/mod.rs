@@ -40,7 +40,7 @@ use self::progress::Progress;
 use self::report::RunReport;
 use self::store::Store;
 use self::strategy::{LockStore, Method, Scenario, Settings, Strategy};
-use crate::{EXIT_USAGE, duration, errors};
+use crate::{EXIT_USAGE, duration};
 
 /// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
 const LOCK_LEASE: Duration = Duration::from_secs(10);
@@ -163,7 +163,7 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
         outcome = demo(args) => match outcome {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("distlock demo: {}", errors::chain(e.as_ref()));
+                eprintln!("distlock demo: {}", distlock::error::chain(e.as_ref()));
                 ExitCode::FAILURE
             }
         },
@@ -302,7 +302,7 @@ async fn check_lock_urls(urls: &[String]) -> Result<(), String> {
         if let Ok(Err(e)) = connected
             && matches!(e.kind(), ErrorKind::InvalidUrl | ErrorKind::Unsupported)
         {
-            return Err(format!("--lock-url: {}", errors::chain(&e)));
+            return Err(format!("--lock-url: {}", distlock::error::chain(&e)));
         }
     }
     Ok(())
@@ -404,9 +404,10 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         Scenario::Counter => (0, if segmented { args.segments } else { 1 }),
     };
     if let Err(e) = store.seed(products, 1, slots).await {
-        report
-            .problems
-            .push(format!("seeding the store: {}", errors::chain(e.as_ref())));
+        report.problems.push(format!(
+            "seeding the store: {}",
+            distlock::error::chain(e.as_ref())
+        ));
         return report;
     }
     let settings = Settings {
@@ -469,7 +470,10 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
     }
     match audit::audit(scenario, store, &load).await {
         Ok(a) => report.audit = Some(a),
-        Err(e) => problems.push(format!("auditing the store: {}", errors::chain(e.as_ref()))),
+        Err(e) => problems.push(format!(
+            "auditing the store: {}",
+            distlock::error::chain(e.as_ref())
+        )),
     }
     report.load = Some(load);
     report.problems = problems;

@@ -108,7 +108,7 @@ pub(crate) async fn run(args: ServeArgs) -> std::process::ExitCode {
     match serve(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("instance: {}", crate::errors::chain(e.as_ref()));
+            eprintln!("instance: {}", distlock::error::chain(e.as_ref()));
             std::process::ExitCode::from(2)
         }
     }
@@ -210,7 +210,7 @@ async fn answer(
             format!("gave up after {tries} conflicting writes\n"),
         ),
         Err(e) => {
-            let e = crate::errors::chain(e.as_ref());
+            let e = distlock::error::chain(e.as_ref());
             eprintln!("instance: request {n}: {e}");
             reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
         }

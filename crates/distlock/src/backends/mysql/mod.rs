@@ -98,12 +98,11 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let base = if self.sessions.is_some() {
+        if self.sessions.is_some() {
             Capabilities::sessions()
         } else {
             Capabilities::leases()
-        };
-        base
+        }
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
