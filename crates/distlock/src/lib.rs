@@ -39,10 +39,12 @@ pub mod guard;
 pub mod lock;
 pub mod sql;
 mod types;
+pub mod url;
 
 pub use backend::{Attempt, Backend, Capabilities, LockRequest};
-pub use client::{Client, DEFAULT_URL, RwLock, connect, redact};
+pub use client::{Client, DEFAULT_URL, RwLock, connect};
 pub use error::{Error, ErrorKind, Result};
 pub use guard::Guard;
 pub use lock::{Lock, MultiGuard, MultiLock};
 pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
+pub use url::redact;

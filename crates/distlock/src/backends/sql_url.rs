@@ -2,8 +2,8 @@
 //! to the driver: which lock technique (`lock=lease|session`) and the pool size
 //! (`max_connections=N`). Everything else (`sslmode`, `ssl-mode`, `options`, …) is the driver's.
 
-use crate::client::redact;
 use crate::error::{Error, ErrorKind, Result};
+use crate::url::{redact, split_parameters};
 
 /// Which technique a client uses for its locks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -41,15 +41,10 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
         )
         .with_backend(backend));
     };
-    let (base, query) = match rest.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (rest, None),
-    };
+    let split = split_parameters(rest);
     let mut mode = LockMode::Lease;
     let mut max_connections = DEFAULT_MAX_CONNECTIONS;
-    let mut kept = Vec::new();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (key, value) in split.own {
         match key {
             "lock" => {
                 mode = match value {
@@ -73,14 +68,14 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
                         ))
                     })?;
             }
-            _ => kept.push(pair),
+            other => {
+                return Err(bad(format!(
+                    "{other}= is not a parameter of the {backend} backend"
+                )));
+            }
         }
     }
-    let mut driver_url = format!("{driver_scheme}://{base}");
-    if !kept.is_empty() {
-        driver_url.push('?');
-        driver_url.push_str(&kept.join("&"));
-    }
+    let driver_url = format!("{driver_scheme}://{}", split.driver_url);
     Ok(SqlUrl {
         driver_url,
         redacted,

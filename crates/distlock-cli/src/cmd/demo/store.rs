@@ -247,9 +247,7 @@ impl Store {
         let connections = connections.max(1);
         let context = || format!("opening the store {}", distlock::redact(url));
         Ok(match dialect(url)? {
-            Dialect::Sqlite => {
-                Store::Sqlite(open_sqlite(Path::new(sqlite_path(url)?), connections).await?)
-            }
+            Dialect::Sqlite => Store::Sqlite(open_sqlite(&sqlite_path(url)?, connections).await?),
             Dialect::Postgres => Store::Postgres(
                 PgPoolOptions::new()
                     .max_connections(connections)
@@ -543,12 +541,18 @@ impl StoreTx {
 
 /// The database of a store URL; the error names what the demo can use.
 fn dialect(url: &str) -> Result<Dialect> {
-    let scheme = url.split(':').next().unwrap_or("").to_ascii_lowercase();
-    match scheme.as_str() {
-        "sqlite" => sqlite_path(url).map(|_| Dialect::Sqlite),
-        "postgres" | "postgresql" => Ok(Dialect::Postgres),
-        "mysql" => Ok(Dialect::MySql),
-        "mariadb" => bail!("a MariaDB store is spelt mysql://…"),
+    use distlock::url::Scheme;
+    match Scheme::of(url) {
+        Ok(Scheme::Sqlite) => sqlite_path(url).map(|_| Dialect::Sqlite),
+        Ok(Scheme::Postgres) => Ok(Dialect::Postgres),
+        Ok(Scheme::Mysql)
+            if url
+                .get(..6)
+                .is_some_and(|s| s.eq_ignore_ascii_case("mysql:")) =>
+        {
+            Ok(Dialect::MySql)
+        }
+        Ok(Scheme::Mysql) => bail!("a MariaDB store is spelt mysql://…"),
         _ => bail!(
             "{:?} is not a store URL the demo knows (sqlite:PATH, postgres://…, mysql://…)",
             distlock::redact(url)
@@ -557,15 +561,10 @@ fn dialect(url: &str) -> Result<Dialect> {
 }
 
 /// The file of an `sqlite:PATH` store URL.
-fn sqlite_path(url: &str) -> Result<&str> {
-    let path = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or("");
-    if path.is_empty() || path.contains(":memory:") {
-        bail!("the demo's store needs a file shared by the instances: sqlite:PATH");
-    }
-    Ok(path)
+fn sqlite_path(url: &str) -> Result<std::path::PathBuf> {
+    distlock::url::sqlite_path(url).map_err(|_| {
+        anyhow::anyhow!("the demo's store needs a file shared by the instances: sqlite:PATH")
+    })
 }
 
 async fn open_sqlite(path: &Path, connections: u32) -> Result<SqlitePool> {

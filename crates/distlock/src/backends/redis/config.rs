@@ -4,8 +4,8 @@
 //! fault; redis-rs then builds its connection info from the same string. Every message shows the
 //! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
 
-use crate::client::redact;
 use crate::error::{Error, ErrorKind, Result};
+use crate::url::{authority, redact};
 
 /// What `connect` needs from the URL.
 pub(super) struct RedisConfig {
@@ -27,13 +27,12 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
+const EXPECTED: &str = "redis://[user:password@]host:port[/db] or rediss://…";
+
 fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
     Error::new(
         ErrorKind::InvalidUrl,
-        format!(
-            "{:?}: {why}; expected redis://[user:password@]host:port[/db] or rediss://…",
-            redact(url)
-        ),
+        format!("{:?}: {why}; expected {EXPECTED}", redact(url)),
     )
     .with_backend("redis")
 }
@@ -47,27 +46,14 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
     } else {
         return Err(invalid(url, "not a redis:// or rediss:// URL"));
     };
+    let servers = authority(url, "redis", EXPECTED)?;
+    if servers.hosts.len() != 1 {
+        return Err(invalid(
+            url,
+            "one server only (for several independent masters, use redlock://)",
+        ));
+    }
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let host_port = match authority.rfind('@') {
-        Some(at) => &authority[at + 1..],
-        None => authority,
-    };
-    let (host, port) = match host_port.rsplit_once(':') {
-        // An IPv6 literal without a port: "[::1]".
-        Some((h, _)) if host_port.ends_with(']') => (h, None),
-        Some((h, p)) => (h, Some(p)),
-        None => (host_port, None),
-    };
-    if host.is_empty() {
-        return Err(invalid(url, "no host"));
-    }
-    if let Some(port) = port
-        && port.parse::<u16>().map_or(true, |p| p == 0)
-    {
-        // Not quoted: with a '/', '?' or '#' in an unencoded password, the "port" is part of it.
-        return Err(invalid(url, "the port is not a number 1-65535"));
-    }
     let path = rest[authority_end..]
         .split(['?', '#'])
         .next()

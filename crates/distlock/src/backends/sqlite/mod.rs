@@ -9,7 +9,6 @@
 #![doc = include_str!("docs.md")]
 
 mod clock;
-mod config;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -53,7 +52,7 @@ fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
 impl SqliteBackend {
     /// Opens (creating if needed) the file `url` names and its tables.
     pub async fn connect(url: &str) -> Result<Self> {
-        let path = config::parse(url)?;
+        let path = crate::url::sqlite_path(url)?;
         let options = SqliteConnectOptions::from_str("sqlite://")
             .map_err(err("building connect options"))?
             .filename(&path)

@@ -1,0 +1,456 @@
+//! One home for store URLs: the schemes distlock knows, the redacted form every message shows,
+//! the authority (user, password, one or more `host:port`), and distlock's own query
+//! parameters, split off before the rest goes to a driver. Backends' `config.rs` and the CLI
+//! use these; nothing else takes a URL apart.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A store distlock knows, by its URL scheme (built into this binary or not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `sqlite:PATH`: the embedded default.
+    Sqlite,
+    /// `redis://`, `rediss://` (TLS).
+    Redis,
+    /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters (to come).
+    Redlock,
+    /// `postgres://`, `postgresql://`.
+    Postgres,
+    /// `mysql://`, `mariadb://`.
+    Mysql,
+    /// `zk://h1:p1,…[/chroot]` (to come).
+    ZooKeeper,
+    /// `etcd://`, `etcds://` (to come).
+    Etcd,
+    /// `memcached://` (to come).
+    Memcached,
+}
+
+/// Every scheme's spellings.
+const SPELLINGS: &[(&str, Scheme)] = &[
+    ("sqlite", Scheme::Sqlite),
+    ("redis", Scheme::Redis),
+    ("rediss", Scheme::Redis),
+    ("redlock", Scheme::Redlock),
+    ("postgres", Scheme::Postgres),
+    ("postgresql", Scheme::Postgres),
+    ("mysql", Scheme::Mysql),
+    ("mariadb", Scheme::Mysql),
+    ("zk", Scheme::ZooKeeper),
+    ("etcd", Scheme::Etcd),
+    ("etcds", Scheme::Etcd),
+    ("memcached", Scheme::Memcached),
+];
+
+impl Scheme {
+    /// The scheme of `url`: [`ErrorKind::InvalidUrl`] when it has none or names no store.
+    pub fn of(url: &str) -> Result<Scheme> {
+        let Some((scheme, _)) = url.trim().split_once(':') else {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                format!(
+                    "{:?} has no scheme; expected e.g. sqlite:./locks.db or redis://127.0.0.1:6379",
+                    redact(url)
+                ),
+            ));
+        };
+        SPELLINGS
+            .iter()
+            .find(|(spelling, _)| spelling.eq_ignore_ascii_case(scheme))
+            .map(|(_, s)| *s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = SPELLINGS.iter().map(|(s, _)| *s).collect();
+                Error::new(
+                    ErrorKind::InvalidUrl,
+                    format!(
+                        "unknown scheme {scheme:?} in {:?}; known: {}",
+                        redact(url),
+                        known.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// The backend's short name, as in errors and `DISTLOCK_SKIP`.
+    pub fn backend(self) -> &'static str {
+        match self {
+            Scheme::Sqlite => "sqlite",
+            Scheme::Redis => "redis",
+            Scheme::Redlock => "redlock",
+            Scheme::Postgres => "postgres",
+            Scheme::Mysql => "mysql",
+            Scheme::ZooKeeper => "zk",
+            Scheme::Etcd => "etcd",
+            Scheme::Memcached => "memcached",
+        }
+    }
+}
+
+/// distlock's own query parameters. [`split_parameters`] takes them off before a driver sees
+/// the URL; [`redact`] shows their values.
+pub(crate) const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
+
+/// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they
+/// shape the connection and hold no secret.
+/// Every other parameter's value is masked, so a secret under any name (`password`, `pass`,
+/// `sslpassword`, `Password`, `pass%77ord`, a name a driver adds tomorrow) never shows.
+const SHOWN_DRIVER_PARAMETERS: &[&str] = &[
+    // sqlx (PostgreSQL, MySQL) and redis-rs.
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "sslca",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "application_name",
+    "charset",
+    "collation",
+    "socket",
+    "timezone",
+    "time-zone",
+    "protocol",
+    "db",
+];
+
+/// `url` as messages and `Debug` may show it: the user-info password and the value of every
+/// query parameter but the harmless ones (`lock`, `sslmode`, …) replaced by `***`, and any
+/// fragment but `#insecure` too.
+///
+/// When the user-info cannot be told apart from the rest (an `@` after a `/`, `?` or `#`, as an
+/// unencoded password may hold), everything before the last `@` is masked.
+pub fn redact(url: &str) -> String {
+    let (prefix, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => url.split_at(url.find(':').map_or(0, |i| i + 1)),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (shown_userinfo, tail) = match (rest[..authority_end].rfind('@'), rest.rfind('@')) {
+        (Some(at), _) => {
+            let userinfo = &rest[..at];
+            let shown = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_string(),
+            };
+            (shown, &rest[at..])
+        }
+        (None, Some(at)) => ("***".to_string(), &rest[at..]),
+        (None, None) => (String::new(), rest),
+    };
+    let (tail, fragment) = match tail.split_once('#') {
+        Some((tail, fragment)) => (tail, Some(fragment)),
+        None => (tail, None),
+    };
+    let mut shown = format!("{prefix}{shown_userinfo}");
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let pairs: Vec<String> = query.split('&').map(redact_parameter).collect();
+            shown.push_str(&pairs.join("&"));
+        }
+        None => shown.push_str(tail),
+    }
+    match fragment {
+        Some("insecure") => shown.push_str("#insecure"),
+        Some(_) => shown.push_str("#***"),
+        None => {}
+    }
+    shown
+}
+
+/// One `key=value` of a query string, its value masked unless the key is a shown one.
+fn redact_parameter(pair: &str) -> String {
+    let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+    let harmless = OWN_PARAMETERS
+        .iter()
+        .chain(SHOWN_DRIVER_PARAMETERS)
+        .any(|shown| shown.eq_ignore_ascii_case(key));
+    match pair.split_once('=') {
+        _ if harmless || pair.is_empty() => pair.to_string(),
+        Some((key, _)) => format!("{key}=***"),
+        None => "***".to_string(),
+    }
+}
+
+/// One `host[:port]` of a URL's authority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// A name, an IPv4 address, or an IPv6 literal in brackets (`[::1]`).
+    pub host: String,
+    /// The port, when given.
+    pub port: Option<u16>,
+}
+
+/// The servers of `scheme://[user[:password]@]host[:port][,host[:port]…]/…` (several for
+/// Redlock, ZooKeeper ensembles, etcd clusters). The user-info is left to the driver, which
+/// gets the URL itself.
+#[derive(Debug)]
+pub(crate) struct Authority {
+    pub(crate) hosts: Vec<HostPort>,
+}
+
+/// Parses the authority of `url` (which has `://`). Errors show the URL redacted, and never quote
+/// the piece at fault: with an unencoded `/`, `?` or `#` in a password, that piece may be part
+/// of it.
+pub(crate) fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Authority> {
+    let invalid = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!("{:?}: {why}; expected {expected}", redact(url)),
+        )
+        .with_backend(backend)
+    };
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| invalid("no \"://\" after the scheme"))?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let hosts = rest[..end]
+        .rsplit_once('@')
+        .map_or(&rest[..end], |(_, hosts)| hosts);
+    let mut parsed = Vec::new();
+    for one in hosts.split(',') {
+        let (host, port) = match one.rsplit_once(':') {
+            // An IPv6 literal without a port: "[::1]".
+            Some(_) if one.ends_with(']') => (one, None),
+            Some((host, port)) => (host, Some(port)),
+            None => (one, None),
+        };
+        if host.is_empty() {
+            return Err(invalid("no host"));
+        }
+        let port = match port {
+            None => None,
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| invalid("a port is not a number 1-65535"))?,
+            ),
+        };
+        parsed.push(HostPort {
+            host: host.to_string(),
+            port,
+        });
+    }
+    Ok(Authority { hosts: parsed })
+}
+
+/// A URL with distlock's own parameters ([`OWN_PARAMETERS`]) taken off: what they say, and the
+/// URL the driver gets (everything else, in order).
+pub(crate) struct Split<'a> {
+    /// distlock's parameters, as given.
+    pub(crate) own: Vec<(&'a str, &'a str)>,
+    /// The URL without them. May hold the password: never show it.
+    pub(crate) driver_url: String,
+}
+
+/// Splits distlock's parameters off `url`.
+pub(crate) fn split_parameters(url: &str) -> Split<'_> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => (url, ""),
+    };
+    let mut own = Vec::new();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if OWN_PARAMETERS.contains(&key) {
+            own.push((key, value));
+        } else {
+            kept.push(pair);
+        }
+    }
+    let mut driver_url = base.to_string();
+    if !kept.is_empty() {
+        driver_url.push('?');
+        driver_url.push_str(&kept.join("&"));
+    }
+    Split { own, driver_url }
+}
+
+/// The file of `sqlite:PATH` or `sqlite://PATH` (`sqlite:///abs/path` for an absolute path):
+/// [`ErrorKind::InvalidUrl`] for no path, or an in-memory database (which processes cannot share).
+pub fn sqlite_path(url: &str) -> Result<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidUrl,
+                format!("{:?} is not an sqlite: URL", redact(url)),
+            )
+        })?;
+    let path = rest.split(['?', '#']).next().unwrap_or("");
+    if path.is_empty() {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            "sqlite: needs a file path, e.g. sqlite:./distlock.db",
+        ));
+    }
+    if path == ":memory:" || path.starts_with("file::memory:") {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            "an in-memory SQLite database cannot be shared between processes; give a file path",
+        ));
+    }
+    Ok(PathBuf::from(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(sqlite_path("sqlite:a.db").unwrap(), PathBuf::from("a.db"));
+        assert_eq!(
+            sqlite_path("sqlite://./a.db").unwrap(),
+            PathBuf::from("./a.db")
+        );
+        assert_eq!(
+            sqlite_path("sqlite:///tmp/a.db").unwrap(),
+            PathBuf::from("/tmp/a.db")
+        );
+        assert_eq!(
+            sqlite_path("sqlite:").unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
+        assert_eq!(
+            sqlite_path("sqlite::memory:").unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
+    }
+
+    #[test]
+    fn redact_hides_user_info_passwords() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact("mysql://root@h/db"), "mysql://root@h/db");
+        assert_eq!(redact("sqlite:./a.db"), "sqlite:./a.db");
+        assert_eq!(redact("redis://u:p@ss@h"), "redis://u:***@h");
+    }
+
+    #[test]
+    fn redact_keeps_harmless_parameters() {
+        for url in [
+            "postgres://app@db:5432/x?sslmode=require&lock=session&max_connections=5",
+            "mysql://root@h/db?ssl-mode=REQUIRED&SSL-CA=/etc/ca.pem",
+            "rediss://h:6380/0#insecure",
+            "redis://h:6379/0?protocol=resp3",
+            "postgres://h/db?",
+        ] {
+            assert_eq!(redact(url), url);
+        }
+    }
+
+    #[test]
+    fn redact_hides_every_other_parameter_and_malformed_user_info() {
+        for (url, shown) in [
+            (
+                "postgres://u@h:1/t?password=s3cret",
+                "postgres://u@h:1/t?password=***",
+            ),
+            (
+                "postgres://u@h/t?sslmode=require&sslpassword=s3cret&lock=session",
+                "postgres://u@h/t?sslmode=require&sslpassword=***&lock=session",
+            ),
+            ("redis://h/0?PassWord=s3cret", "redis://h/0?PassWord=***"),
+            (
+                "redis://h/0?pass%77ord=s3cret",
+                "redis://h/0?pass%77ord=***",
+            ),
+            (
+                "mysql://h/db?ssl-key-password=s3cret",
+                "mysql://h/db?ssl-key-password=***",
+            ),
+            (
+                "redis://h?token=s3cret&auth=s3cret",
+                "redis://h?token=***&auth=***",
+            ),
+            ("redis://h?s3cret", "redis://h?***"),
+            (
+                "sqlite:/tmp/a.db?password=s3cret",
+                "sqlite:/tmp/a.db?password=***",
+            ),
+            ("rediss://h#s3cret", "rediss://h#***"),
+            // An unencoded '/', '?' or '#' in a password.
+            ("postgres://u:s3/cret@h/db", "postgres://***@h/db"),
+            ("redis://u:s3?cret@h", "redis://***@h"),
+            ("redis://u:s3#cret@h:1", "redis://***@h:1"),
+            ("postgres:u:s3cret@h/db", "postgres:u:***@h/db"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn schemes() {
+        assert_eq!(Scheme::of("sqlite:a.db").unwrap(), Scheme::Sqlite);
+        assert_eq!(Scheme::of("REDISS://h").unwrap(), Scheme::Redis);
+        assert_eq!(Scheme::of("mariadb://h/db").unwrap(), Scheme::Mysql);
+        assert_eq!(Scheme::of("zk://h:2181/app").unwrap(), Scheme::ZooKeeper);
+        let err = Scheme::of("ftp://u:hunter2@h").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert_eq!(
+            Scheme::of("nonsense").unwrap_err().kind(),
+            ErrorKind::InvalidUrl
+        );
+    }
+
+    #[test]
+    fn authorities_with_one_or_many_hosts() {
+        let a = authority("redlock://u:pw@h1:7001,h2:7002,[::1]:7003", "redlock", "").unwrap();
+        let hosts: Vec<_> = a.hosts.iter().map(|h| (h.host.as_str(), h.port)).collect();
+        assert_eq!(
+            hosts,
+            [
+                ("h1", Some(7001)),
+                ("h2", Some(7002)),
+                ("[::1]", Some(7003))
+            ]
+        );
+        let a = authority("zk://h1,h2/chroot", "zk", "").unwrap();
+        assert_eq!(a.hosts.len(), 2);
+        let a = authority("redis://[::1]/0", "redis", "").unwrap();
+        assert_eq!(a.hosts[0].port, None);
+        for bad in [
+            "redis://h:0",
+            "redis://h:x",
+            "redlock://h1:1,,h2:2",
+            "redis://u:s3cret@",
+        ] {
+            let err = authority(bad, "redis", "redis://host:port").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{bad}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn own_parameters_are_split_off() {
+        let s =
+            split_parameters("postgres://u:pw@h/db?sslmode=require&lock=session&max_connections=4");
+        assert_eq!(s.own, [("lock", "session"), ("max_connections", "4")]);
+        assert_eq!(s.driver_url, "postgres://u:pw@h/db?sslmode=require");
+        let s = split_parameters("mysql://h/db?lock=lease");
+        assert_eq!(s.driver_url, "mysql://h/db");
+    }
+}
