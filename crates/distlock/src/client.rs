@@ -25,6 +25,7 @@ use crate::backend::Backend;
 use crate::core::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::{Lock, MultiLock};
+use crate::options::Options;
 use crate::types::LockKind;
 use crate::url::Scheme;
 
@@ -37,19 +38,30 @@ pub const DEFAULT_URL: &str = "sqlite:distlock.db";
 /// [`ErrorKind::Unsupported`] for a scheme this build lacks, [`ErrorKind::Connection`] when the
 /// store cannot be reached. Messages never include the URL's password.
 pub async fn connect(url: &str) -> Result<Client> {
+    connect_with(url, &Options::default()).await
+}
+
+/// [`connect`] with timeouts other than the backend's defaults.
+pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
     let url = url.trim();
     let scheme = Scheme::of(url)?;
     let backend: Arc<dyn Backend> = match scheme {
         #[cfg(feature = "sqlite")]
-        Scheme::Sqlite => Arc::new(crate::backends::sqlite::SqliteBackend::connect(url).await?),
+        Scheme::Sqlite => {
+            Arc::new(crate::backends::sqlite::SqliteBackend::connect_with(url, options).await?)
+        }
         #[cfg(feature = "redis")]
-        Scheme::Redis => Arc::new(crate::backends::redis::RedisBackend::connect(url).await?),
+        Scheme::Redis => {
+            Arc::new(crate::backends::redis::RedisBackend::connect_with(url, options).await?)
+        }
         #[cfg(feature = "postgres")]
         Scheme::Postgres => {
-            Arc::new(crate::backends::postgres::PostgresBackend::connect(url).await?)
+            Arc::new(crate::backends::postgres::PostgresBackend::connect_with(url, options).await?)
         }
         #[cfg(feature = "mysql")]
-        Scheme::Mysql => Arc::new(crate::backends::mysql::MysqlBackend::connect(url).await?),
+        Scheme::Mysql => {
+            Arc::new(crate::backends::mysql::MysqlBackend::connect_with(url, options).await?)
+        }
         other => {
             return Err(Error::new(
                 ErrorKind::Unsupported,

@@ -37,14 +37,16 @@ mod core;
 pub mod error;
 pub mod guard;
 pub mod lock;
+mod options;
 pub mod sql;
 mod types;
 pub mod url;
 
 pub use backend::{Attempt, Backend, Capabilities, LockRequest};
-pub use client::{Client, DEFAULT_URL, RwLock, connect};
+pub use client::{Client, DEFAULT_URL, RwLock, connect, connect_with};
 pub use error::{Error, ErrorKind, Result};
 pub use guard::Guard;
 pub use lock::{Lock, MultiGuard, MultiLock};
+pub use options::Options;
 pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 pub use url::redact;

@@ -7,7 +7,7 @@
 //! so a caller that gives up mid-request cannot leave a locked connection behind: the task sees
 //! nobody took its answer and unlocks. While holding, the task waits for the connection to end
 //! (where the driver can tell) and pings it every [`SessionConn::PING_EVERY`] (a ping that fails
-//! or takes longer than [`PING_TIMEOUT`] counts as the end); either way the holding's lost
+//! or takes longer than the response timeout counts as the end); either way the holding's lost
 //! signal fires.
 //!
 //! Holdings belong to this client: the same owner asking again gets its holding confirmed (same
@@ -56,7 +56,8 @@ pub(crate) trait SessionConn: Send + 'static {
     fn discard(self);
 }
 
-/// How long a ping may take before the holding counts as lost.
+/// How long a ping may take before the holding counts as lost, unless
+/// [`crate::Options::response_timeout`] says otherwise.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a waiter sleeps between tries: a holder that crashed sends no notice.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
@@ -90,13 +91,15 @@ impl Holding {
 /// The session holdings of one client.
 pub(crate) struct Sessions<P> {
     pool: P,
+    ping_timeout: Duration,
     held: Mutex<HashMap<LockName, Holding>>,
 }
 
 impl<P: SessionPool> Sessions<P> {
-    pub(crate) fn new(pool: P) -> Self {
+    pub(crate) fn new(pool: P, options: &crate::Options) -> Self {
         Sessions {
             pool,
+            ping_timeout: options.response_timeout.unwrap_or(PING_TIMEOUT),
             held: Mutex::default(),
         }
     }
@@ -129,7 +132,14 @@ impl<P: SessionPool> Sessions<P> {
         let (answer_tx, answer) = oneshot::channel();
         let (commands_tx, commands) = mpsc::channel(4);
         let (lost_tx, lost) = watch::channel(false);
-        tokio::spawn(hold(conn, req.name.clone(), answer_tx, commands, lost_tx));
+        tokio::spawn(hold(
+            conn,
+            req.name.clone(),
+            answer_tx,
+            commands,
+            lost_tx,
+            self.ping_timeout,
+        ));
         let token = answer.await.map_err(|_| {
             Error::new(ErrorKind::Connection, "the session task ended unexpectedly")
                 .with_backend(P::BACKEND)
@@ -207,6 +217,7 @@ async fn hold<C: SessionConn>(
     answer: oneshot::Sender<Result<Option<FencingToken>>>,
     mut commands: mpsc::Receiver<Command>,
     lost: watch::Sender<bool>,
+    ping_timeout: Duration,
 ) {
     let took = conn.take(&name).await;
     let held = matches!(took, Ok(Some(_)));
@@ -217,7 +228,7 @@ async fn hold<C: SessionConn>(
     }
     if answer.send(took).is_err() && held {
         // The caller gave up while we were taking the lock: nobody will release it.
-        release(conn, &name).await;
+        release(conn, &name, ping_timeout).await;
         return;
     }
     if !held {
@@ -228,11 +239,11 @@ async fn hold<C: SessionConn>(
         tokio::select! {
             command = commands.recv() => match command {
                 Some(Command::Release(reply)) => {
-                    let _ = reply.send(release(conn, &name).await);
+                    let _ = reply.send(release(conn, &name, ping_timeout).await);
                     return;
                 }
                 Some(Command::Ping(reply)) => {
-                    let alive = ping(&mut conn).await;
+                    let alive = ping(&mut conn, ping_timeout).await;
                     let _ = reply.send(alive);
                     if !alive {
                         break;
@@ -241,13 +252,13 @@ async fn hold<C: SessionConn>(
                 }
                 // The backend is gone: free the lock with it.
                 None => {
-                    release(conn, &name).await;
+                    release(conn, &name, ping_timeout).await;
                     return;
                 }
             },
             () = conn.ended() => break,
             () = tokio::time::sleep_until(next_ping) => {
-                if !ping(&mut conn).await {
+                if !ping(&mut conn, ping_timeout).await {
                     break;
                 }
                 next_ping = tokio::time::Instant::now() + C::PING_EVERY;
@@ -258,17 +269,14 @@ async fn hold<C: SessionConn>(
     conn.discard();
 }
 
-async fn ping<C: SessionConn>(conn: &mut C) -> bool {
-    matches!(
-        tokio::time::timeout(PING_TIMEOUT, conn.ping()).await,
-        Ok(true)
-    )
+async fn ping<C: SessionConn>(conn: &mut C, timeout: Duration) -> bool {
+    matches!(tokio::time::timeout(timeout, conn.ping()).await, Ok(true))
 }
 
 /// Unlocks and gives the connection back, or throws it away if the unlock did not answer (a
 /// closed connection frees the lock too).
-async fn release<C: SessionConn>(mut conn: C, name: &LockName) -> bool {
-    match tokio::time::timeout(PING_TIMEOUT, conn.unlock(name)).await {
+async fn release<C: SessionConn>(mut conn: C, name: &LockName, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, conn.unlock(name)).await {
         Ok(Ok(released)) => released,
         Ok(Err(e)) => {
             tracing::debug!(lock = %name, "session unlock failed: {e}");

@@ -21,6 +21,7 @@ use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
+use crate::options::Options;
 use crate::types::FencingToken;
 
 const NAME: &str = "mysql";
@@ -59,11 +60,18 @@ impl MysqlBackend {
     /// driver's parameters (`ssl-mode=REQUIRED`, `ssl-ca=…`) and distlock's:
     /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds getting a pooled
+    /// connection, `response_timeout` a session lock's liveness ping.
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
         let cfg = config::parse(url)?;
         sql_url::probe(NAME, &cfg).await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(cfg.url.max_connections)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .acquire_timeout(acquire_timeout)
             .connect_lazy_with(cfg.options.clone());
         sqlx::raw_sql(include_str!("sql/schema.sql"))
             .execute(&pool)
@@ -71,12 +79,15 @@ impl MysqlBackend {
             .map_err(err("creating the lock tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
-            LockMode::Session => Some(Sessions::new(session::MySqlSessions(
-                MySqlPoolOptions::new()
-                    .max_connections(cfg.url.max_connections)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    .connect_lazy_with(cfg.options),
-            ))),
+            LockMode::Session => Some(Sessions::new(
+                session::MySqlSessions(
+                    MySqlPoolOptions::new()
+                        .max_connections(cfg.url.max_connections)
+                        .acquire_timeout(acquire_timeout)
+                        .connect_lazy_with(cfg.options),
+                ),
+                options,
+            )),
         };
         Ok(MysqlBackend {
             pool,

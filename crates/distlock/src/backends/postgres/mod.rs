@@ -22,6 +22,7 @@ use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
+use crate::options::Options;
 use crate::types::FencingToken;
 
 const NAME: &str = "postgres";
@@ -58,12 +59,19 @@ impl PostgresBackend {
     /// (`sslmode=require`, `options=…`) and distlock's: `lock=lease|session`,
     /// `max_connections=N` (pool size, default 20).
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds getting a pooled
+    /// connection, `response_timeout` a session lock's liveness ping.
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
         let cfg = config::parse(url)?;
         sql_url::probe(NAME, &cfg).await?;
         let pool = PgPoolOptions::new()
             // One more than asked: the listening connection of waiters lives in the pool too.
             .max_connections(cfg.url.max_connections + 1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .acquire_timeout(acquire_timeout)
             .connect_lazy_with(cfg.options.clone());
         sqlx::raw_sql(include_str!("sql/schema.sql"))
             .execute(&pool)
@@ -71,21 +79,24 @@ impl PostgresBackend {
             .map_err(err("creating the lock tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
-            LockMode::Session => Some(Sessions::new(session::PgSessions(
-                PgPoolOptions::new()
-                    .max_connections(cfg.url.max_connections)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    // Whatever path gave the connection back, it holds no lock afterwards.
-                    .after_release(|conn, _| {
-                        Box::pin(async move {
-                            sqlx::query("SELECT pg_advisory_unlock_all()")
-                                .execute(conn)
-                                .await?;
-                            Ok(true)
+            LockMode::Session => Some(Sessions::new(
+                session::PgSessions(
+                    PgPoolOptions::new()
+                        .max_connections(cfg.url.max_connections)
+                        .acquire_timeout(acquire_timeout)
+                        // Whatever path gave the connection back, it holds no lock afterwards.
+                        .after_release(|conn, _| {
+                            Box::pin(async move {
+                                sqlx::query("SELECT pg_advisory_unlock_all()")
+                                    .execute(conn)
+                                    .await?;
+                                Ok(true)
+                            })
                         })
-                    })
-                    .connect_lazy_with(cfg.options),
-            ))),
+                        .connect_lazy_with(cfg.options),
+                ),
+                options,
+            )),
         };
         Ok(PostgresBackend {
             releases: notify::Releases::new(pool.clone()),

@@ -10,6 +10,7 @@ use super::config;
 use super::subscriber::Subscriber;
 use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
 
 /// One server, shared by a client's backend and its waiters.
 ///
@@ -18,13 +19,15 @@ use crate::error::{Error, ErrorKind, Result};
 /// other's round trips. Waiters share one pub/sub connection ([`Subscriber`]).
 pub(super) struct Server {
     conn: ConnectionManager,
+    /// How long requests that surely were not sent are tried again.
+    retry_for: Duration,
     pub(super) subscriber: Subscriber,
     pub(super) shown_url: String,
 }
 
 impl Server {
     /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
-    pub(super) async fn connect(url: &str) -> Result<Self> {
+    pub(super) async fn connect(url: &str, options: &Options) -> Result<Self> {
         let config = config::parse(url)?;
         if config.tls {
             // redis-rs leaves rustls without a crypto provider; another part of the program
@@ -39,8 +42,8 @@ impl Server {
             .with_backend(NAME)
         })?;
         let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(options.connect_timeout.unwrap_or(CONNECT_TIMEOUT)))
+            .set_response_timeout(Some(options.response_timeout.unwrap_or(RESPONSE_TIMEOUT)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_millis(500));
         let conn = client
@@ -52,6 +55,7 @@ impl Server {
                 )
             })?;
         Ok(Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn,
             subscriber: Subscriber::start(client),
             shown_url: config.shown,
@@ -77,7 +81,7 @@ impl Server {
             invocation.arg(*arg);
         }
         let mut conn = self.conn.clone();
-        let give_up = tokio::time::Instant::now() + NOT_SENT_RETRY_FOR;
+        let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
         loop {
             match invocation.invoke_async(&mut conn).await {

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
 use crate::types::{FencingToken, LockKind};
 
 use invoke::Server;
@@ -36,6 +37,7 @@ const NAME: &str = "redis";
 /// How long a fair-lock or waiting-writer entry survives without its waiter asking again: the
 /// longest a crashed waiter can hold up the ones behind it.
 const WAITER_TTL: Duration = Duration::from_secs(6);
+// Defaults of `Options`.
 /// How long one command may take before the call fails (the watchdog retries within the lease).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -59,8 +61,13 @@ impl std::fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`] (each unset field keeps the default above).
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
         Ok(RedisBackend {
-            server: Arc::new(Server::connect(url).await?),
+            server: Arc::new(Server::connect(url, options).await?),
         })
     }
 }

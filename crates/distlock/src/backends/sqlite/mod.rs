@@ -23,11 +23,13 @@ use sqlx::sqlite::{
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
+use crate::options::Options;
 use crate::types::FencingToken;
 
 const NAME: &str = "sqlite";
 
-/// How long a writer queues behind another process's transaction before giving up.
+/// How long a writer queues behind another process's transaction before giving up, unless
+/// [`Options::response_timeout`] says otherwise.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Locks in an SQLite file. Built by [`crate::connect`] from `sqlite:PATH`.
@@ -52,6 +54,13 @@ fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
 impl SqliteBackend {
     /// Opens (creating if needed) the file `url` names and its tables.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `response_timeout` is how long a writer
+    /// waits for another process's write lock.
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let busy_timeout = options.response_timeout.unwrap_or(BUSY_TIMEOUT);
         let path = crate::url::sqlite_path(url)?;
         let options = SqliteConnectOptions::from_str("sqlite://")
             .map_err(err("building connect options"))?
@@ -60,7 +69,7 @@ impl SqliteBackend {
             // NORMAL: no fsync per commit in WAL mode. A power cut may lose the last commits;
             // leases end at reboot anyway and fencing tokens have a wall-clock floor.
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(BUSY_TIMEOUT);
+            .busy_timeout(busy_timeout);
         // Processes opening a new file at the same moment race to switch it to WAL and create
         // the tables; the loser sees SQLITE_BUSY outside any busy handler. Retry until the busy
         // timeout, like a writer would wait.
@@ -69,7 +78,7 @@ impl SqliteBackend {
         loop {
             match Self::prepare(&path, options.clone()).await {
                 Ok(()) => break,
-                Err(e) if e.is_retryable() && started.elapsed() < BUSY_TIMEOUT => {
+                Err(e) if e.is_retryable() && started.elapsed() < busy_timeout => {
                     tokio::time::sleep(nap).await;
                     nap = (nap * 2).min(Duration::from_millis(100));
                 }
