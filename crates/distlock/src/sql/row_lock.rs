@@ -110,6 +110,20 @@ pub trait RowLock {
     async fn try_lock_row(&self, name: &str) -> Result<Option<RowLockTx<Self::Database>>>;
 }
 
+/// The row-lock statements of one database, which live with that backend's other SQL
+/// (`backends/<name>/sql/row_lock*.sql`).
+#[derive(Clone, Copy)]
+pub(crate) struct RowLockStatements {
+    /// Locks the name's row in the caller's transaction, waiting.
+    pub(crate) lock: &'static str,
+    /// The same, refusing at once when another transaction holds the row.
+    pub(crate) lock_nowait: &'static str,
+    /// Creates the name's row if missing.
+    pub(crate) create: &'static str,
+    /// The backend's schema, for a database that has never seen distlock.
+    pub(crate) schema: &'static str,
+}
+
 /// One implementation per database, differing only in SQL, binding and error codes.
 macro_rules! row_lock_for {
     (
@@ -118,6 +132,7 @@ macro_rules! row_lock_for {
         pool = $pool:ty,
         db = $db:ty,
         backend = $backend:literal,
+        statements = $statements:path,
         bind = |$n:ident| $bind:expr,
         busy = $busy:expr,
         missing_table = $missing:expr,
@@ -148,22 +163,14 @@ macro_rules! row_lock_for {
 
             async fn create(pool: &$pool, $n: &LockName) -> Result<()> {
                 let insert = || {
-                    sqlx::query(include_str!(concat!(
-                        "../backends/",
-                        $backend,
-                        "/sql/row_lock_create.sql"
-                    )))
+                    sqlx::query($statements.create)
                     .bind($bind)
                     .execute(pool)
                 };
                 match insert().await {
                     Ok(_) => Ok(()),
                     Err(e) if is(&e, $missing) => {
-                        sqlx::raw_sql(include_str!(concat!(
-                            "../backends/",
-                            $backend,
-                            "/sql/schema.sql"
-                        )))
+                        sqlx::raw_sql($statements.schema)
                         .execute(pool)
                         .await
                         .map_err(|e| from_sqlx($backend, "creating the lock tables", e))?;
@@ -183,9 +190,9 @@ macro_rules! row_lock_for {
             ) -> Result<Option<RowLockTx<$db>>> {
                 let $n = &LockName::new(name)?;
                 let sql = if nowait {
-                    include_str!(concat!("../backends/", $backend, "/sql/row_lock_nowait.sql"))
+                    $statements.lock_nowait
                 } else {
-                    include_str!(concat!("../backends/", $backend, "/sql/row_lock.sql"))
+                    $statements.lock
                 };
                 // At most twice: the second time the row exists.
                 for _ in 0..2 {
@@ -223,6 +230,7 @@ row_lock_for! {
     pool = sqlx::PgPool,
     db = sqlx::Postgres,
     backend = "postgres",
+    statements = crate::backends::postgres::ROW_LOCK,
     bind = |n| n.as_str(),
     busy = |e| e.code().as_deref() == Some("55P03"),
     missing_table = |e| e.code().as_deref() == Some("42P01"),
@@ -234,6 +242,7 @@ row_lock_for! {
     pool = sqlx::MySqlPool,
     db = sqlx::MySql,
     backend = "mysql",
+    statements = crate::backends::mysql::ROW_LOCK,
     bind = |n| n.as_str().as_bytes(),
     // MariaDB answers NOWAIT with 1205 (lock wait timeout), MySQL with 3572.
     busy = |e| mysql_number(e).is_some_and(|n| n == 1205 || n == 3572),
