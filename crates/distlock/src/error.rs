@@ -56,6 +56,20 @@ impl ErrorKind {
 /// `Display` shows the kind, backend and message, not the source: printing the chain (anyhow's
 /// `{:#}`, or walking [`source`](StdError::source)) then shows each cause once. `Display` never
 /// shows a password: URLs are redacted before they reach a message.
+///
+/// ```no_run
+/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// use distlock::ErrorKind;
+/// use std::time::Duration;
+///
+/// match client.lock("nightly-report").acquire_timeout(Duration::from_secs(5)).await {
+///     Ok(guard) => { guard.release().await?; }
+///     Err(e) if e.kind() == ErrorKind::Timeout => { /* another instance is on it */ }
+///     Err(e) if e.is_retryable() => eprintln!("store unreachable: {}", distlock::error::chain(&e)),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Error {
     kind: ErrorKind,
     backend: &'static str,
