@@ -221,6 +221,30 @@ pub trait Waiter: Send + 'static {
     async fn leave(&mut self) -> Result<()>;
 }
 
+/// [`Waiter::changed`] for waiters woken by a stream of notices: the first call starts listening
+/// (`subscribe`) and answers at once, so the waiter polls again and a change between its last
+/// poll and the subscription is not missed; later calls wait for the next notice — forever once
+/// the stream has ended (the core's timer takes over). Cancel-safe: dropped mid-subscription, it
+/// subscribes again next time.
+pub async fn next_notice<F>(wakeups: &mut Option<Wakeups>, subscribe: F) -> Result<()>
+where
+    F: Future<Output = Result<Wakeups>>,
+{
+    use futures_util::StreamExt;
+    match wakeups {
+        None => {
+            *wakeups = Some(subscribe.await?);
+            Ok(())
+        }
+        Some(stream) => {
+            if stream.next().await.is_none() {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// The atomic primitives a store supplies.
 ///
 /// # Contract

@@ -71,13 +71,7 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
         late_write["accepted"] == false,
         "the resource accepted the paused holder's stale write: {late_write}"
     );
-    holder.send("release").await?;
-    let released = holder.event(Duration::from_secs(10)).await?;
-    check!(
-        released["held"] == false,
-        "the paused holder's release claimed the lock: {released}"
-    );
-    holder.finish(Duration::from_secs(10)).await?;
+    release_paused(holder).await?;
     let other = ctx.contender(&name).try_acquire().await?;
     check!(
         other.is_none(),
@@ -122,13 +116,18 @@ pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
         after["is_lost"] == true && after["lost_ready"] == true,
         "right after resuming, the paused holder does not know it lost the lock: {after}"
     );
+    release_paused(holder).await?;
+    check!(next.release().await?, "the next holder lost its lock");
+    Ok(())
+}
+
+/// Has the resumed holder release its guard, which must not claim the lock, and exit.
+async fn release_paused(mut holder: ChildProcess) -> Outcome {
     holder.send("release").await?;
     let released = holder.event(Duration::from_secs(10)).await?;
     check!(
         released["held"] == false,
         "the paused holder's release claimed the lock: {released}"
     );
-    holder.finish(Duration::from_secs(10)).await?;
-    check!(next.release().await?, "the next holder lost its lock");
-    Ok(())
+    holder.finish(Duration::from_secs(10)).await
 }

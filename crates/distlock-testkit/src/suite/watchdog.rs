@@ -45,18 +45,24 @@ pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// The lease of the cases whose holding must run out.
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// A lock of a fixed owner, with a short lease and no renewal: it runs out unless re-taken.
+fn unrenewed(ctx: &Ctx, name: &str) -> distlock::Lock {
+    ctx.lock(name)
+        .owner(distlock::OwnerToken::random())
+        .lease(SHORT_LEASE)
+        .no_watchdog()
+}
+
 /// Re-entry after the lease ended is refused with `LeaseLost` and takes nothing (the issue: it
 /// used to take a fresh holding that the old guard's release then freed).
 pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("reenter-late");
-    let lease = Duration::from_millis(300);
-    let lock = ctx
-        .lock(&name)
-        .owner(distlock::OwnerToken::random())
-        .lease(lease)
-        .no_watchdog();
+    let lock = unrenewed(&ctx, &name);
     let guard = lock.acquire().await?;
-    tokio::time::sleep(lease * 2).await;
+    tokio::time::sleep(SHORT_LEASE * 2).await;
     check!(guard.is_lost(), "the guard does not know its lease ended");
     let again = guard.reenter().await;
     check!(
@@ -82,14 +88,9 @@ pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
 /// guard is released.
 pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("stale");
-    let lease = Duration::from_millis(300);
-    let lock = ctx
-        .lock(&name)
-        .owner(distlock::OwnerToken::random())
-        .lease(lease)
-        .no_watchdog();
+    let lock = unrenewed(&ctx, &name);
     let stale = lock.acquire().await?;
-    tokio::time::sleep(lease * 2).await;
+    tokio::time::sleep(SHORT_LEASE * 2).await;
     let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
     check!(
         fresh.fencing_token() > stale.fencing_token(),

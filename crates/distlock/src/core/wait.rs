@@ -20,12 +20,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LeaseModel, LockRequest, Waiter, Wakeups};
+use crate::backend::{Attempt, Backend, LeaseModel, LockRequest, Waiter, Wakeups, next_notice};
 use crate::core::Engine;
 use crate::core::lease::HeldLease;
 use crate::core::reentrancy::Taken;
@@ -259,21 +258,7 @@ impl Waiter for PollingWaiter {
         if !self.notifies {
             return std::future::pending().await;
         }
-        match self.wakeups.as_mut() {
-            None => {
-                // Listen first, then have the loop try again at once: a release between the
-                // last try and the subscription is seen by that try.
-                self.wakeups = Some(self.backend.watch_free(&self.req).await?);
-                Ok(())
-            }
-            Some(wakeups) => {
-                if wakeups.next().await.is_none() {
-                    // The store's notice stream ended: the loop's timer takes over.
-                    std::future::pending::<()>().await;
-                }
-                Ok(())
-            }
-        }
+        next_notice(&mut self.wakeups, self.backend.watch_free(&self.req)).await
     }
 
     async fn leave(&mut self) -> Result<()> {

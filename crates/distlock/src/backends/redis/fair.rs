@@ -9,13 +9,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 
 use super::invoke::Server;
 use super::keys::Keys;
 use super::scripts::SCRIPTS;
 use super::{WAITER_TTL, attempt};
-use crate::backend::{Attempt, LockRequest, Waiter, Wakeups};
+use crate::backend::{Attempt, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
 
 pub(super) struct FairWaiter {
@@ -65,26 +64,13 @@ impl Waiter for FairWaiter {
     }
 
     async fn changed(&mut self) -> Result<()> {
-        match self.turns.as_mut() {
-            None => {
-                let digest = sha1_smol::Sha1::from(self.req.owner.as_str())
-                    .digest()
-                    .to_string();
-                let turns = self
-                    .server
-                    .subscriber
-                    .watch(self.keys.channel(), Some(digest))
-                    .await;
-                self.turns = Some(turns);
-                Ok(())
-            }
-            Some(turns) => {
-                if turns.next().await.is_none() {
-                    std::future::pending::<()>().await;
-                }
-                Ok(())
-            }
-        }
+        let (server, keys, owner) = (&self.server, &self.keys, &self.req.owner);
+        let subscribe = async {
+            // The release names the head of the queue by the SHA-1 of its owner token.
+            let digest = sha1_smol::Sha1::from(owner.as_str()).digest().to_string();
+            Ok(server.subscriber.watch(keys.channel(), Some(digest)).await)
+        };
+        next_notice(&mut self.turns, subscribe).await
     }
 
     async fn leave(&mut self) -> Result<()> {
