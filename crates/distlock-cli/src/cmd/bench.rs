@@ -5,7 +5,8 @@
 //! child connects, says "ready", and waits for one start time (CLOCK_MONOTONIC, shared by every
 //! process on the machine) so all processes run over the same window. Each hold is recorded as
 //! (lock, fencing token, acquired at, released at, time spent acquiring, worker). The parent
-//! then puts the holds of each lock in time order and checks the two safety properties:
+//! then checks each lock's holds with the testkit's history checker
+//! ([`distlock_testkit::history`]), the same one the conformance suite uses:
 //!
 //! * no overlap: a hold must end before the next one starts. The recorded interval (from
 //!   `acquire` returning to `release` being called) lies inside the store's real hold, so an
@@ -17,6 +18,8 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
+use distlock_testkit::history::{self, Hold};
+use distlock_testkit::monotonic_ns;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -94,13 +97,14 @@ struct Job {
     run: String,
 }
 
-/// One hold, as a child reports it.
+/// One hold, as a child reports it to the parent.
 #[derive(Clone, Copy, Debug)]
-struct Hold {
+struct HoldRecord {
+    /// Which lock (0 for the contended workload, the worker number otherwise).
     lock: u32,
-    token: u64,
-    acquired_ns: u64,
-    released_ns: u64,
+    /// Fencing token and when the hold began and ended.
+    hold: Hold,
+    /// How long `acquire` took.
     wait_us: u64,
     worker: u32,
 }
@@ -145,17 +149,6 @@ pub(crate) async fn run(args: BenchArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the machine.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 async fn sleep_until_ns(at: u64) {
@@ -259,18 +252,20 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
     )
 }
 
-fn parse_hold(line: &str) -> Result<Hold> {
+fn parse_hold(line: &str) -> Result<HoldRecord> {
     let mut f = line.split(' ').map(str::parse::<u64>);
     let mut next = || -> Result<u64> {
         f.next()
             .ok_or_else(|| anyhow!("short hold record {line:?}"))?
             .with_context(|| format!("bad hold record {line:?}"))
     };
-    Ok(Hold {
+    Ok(HoldRecord {
         lock: next()? as u32,
-        token: next()?,
-        acquired_ns: next()?,
-        released_ns: next()?,
+        hold: Hold {
+            token: next()?,
+            start_ns: next()?,
+            end_ns: next()?,
+        },
         wait_us: next()?,
         worker: next()? as u32,
     })
@@ -279,30 +274,24 @@ fn parse_hold(line: &str) -> Result<Hold> {
 fn analyse(
     args: &BenchArgs,
     backend: String,
-    holds: &mut [Hold],
+    holds: &mut [HoldRecord],
     start: u64,
     end: u64,
     errors: u64,
 ) -> Report {
     // Judge each lock's holds in the order they happened.
-    holds.sort_by_key(|h| (h.lock, h.acquired_ns));
+    holds.sort_by_key(|h| (h.lock, h.hold.start_ns));
     let mut overlaps = 0;
     let mut token_order_violations = 0;
     let mut handoffs = 0;
-    for pair in holds.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if a.lock != b.lock {
-            continue;
-        }
-        if b.acquired_ns < a.released_ns {
-            overlaps += 1;
-        }
-        if b.token <= a.token {
-            token_order_violations += 1;
-        }
-        if b.worker != a.worker {
-            handoffs += 1;
-        }
+    for one_lock in holds.chunk_by(|a, b| a.lock == b.lock) {
+        let verdict = history::check(one_lock.iter().map(|h| h.hold));
+        overlaps += verdict.overlaps;
+        token_order_violations += verdict.token_order_violations;
+        handoffs += one_lock
+            .windows(2)
+            .filter(|pair| pair[0].worker != pair[1].worker)
+            .count() as u64;
     }
     let mut per_worker: HashMap<u32, u64> = (0..args.workers as u32).map(|w| (w, 0)).collect();
     for h in holds.iter() {
@@ -317,7 +306,7 @@ fn analyse(
             waits[(waits.len() * p / 100).min(waits.len() - 1)]
         }
     };
-    let last_release = holds.iter().map(|h| h.released_ns).max().unwrap_or(end);
+    let last_release = holds.iter().map(|h| h.hold.end_ns).max().unwrap_or(end);
     let seconds = (last_release.max(end) - start) as f64 / 1e9;
     let cycles = holds.len() as u64;
     Report {
@@ -432,11 +421,13 @@ async fn run_child(job: &str, url: Option<&str>) -> Result<ExitCode> {
                         distlock::error::chain(&e)
                     );
                 }
-                holds.push(Hold {
+                holds.push(HoldRecord {
                     lock: lock_index,
-                    token,
-                    acquired_ns,
-                    released_ns,
+                    hold: Hold {
+                        start_ns: acquired_ns,
+                        end_ns: released_ns,
+                        token,
+                    },
                     wait_us: (acquired_ns - asked) / 1_000,
                     worker: worker as u32,
                 });
@@ -454,7 +445,7 @@ async fn run_child(job: &str, url: Option<&str>) -> Result<ExitCode> {
             let _ = writeln!(
                 out,
                 "{} {} {} {} {} {}",
-                h.lock, h.token, h.acquired_ns, h.released_ns, h.wait_us, h.worker
+                h.lock, h.hold.token, h.hold.start_ns, h.hold.end_ns, h.wait_us, h.worker
             );
         }
     }
