@@ -1,6 +1,7 @@
 //! `distlock`: run a command under a distributed lock, and more.
 //!
-//! Each subcommand lives in `cmd/<name>.rs`; this file only parses arguments and dispatches.
+//! Each subcommand lives in `cmd/<name>.rs` or `cmd/<name>/`; this file only parses arguments and
+//! dispatches.
 
 mod cmd;
 mod duration;

@@ -1,6 +1,7 @@
 //! The conformance suite every distlock backend runs against its real store, and the tools it
 //! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
-//! tokens ([`fenced`]).
+//! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
+//! also used by `distlock bench`).
 //!
 //! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
 //!
@@ -18,6 +19,7 @@
 
 pub mod child;
 pub mod fenced;
+pub mod history;
 pub mod suite;
 
 pub use suite::{Ctx, Flavour, Suite};

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::child::{ChildProcess, Role};
+use crate::history::{self, Hold};
 use crate::suite::Ctx;
 use crate::{Failure, Outcome, check};
 
@@ -19,31 +20,27 @@ pub(super) async fn increase_across_processes(ctx: Ctx) -> Outcome {
     for _ in 0..PROCESSES {
         children.push(ChildProcess::spawn(&ctx.spec(role.clone()))?);
     }
-    let mut holds: Vec<[u64; 3]> = Vec::new();
+    let mut holds = Vec::new();
     for child in &mut children {
         let event = child.event(Duration::from_secs(300)).await?;
+        // Each child reports its holds as [start ns, end ns, token].
         let records: Vec<[u64; 3]> = serde_json::from_value(event["holds"].clone())
             .map_err(|e| Failure(format!("bad report {event}: {e}")))?;
-        holds.extend(records);
+        holds.extend(records.into_iter().map(|[start_ns, end_ns, token]| Hold {
+            start_ns,
+            end_ns,
+            token,
+        }));
     }
     for child in children {
         child.finish(Duration::from_secs(10)).await?;
     }
+    let verdict = history::check(holds);
     check!(
-        holds.len() == (PROCESSES * PER_PROCESS) as usize,
+        verdict.holds == (PROCESSES * PER_PROCESS) as usize,
         "{} holds recorded",
-        holds.len()
+        verdict.holds
     );
-    holds.sort_by_key(|h| h[0]);
-    for pair in holds.windows(2) {
-        let ([_, end, token], [start, _, next]) = (pair[0], pair[1]);
-        check!(
-            start >= end,
-            "two holds overlap: {:?} and {:?}",
-            pair[0],
-            pair[1]
-        );
-        check!(next > token, "token {next} follows token {token}");
-    }
+    check!(verdict.is_ok(), "{verdict}");
     Ok(())
 }

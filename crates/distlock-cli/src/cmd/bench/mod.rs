@@ -1,0 +1,277 @@
+//! `distlock bench`: the same lock workload against any store URL, so backends and releases can
+//! be compared on equal terms.
+//!
+//! The parent starts P copies of itself (`--child`), each running its share of the workers. Each
+//! child connects, says "ready", and waits for one start time (CLOCK_MONOTONIC, shared by every
+//! process on the machine) so all processes run over the same window. Each hold is recorded as
+//! (lock, fencing token, acquired at, released at, time spent acquiring, worker). The parent
+//! then checks each lock's holds with the testkit's history checker
+//! ([`distlock_testkit::history`]), the same one the conformance suite uses:
+//!
+//! * no overlap: a hold must end before the next one starts. The recorded interval (from
+//!   `acquire` returning to `release` being called) lies inside the store's real hold, so an
+//!   overlap here is a real violation, never an artefact of measuring;
+//! * fencing order: tokens strictly increase in the order of the holds.
+//!
+//! # Layout
+//!
+//! * this file: the arguments, the job and hold record passed between the processes, and the
+//!   parent that starts the processes and gathers their holds;
+//! * [`worker`]: a child process and its workers' acquire/release loop;
+//! * [`report`]: the figures and the safety check over the holds, printed as a table or JSON.
+//!
+//! Exit status: 0 when no overlap and no token out of order was seen; 1 otherwise or when a
+//! process failed; 64 for invalid arguments.
+
+mod report;
+mod worker;
+
+use std::fmt;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use distlock_testkit::history::Hold;
+use distlock_testkit::monotonic_ns;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use self::report::Report;
+use crate::{EXIT_USAGE, duration};
+
+/// What the workers do.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Workload {
+    /// Each worker takes and releases its own lock name in a loop.
+    Uncontended,
+    /// All workers, over all processes, compete for one lock name.
+    Contended,
+}
+
+/// Which kind of lock the workers take.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Kind {
+    /// The exclusive, reentrant lock (`client.lock`).
+    Lock,
+    /// The first-come-first-served lock (`client.fair_lock`).
+    Fair,
+}
+
+/// Arguments of `distlock bench`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// uncontended: a lock name per worker; contended: one name for all.
+    #[arg(long, value_enum)]
+    workload: Workload,
+    /// Which lock: the exclusive lock or the fair lock.
+    #[arg(long, value_enum, default_value = "lock")]
+    kind: Kind,
+    /// Workers in all (tasks, spread evenly over the processes).
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// OS processes the workers are spread over.
+    #[arg(long, default_value_t = 4)]
+    processes: usize,
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    duration: Duration,
+    /// How long each worker holds the lock before releasing it.
+    #[arg(long, default_value = "0s", value_parser = duration::parse)]
+    hold: Duration,
+    /// The lease of each lock (renewed by the watchdog while held).
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    lease: Duration,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run as one of the parent's child processes, with this job (JSON).
+    #[arg(long, hide = true)]
+    child: Option<String>,
+}
+
+/// What a child process is asked to do.
+#[derive(Serialize, Deserialize, Debug)]
+struct Job {
+    workload: Workload,
+    kind: Kind,
+    /// Index of this process, and the first worker number it runs.
+    process: usize,
+    first_worker: usize,
+    workers: usize,
+    duration_ms: u64,
+    hold_us: u64,
+    lease_ms: u64,
+    /// Prefix of this run's lock names.
+    run: String,
+}
+
+/// One hold, as a child reports it to the parent: a line of six numbers,
+/// `lock token acquired_ns released_ns wait_us worker`.
+#[derive(Clone, Copy, Debug)]
+struct HoldRecord {
+    /// Which lock (0 for the contended workload, the worker number otherwise).
+    lock: u32,
+    /// Fencing token and when the hold began and ended.
+    hold: Hold,
+    /// How long `acquire` took.
+    wait_us: u64,
+    worker: u32,
+}
+
+impl fmt::Display for HoldRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} {} {} {} {}",
+            self.lock,
+            self.hold.token,
+            self.hold.start_ns,
+            self.hold.end_ns,
+            self.wait_us,
+            self.worker
+        )
+    }
+}
+
+impl HoldRecord {
+    /// Reads a line written by `Display`.
+    fn parse(line: &str) -> Result<Self> {
+        let mut f = line.split(' ').map(str::parse::<u64>);
+        let mut next = || -> Result<u64> {
+            f.next()
+                .ok_or_else(|| anyhow!("short hold record {line:?}"))?
+                .with_context(|| format!("bad hold record {line:?}"))
+        };
+        Ok(HoldRecord {
+            lock: next()? as u32,
+            hold: Hold {
+                token: next()?,
+                start_ns: next()?,
+                end_ns: next()?,
+            },
+            wait_us: next()?,
+            worker: next()? as u32,
+        })
+    }
+}
+
+/// Runs `distlock bench`: the parent, or with `--child` one of its processes.
+pub(crate) async fn run(args: BenchArgs) -> ExitCode {
+    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
+        eprintln!(
+            "distlock bench: need 1 <= processes <= workers (got {} workers over {} processes)",
+            args.workers, args.processes
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let outcome = match &args.child {
+        Some(job) => worker::run(job, args.url.as_deref()).await,
+        None => run_parent(&args).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("distlock bench: {}", distlock::error::chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts the processes, gives them one start time, gathers their holds and reports.
+async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
+    let url = args
+        .url
+        .clone()
+        .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
+    // Fail early, with the store's own message, if the URL is wrong or the store is down.
+    // The error names the URL (redacted) itself.
+    let probe = distlock::connect(&url).await?;
+    let backend = probe.backend_name().to_string();
+    drop(probe);
+
+    let run = format!("bench/{}", &distlock::OwnerToken::random().as_str()[..12]);
+    let exe = std::env::current_exe().context("finding the distlock executable")?;
+    let mut children = Vec::new();
+    let mut first_worker = 0;
+    for process in 0..args.processes {
+        let workers =
+            args.workers / args.processes + usize::from(process < args.workers % args.processes);
+        let job = Job {
+            workload: args.workload,
+            kind: args.kind,
+            process,
+            first_worker,
+            workers,
+            duration_ms: args.duration.as_millis() as u64,
+            hold_us: args.hold.as_micros() as u64,
+            lease_ms: args.lease.as_millis() as u64,
+            run: run.clone(),
+        };
+        first_worker += workers;
+        let mut child = Command::new(&exe)
+            .arg("bench")
+            .arg("--workload")
+            .arg("contended")
+            .arg("--child")
+            .arg(serde_json::to_string(&job)?)
+            // The URL goes in the environment, not the job: other users can read a command line
+            // (ps, /proc/PID/cmdline), and the URL may hold a password.
+            .env("DISTLOCK_URL", &url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting a bench process")?;
+        let stdin = child.stdin.take().context("child stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
+        children.push((child, stdin, stdout.lines()));
+    }
+
+    // Barrier: every process connected, then one start time for all.
+    for (_, _, lines) in children.iter_mut() {
+        match lines.next_line().await? {
+            Some(line) if line == "ready" => {}
+            other => bail!("a bench process failed to start (said {other:?})"),
+        }
+    }
+    let start = monotonic_ns() + 50_000_000;
+    let end = start + args.duration.as_nanos() as u64;
+    for (_, stdin, _) in children.iter_mut() {
+        stdin.write_all(format!("{start}\n").as_bytes()).await?;
+        stdin.flush().await?;
+    }
+
+    let mut holds = Vec::new();
+    let mut errors = 0u64;
+    for (mut child, _stdin, mut lines) in children {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(n) = line.strip_prefix("errors ") {
+                errors += n.parse::<u64>().unwrap_or(0);
+            } else {
+                holds.push(HoldRecord::parse(&line)?);
+            }
+        }
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("a bench process failed ({status})");
+        }
+    }
+    let report = Report::new(args, backend, &mut holds, start, end, errors);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        report.print_table();
+    }
+    Ok(if report.is_safe() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
