@@ -1,6 +1,7 @@
 //! The conformance suite every distlock backend runs against its real store, and the tools it
 //! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
-//! tokens ([`fenced`]).
+//! tokens ([`fenced`]), private servers a test may stop and start ([`servers`]), and this
+//! process's connections ([`sockets`]), to have the server end exactly a client's sessions.
 //!
 //! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
 //!
@@ -18,6 +19,8 @@
 
 pub mod child;
 pub mod fenced;
+pub mod servers;
+pub mod sockets;
 pub mod suite;
 
 pub use suite::{Ctx, Flavour, Suite};

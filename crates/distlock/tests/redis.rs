@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
+use distlock_testkit::servers::{Persistence, PrivateStore, start_redis, start_redis_with_args};
+use distlock_testkit::sockets::tcp_connections;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 fn flavours() -> Vec<Flavour> {
@@ -384,33 +386,12 @@ async fn fair_leavers(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-/// TCP connections from this process to `port`, from /proc (Linux).
+/// TCP connections from this process to `port`.
 fn connections_to(port: u16) -> usize {
-    let mut inodes = std::collections::HashSet::new();
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let t = target.to_string_lossy().to_string();
-                if let Some(inode) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
-                    inodes.insert(inode.to_string());
-                }
-            }
-        }
-    }
-    let suffix = format!(":{port:04X}");
-    let mut count = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9 && f[2].ends_with(&suffix) && inodes.contains(f[9]) {
-                count += 1;
-            }
-        }
-    }
-    count
+    tcp_connections()
+        .iter()
+        .filter(|c| c.remote_port == port)
+        .count()
 }
 
 fn rss_kib() -> u64 {
@@ -561,83 +542,8 @@ async fn waiters_at_scale(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-/// A private redis-server on a free port, killed on drop.
-struct PrivateRedis {
-    child: std::process::Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl PrivateRedis {
-    fn start(port: u16, dir: std::path::PathBuf) -> Result<Self, Failure> {
-        Self::start_with(port, dir, &[])
-    }
-
-    /// Starts with `extra` configuration arguments (`restart` does not repeat them).
-    fn start_with(port: u16, dir: std::path::PathBuf, extra: &[&str]) -> Result<Self, Failure> {
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                Failure(format!(
-                    "redis-server could not start ({e}); run scripts/services.sh"
-                ))
-            })?;
-        let server = PrivateRedis { child, port, dir };
-        for _ in 0..500 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(server);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(Failure(format!(
-            "private redis-server on port {port} did not answer"
-        )))
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (nothing is on disk) and starts a fresh one on the same port.
-    fn restart(mut self) -> Result<Self, Failure> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let dir = self.dir.clone();
-        let port = self.port;
-        drop(self);
-        std::thread::sleep(Duration::from_millis(300));
-        PrivateRedis::start(port, dir)
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn restart(ctx: Ctx) -> Outcome {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = ctx.dir.path().join(format!("redis-{port}"));
-    std::fs::create_dir_all(&dir)?;
-    let server = PrivateRedis::start(port, dir)?;
+    let mut server = start_redis(Persistence::None)?;
     let url = server.url();
     let holder_client = distlock::connect(&url).await?;
     let waiter_client = distlock::connect(&url).await?;
@@ -654,7 +560,7 @@ async fn restart(ctx: Ctx) -> Outcome {
     tokio::time::sleep(Duration::from_millis(200)).await;
     check!(!waiter.is_finished(), "the waiter got a held lock");
 
-    let server = tokio::task::spawn_blocking(move || server.restart()).await??;
+    tokio::task::block_in_place(|| server.restart())?;
 
     // The holder's key is gone: its renewal finds no owner and its lost signal fires.
     let lost = tokio::time::timeout(Duration::from_secs(15), held.lost()).await;
@@ -686,14 +592,8 @@ async fn restart(ctx: Ctx) -> Outcome {
 }
 
 async fn acl_user_and_password(ctx: Ctx) -> Outcome {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = ctx.dir.path().join(format!("redis-acl-{port}"));
-    std::fs::create_dir_all(&dir)?;
-    let _server = PrivateRedis::start_with(
-        port,
-        dir,
+    let server = start_redis_with_args(
+        Persistence::None,
         &[
             "--user",
             "default",
@@ -707,6 +607,7 @@ async fn acl_user_and_password(ctx: Ctx) -> Outcome {
             "+@all",
         ],
     )?;
+    let port = server.port();
     let url = format!("redis://locker:s3cret-pw@127.0.0.1:{port}/0");
     let client = distlock::connect(&url).await?;
     let name = ctx.unique_name("acl");

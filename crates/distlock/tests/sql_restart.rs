@@ -7,13 +7,14 @@ mod sql_cases;
 
 use std::time::Duration;
 
-use sql_cases::servers::{PrivateMariaDb, PrivatePostgres};
+use distlock_testkit::servers::{PrivateStore, start_mariadb, start_postgres};
 
 /// Long enough to cover a stop and start on a loaded machine (renewal every 4 s).
 const SURVIVING_LEASE: Duration = Duration::from_secs(12);
 const SHORT_LEASE: Duration = Duration::from_secs(2);
 
-async fn restart_cases(url: &str, mut stop: impl FnMut(), mut resume: impl FnMut()) {
+async fn restart_cases(server: &mut dyn PrivateStore) {
+    let url = &server.url();
     let client = distlock::connect(url).await.unwrap();
 
     // A restart shorter than the lease: the lock survives and renewal resumes.
@@ -23,9 +24,9 @@ async fn restart_cases(url: &str, mut stop: impl FnMut(), mut resume: impl FnMut
         .acquire()
         .await
         .unwrap();
-    tokio::task::block_in_place(&mut stop);
+    tokio::task::block_in_place(|| server.stop()).unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    tokio::task::block_in_place(&mut resume);
+    tokio::task::block_in_place(|| server.start_again()).unwrap();
     // Past the lease: only renewals after the restart can have kept it.
     tokio::time::sleep(SURVIVING_LEASE + Duration::from_secs(3)).await;
     assert!(!kept.is_lost(), "the lease was lost across a short restart");
@@ -52,9 +53,9 @@ async fn restart_cases(url: &str, mut stop: impl FnMut(), mut resume: impl FnMut
         .await
         .unwrap();
     let first = doomed.fencing_token();
-    tokio::task::block_in_place(&mut stop);
+    tokio::task::block_in_place(|| server.stop()).unwrap();
     let lost = tokio::time::timeout(Duration::from_secs(30), doomed.lost()).await;
-    tokio::task::block_in_place(&mut resume);
+    tokio::task::block_in_place(|| server.start_again()).unwrap();
     assert!(
         lost.is_ok(),
         "lost() did not fire while the database was down"
@@ -73,14 +74,8 @@ async fn postgres_restart() {
     if sql_cases::db::skipped("postgres") {
         return;
     }
-    let server = std::sync::Mutex::new(PrivatePostgres::start());
-    let url = server.lock().unwrap().url();
-    restart_cases(
-        &url,
-        || server.lock().unwrap().stop(),
-        || server.lock().unwrap().resume(),
-    )
-    .await;
+    let mut server = start_postgres().unwrap();
+    restart_cases(&mut server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,12 +83,6 @@ async fn mysql_restart() {
     if sql_cases::db::skipped("mysql") {
         return;
     }
-    let server = std::sync::Mutex::new(PrivateMariaDb::start());
-    let url = server.lock().unwrap().url();
-    restart_cases(
-        &url,
-        || server.lock().unwrap().stop(),
-        || server.lock().unwrap().resume(),
-    )
-    .await;
+    let mut server = start_mariadb().unwrap();
+    restart_cases(&mut server).await;
 }

@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 pub mod db;
-pub mod servers;
 
 use std::time::Duration;
 
