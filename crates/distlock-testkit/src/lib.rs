@@ -16,6 +16,10 @@
 //! runner output and filters. A store that cannot be reached fails every case with a message
 //! naming the server and how to start it; `DISTLOCK_SKIP=<backend,…>` skips a backend on purpose
 //! and the run says so.
+//!
+//! Store faults need the test file's help, given to the suite as hooks:
+//! [`Suite::private_store`] (a store of the case's own to restart). A backend without a hook has
+//! the cases that need it marked not applicable, and the run says so.
 
 pub mod child;
 pub mod fenced;

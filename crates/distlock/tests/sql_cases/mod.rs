@@ -7,6 +7,7 @@ pub mod db;
 use std::time::Duration;
 
 use distlock::sql::sqlx;
+use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
 
 pub const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/distlock_test";
@@ -17,14 +18,13 @@ pub fn url(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_string())
 }
 
-/// `url` with `lock=session` added.
-pub fn session_url(url: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}lock=session")
-}
+/// The URL parameter that makes a SQL store's locks session locks.
+pub const SESSION: &str = "lock=session";
 
 pub fn postgres_lease(suite: Suite) -> Suite {
-    suite.case("release_wakes_waiters_by_notify", release_wakes_waiters)
+    suite
+        .private_store(start_postgres)
+        .case("release_wakes_waiters_by_notify", release_wakes_waiters)
 }
 
 /// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
@@ -72,54 +72,58 @@ async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
 }
 
 pub fn postgres_session(suite: Suite) -> Suite {
-    suite.case("server_kill_fires_lost_and_frees", |ctx| {
-        server_kill(ctx, |name| async move {
-            let backend = distlock::backends::postgres::PostgresBackend::connect(&url(
-                "DISTLOCK_POSTGRES_URL",
-                PG_DEFAULT,
-            ))
-            .await?;
-            let killed: Vec<bool> = sqlx::query_scalar(
-                "WITH k AS (SELECT hashtextextended($1, 7306915764203548012) AS key) \
+    suite
+        .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
+        .case("server_kill_fires_lost_and_frees", |ctx| {
+            server_kill(ctx, |name| async move {
+                let backend = distlock::backends::postgres::PostgresBackend::connect(&url(
+                    "DISTLOCK_POSTGRES_URL",
+                    PG_DEFAULT,
+                ))
+                .await?;
+                let killed: Vec<bool> = sqlx::query_scalar(
+                    "WITH k AS (SELECT hashtextextended($1, 7306915764203548012) AS key) \
                  SELECT pg_terminate_backend(l.pid) FROM pg_locks l, k \
                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
                    AND l.classid = ((k.key >> 32) & 4294967295)::oid \
                    AND l.objid = (k.key & 4294967295)::oid",
-            )
-            .bind(name)
-            .fetch_all(backend.pool())
-            .await?;
-            Ok(killed == [true])
+                )
+                .bind(name)
+                .fetch_all(backend.pool())
+                .await?;
+                Ok(killed == [true])
+            })
         })
-    })
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    suite
+    suite.private_store(start_mariadb)
 }
 
 pub fn mysql_session(suite: Suite) -> Suite {
-    suite.case("server_kill_fires_lost_and_frees", |ctx| {
-        server_kill(ctx, |name| async move {
-            let backend = distlock::backends::mysql::MysqlBackend::connect(&url(
-                "DISTLOCK_MYSQL_URL",
-                MYSQL_DEFAULT,
-            ))
-            .await?;
-            let holder: Option<i64> = sqlx::query_scalar(
+    suite
+        .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
+        .case("server_kill_fires_lost_and_frees", |ctx| {
+            server_kill(ctx, |name| async move {
+                let backend = distlock::backends::mysql::MysqlBackend::connect(&url(
+                    "DISTLOCK_MYSQL_URL",
+                    MYSQL_DEFAULT,
+                ))
+                .await?;
+                let holder: Option<i64> = sqlx::query_scalar(
                 "SELECT CAST(IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(?, 256), 55))) AS SIGNED)",
             )
             .bind(name)
             .fetch_one(backend.pool())
             .await?;
-            let Some(id) = holder else { return Ok(false) };
-            // KILL takes no placeholder; `id` is a number the server gave us.
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
-                .execute(backend.pool())
-                .await?;
-            Ok(true)
+                let Some(id) = holder else { return Ok(false) };
+                // KILL takes no placeholder; `id` is a number the server gave us.
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
+                    .execute(backend.pool())
+                    .await?;
+                Ok(true)
+            })
         })
-    })
 }
 
 /// A session-lock holder whose connection the server kills gets `lost()`, and the lock is free
