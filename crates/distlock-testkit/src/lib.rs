@@ -18,8 +18,9 @@
 //! and the run says so.
 //!
 //! Store faults need the test file's help, given to the suite as hooks:
-//! [`Suite::private_store`] (a store of the case's own to restart). A backend without a hook has
-//! the cases that need it marked not applicable, and the run says so.
+//! [`Suite::private_store`] (a store of the case's own to restart) and [`Suite::end_sessions`]
+//! (the server ends given client connections). A backend without a hook has the cases that need
+//! it marked not applicable, and the run says so.
 
 pub mod child;
 pub mod fenced;

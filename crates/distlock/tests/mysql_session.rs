@@ -1,5 +1,5 @@
-//! The conformance suite against MySQL/MariaDB session (`GET_LOCK`) locks, plus the server-side
-//! kill. DISTLOCK_MYSQL_URL overrides the server; `lock=session` is added to it.
+//! The conformance suite against MySQL/MariaDB session (`GET_LOCK`) locks, with the server ending
+//! sessions. DISTLOCK_MYSQL_URL overrides the server; `lock=session` is added to it.
 
 #[path = "sql_cases/mod.rs"]
 mod sql_cases;

@@ -1,4 +1,4 @@
-//! The conformance suite against PostgreSQL session (advisory) locks, plus the server-side kill.
+//! The conformance suite against PostgreSQL session (advisory) locks, with the server ending sessions.
 //! DISTLOCK_POSTGRES_URL overrides the server; `lock=session` is added to it.
 
 #[path = "sql_cases/mod.rs"]

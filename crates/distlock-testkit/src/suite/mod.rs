@@ -2,7 +2,7 @@
 //!
 //! Cases live one behaviour per file. Each gets a [`Ctx`]: a connected client, the URL (for
 //! child processes and second clients), the flavour under test, fresh lock names, and the
-//! backend's fault hooks (a private store to restart).
+//! backend's fault hooks (a private store to restart, a way to end sessions).
 
 mod bad_input;
 mod cancel;
@@ -14,6 +14,7 @@ mod pause;
 mod reentrancy;
 mod release;
 mod restart;
+mod session_end;
 mod timeouts;
 mod waiting;
 mod watchdog;
@@ -33,11 +34,17 @@ use crate::{Failure, Outcome};
 
 type CaseFn = Arc<dyn Fn(Ctx) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync>;
 type StartStore = Box<dyn Fn() -> Result<Box<dyn PrivateStore>, Failure> + Send + Sync>;
+type EndSessions = Box<
+    dyn Fn(String, Vec<u16>) -> Pin<Box<dyn Future<Output = Result<usize, Failure>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What the backend's test file can do to its store, for the cases about store faults.
 #[derive(Default)]
 struct Faults {
     private_store: Option<StartStore>,
+    end_sessions: Option<EndSessions>,
 }
 
 /// A lock flavour under test: how to make the lock from a client and a name.
@@ -116,6 +123,15 @@ impl Ctx {
         tokio::task::block_in_place(start)
     }
 
+    /// Has the server at `url` end the sessions of this process's connections from
+    /// `client_ports` ([`Suite::end_sessions`]); answers how many it ended.
+    pub async fn end_sessions(&self, url: &str, client_ports: Vec<u16>) -> Result<usize, Failure> {
+        let end = self.faults.end_sessions.as_ref().ok_or_else(|| {
+            Failure("the suite was given no way to end sessions (Suite::end_sessions)".into())
+        })?;
+        end(url.to_string(), client_ports).await
+    }
+
     /// The spec for a child process doing `role` with this flavour.
     pub fn spec(&self, role: crate::child::Role) -> Spec {
         Spec {
@@ -143,8 +159,12 @@ pub struct Suite {
 enum Need {
     /// Per-lock leases (lease expiry, renewal, pauses past the lease); not session holdings.
     Leases,
+    /// Session holdings, which end with the holder's connection.
+    Sessions,
     /// A private store to stop and start ([`Suite::private_store`]).
     PrivateStore,
+    /// A way to end sessions from the server side ([`Suite::end_sessions`]).
+    EndSessions,
 }
 
 impl Need {
@@ -161,9 +181,16 @@ impl Need {
                 "its holdings are sessions, not leases (no lease ends, a paused holder keeps \
                  its session, another client cannot free it)",
             ),
+            Need::Sessions if renews == Some(true) => {
+                Some("its holdings are leases, not sessions (no connection carries a holding)")
+            }
             Need::PrivateStore if faults.private_store.is_none() => Some(
                 "its test file gives no private store to stop and start (Suite::private_store); \
                  a store without a server, such as an SQLite file, has nothing to restart",
+            ),
+            Need::EndSessions if faults.end_sessions.is_none() => Some(
+                "its test file gives no way to end a session from the server side \
+                 (Suite::end_sessions)",
             ),
             _ => None,
         }
@@ -352,6 +379,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             &[Need::Leases, Need::PrivateStore],
             case(restart::down_past_lease_fires_lost),
         ),
+        (
+            "holder_session_ended_by_server",
+            Each,
+            &[Need::Sessions, Need::EndSessions],
+            case(session_end::holder_session_ended),
+        ),
+        (
+            "waiter_session_ended_by_server",
+            Each,
+            &[Need::Sessions, Need::EndSessions],
+            case(session_end::waiter_session_ended),
+        ),
     ]
 }
 
@@ -383,6 +422,19 @@ impl Suite {
         self.faults.private_store = Some(Box::new(move || {
             start().map(|s| Box::new(s) as Box<dyn PrivateStore>)
         }));
+        self
+    }
+
+    /// Gives the cases about ended sessions a way to end them from the server side (what
+    /// `pg_terminate_backend` or `KILL` does to a client): `end(url, client_ports)` ends, on the
+    /// server at `url`, every session whose client connection comes from one of `client_ports`
+    /// on 127.0.0.1, and answers how many it ended. Without it those cases are not applicable.
+    pub fn end_sessions<F, Fut>(mut self, end: F) -> Self
+    where
+        F: Fn(String, Vec<u16>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<usize, Failure>> + Send + 'static,
+    {
+        self.faults.end_sessions = Some(Box::new(move |url, ports| Box::pin(end(url, ports))));
         self
     }
 
