@@ -1,5 +1,5 @@
-//! The conformance suite against PostgreSQL session (advisory) locks, with the server ending sessions.
-//! DISTLOCK_POSTGRES_URL overrides the server; `lock=session` is added to it.
+//! The conformance suite against PostgreSQL session (advisory) locks, with the server ending
+//! sessions. DISTLOCK_POSTGRES_URL overrides the server; `lock=session` is added to it.
 
 #[path = "sql_cases/mod.rs"]
 mod sql_cases;
