@@ -25,7 +25,8 @@ const SHORT_LEASE: Duration = Duration::from_secs(2);
 /// A holder and a waiter (another client) across a restart. Where the holding outlives the
 /// server process and the restart is shorter than the lease, the holder keeps the lock (renewal
 /// resumes after the restart) and the waiter gets it only at the release; otherwise the holder's
-/// `lost()` fires and the waiter gets the lock with a larger token.
+/// `lost()` fires and the waiter gets the lock with a larger token. Then the holder's client,
+/// reconnected, takes the lock again.
 pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let mut store = ctx.private_store()?;
     let url = store.url();
@@ -49,7 +50,7 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let down_for = stopped.elapsed();
     let keeps_holding = holder_client.backend().capabilities().renews() && store.keeps_data();
     let after = "after the restart";
-    if keeps_holding {
+    let next = if keeps_holding {
         check!(
             down_for < SURVIVING_LEASE,
             "the restart took {down_for:?}, not shorter than the lease {SURVIVING_LEASE:?}: \
@@ -70,10 +71,9 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
             held.release().await?,
             "the holder could not release after the restart"
         );
-        let next = waiter
+        waiter
             .gets_in(Duration::from_secs(10), first, after)
-            .await?;
-        check!(next.release().await?, "the waiter could not release");
+            .await?
     } else {
         // The holding is gone: the holder must be told, within a renewal or a session check.
         let lost = tokio::time::timeout(SURVIVING_LEASE, held.lost()).await;
@@ -90,8 +90,24 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
             !matches!(stale, Ok(true)),
             "the lost holder's release claimed the lock the waiter now holds"
         );
-        check!(next.release().await?, "the waiter could not release");
-    }
+        next
+    };
+    let waiter_token = next.fencing_token();
+    check!(next.release().await?, "the waiter could not release");
+    // The holder's client works again too: it reconnected by itself.
+    let again = lock(&ctx, &holder_client, &name)
+        .acquire_timeout(Duration::from_secs(10))
+        .await?;
+    check!(
+        again.fencing_token() > waiter_token,
+        "the holder's client took the lock again with token {}, not above the waiter's \
+         {waiter_token}",
+        again.fencing_token()
+    );
+    check!(
+        again.release().await?,
+        "the holder's client could not release"
+    );
     Ok(())
 }
 
