@@ -24,6 +24,13 @@ impl Waiting {
         self.0.is_finished()
     }
 
+    /// How the wait ended: the lock, or the error the acquisition returned.
+    pub(super) async fn answer(self) -> Result<distlock::Result<Guard>, Failure> {
+        self.0
+            .await
+            .map_err(|e| Failure(format!("the waiter's task: {e}")))
+    }
+
     /// The lock, once the waiter got it (within `within`), with a token above `above`; `after`
     /// says what happened before, for failure messages ("after the restart").
     pub(super) async fn gets_in(
@@ -32,14 +39,13 @@ impl Waiting {
         above: FencingToken,
         after: &str,
     ) -> Result<Guard, Failure> {
-        let guard = tokio::time::timeout(within, self.0)
+        let guard = tokio::time::timeout(within, self.answer())
             .await
             .map_err(|_| {
                 Failure(format!(
                     "the waiter did not get in within {within:?} {after}"
                 ))
-            })?
-            .map_err(|e| Failure(format!("the waiter's task: {e}")))?
+            })??
             .map_err(|e| Failure(format!("the waiter's wait failed {after}: {e}")))?;
         check!(
             guard.fencing_token() > above,
