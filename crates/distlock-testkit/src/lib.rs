@@ -1,7 +1,8 @@
 //! The conformance suite every distlock backend runs against its real store, and the tools it
 //! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
-//! also used by `distlock bench`).
+//! also used by `distlock bench`), private servers a test may stop and start ([`servers`]), and
+//! this process's connections ([`sockets`]), to have the server end exactly a client's sessions.
 //!
 //! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
 //!
@@ -16,10 +17,17 @@
 //! runner output and filters. A store that cannot be reached fails every case with a message
 //! naming the server and how to start it; `DISTLOCK_SKIP=<backend,…>` skips a backend on purpose
 //! and the run says so.
+//!
+//! Store faults need the test file's help, given to the suite as hooks:
+//! [`Suite::private_store`] (a store of the case's own to restart) and [`Suite::end_sessions`]
+//! (the server ends given client connections). A backend without a hook has the cases that need
+//! it marked not applicable, and the run says so.
 
 pub mod child;
 pub mod fenced;
 pub mod history;
+pub mod servers;
+pub mod sockets;
 pub mod suite;
 
 pub use suite::{Ctx, Flavour, Suite};

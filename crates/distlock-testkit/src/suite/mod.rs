@@ -1,7 +1,8 @@
 //! The suite: one named test per (flavour, case), run against a real store.
 //!
 //! Cases live one behaviour per file. Each gets a [`Ctx`]: a connected client, the URL (for
-//! child processes and second clients), the flavour under test, and fresh lock names.
+//! child processes and second clients), the flavour under test, fresh lock names, and the
+//! backend's fault hooks (a private store to restart, a way to end sessions).
 
 mod bad_input;
 mod cancel;
@@ -12,7 +13,10 @@ mod multi;
 mod pause;
 mod reentrancy;
 mod release;
+mod restart;
+mod session_end;
 mod timeouts;
+mod waiting;
 mod watchdog;
 
 use std::future::Future;
@@ -24,10 +28,24 @@ use std::time::Duration;
 use distlock::{Client, Lock, OwnerToken};
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use crate::Outcome;
 use crate::child::{CHILD_ENV, Spec, child_main};
+use crate::servers::PrivateStore;
+use crate::{Failure, Outcome};
 
 type CaseFn = Arc<dyn Fn(Ctx) -> Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync>;
+type StartStore = Box<dyn Fn() -> Result<Box<dyn PrivateStore>, Failure> + Send + Sync>;
+type EndSessions = Box<
+    dyn Fn(String, Vec<u16>) -> Pin<Box<dyn Future<Output = Result<usize, Failure>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// What the backend's test file can do to its store, for the cases about store faults.
+#[derive(Default)]
+struct Faults {
+    private_store: Option<StartStore>,
+    end_sessions: Option<EndSessions>,
+}
 
 /// A lock flavour under test: how to make the lock from a client and a name.
 #[derive(Clone)]
@@ -67,6 +85,7 @@ pub struct Ctx {
     /// A directory of this run for files the case shares with its children.
     pub dir: Arc<tempfile::TempDir>,
     case: String,
+    faults: Arc<Faults>,
 }
 
 impl Ctx {
@@ -95,6 +114,24 @@ impl Ctx {
         Ok(distlock::connect(&self.url).await?)
     }
 
+    /// A new private store of the kind the backend's test file gives
+    /// ([`Suite::private_store`]), started. Blocks while it starts.
+    pub fn private_store(&self) -> Result<Box<dyn PrivateStore>, Failure> {
+        let start = self.faults.private_store.as_ref().ok_or_else(|| {
+            Failure("the suite was given no private store (Suite::private_store)".into())
+        })?;
+        tokio::task::block_in_place(start)
+    }
+
+    /// Has the server at `url` end the sessions of this process's connections from
+    /// `client_ports` ([`Suite::end_sessions`]); answers how many it ended.
+    pub async fn end_sessions(&self, url: &str, client_ports: Vec<u16>) -> Result<usize, Failure> {
+        let end = self.faults.end_sessions.as_ref().ok_or_else(|| {
+            Failure("the suite was given no way to end sessions (Suite::end_sessions)".into())
+        })?;
+        end(url.to_string(), client_ports).await
+    }
+
     /// The spec for a child process doing `role` with this flavour.
     pub fn spec(&self, role: crate::child::Role) -> Spec {
         Spec {
@@ -113,15 +150,51 @@ pub struct Suite {
     flavours: Vec<Flavour>,
     extra: Vec<(String, CaseFn)>,
     not_applicable: Vec<(&'static str, &'static str)>,
+    faults: Faults,
 }
 
-/// What a case needs of the store, read from its [`distlock::Capabilities`].
+/// What a case needs beyond a store: read from the store's [`distlock::Capabilities`], or from
+/// the hooks the backend's test file gave.
 #[derive(Clone, Copy, PartialEq)]
-enum Needs {
-    /// Any store.
-    Any,
+enum Need {
     /// Per-lock leases (lease expiry, renewal, pauses past the lease); not session holdings.
     Leases,
+    /// Session holdings, which end with the holder's connection.
+    Sessions,
+    /// A private store to stop and start ([`Suite::private_store`]).
+    PrivateStore,
+    /// A way to end sessions from the server side ([`Suite::end_sessions`]).
+    EndSessions,
+}
+
+impl Need {
+    /// Why a case with this need does not apply, if it does not.
+    fn unmet(
+        self,
+        capabilities: Option<distlock::Capabilities>,
+        faults: &Faults,
+    ) -> Option<&'static str> {
+        // A store that cannot be reached gets its cases, and every case fails naming it.
+        let renews = capabilities.map(|c| c.renews());
+        match self {
+            Need::Leases if renews == Some(false) => Some(
+                "its holdings are sessions, not leases (no lease ends, a paused holder keeps \
+                 its session, another client cannot free it)",
+            ),
+            Need::Sessions if renews == Some(true) => {
+                Some("its holdings are leases, not sessions (no connection carries a holding)")
+            }
+            Need::PrivateStore if faults.private_store.is_none() => Some(
+                "its test file gives no private store to stop and start (Suite::private_store); \
+                 a store without a server, such as an SQLite file, has nothing to restart",
+            ),
+            Need::EndSessions if faults.end_sessions.is_none() => Some(
+                "its test file gives no way to end a session from the server side \
+                 (Suite::end_sessions)",
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// Which flavours a case runs with.
@@ -136,9 +209,10 @@ enum Runs {
 }
 
 /// Every case of the suite.
-fn cases() -> Vec<(&'static str, Runs, Needs, CaseFn)> {
-    use Needs::{Any, Leases};
+fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
     use Runs::{Each, EachExclusive, Once};
+    const ANY: &[Need] = &[];
+    const LEASES: &[Need] = &[Need::Leases];
     fn case<F, Fut>(f: F) -> CaseFn
     where
         F: Fn(Ctx) -> Fut + Send + Sync + 'static,
@@ -150,147 +224,172 @@ fn cases() -> Vec<(&'static str, Runs, Needs, CaseFn)> {
         (
             "exclusion_across_processes",
             EachExclusive,
-            Any,
+            ANY,
             case(exclusion::across_processes),
         ),
         (
             "exclusion_between_tasks",
             EachExclusive,
-            Any,
+            ANY,
             case(exclusion::between_tasks),
         ),
         (
             "try_acquire_on_held_is_none",
             Each,
-            Any,
+            ANY,
             case(timeouts::try_acquire_on_held_is_none),
         ),
         (
             "acquire_timeout_times_out",
             Each,
-            Any,
+            ANY,
             case(timeouts::acquire_timeout_times_out),
         ),
         (
             "release_by_other_is_not_held",
             Each,
-            Any,
+            ANY,
             case(release::by_other_is_not_held),
         ),
         (
             "double_release_keeps_next_holder",
             Each,
-            Any,
+            ANY,
             case(release::double_release_keeps_next_holder),
         ),
         (
             "dropped_guard_releases",
             Each,
-            Any,
+            ANY,
             case(release::dropped_guard_releases),
         ),
         (
             "crashed_holder_frees_within_lease",
             Each,
-            Any,
+            ANY,
             case(crash::killed_holder_frees_within_lease),
         ),
         (
             "watchdog_keeps_lock_past_lease",
             Each,
-            Any,
+            ANY,
             case(watchdog::keeps_lock_past_lease),
         ),
         (
             "no_watchdog_lease_ends",
             Each,
-            Leases,
+            LEASES,
             case(watchdog::no_watchdog_lease_ends),
         ),
         (
             "paused_holder_is_fenced",
             Each,
-            Leases,
+            LEASES,
             case(pause::paused_holder_is_fenced),
         ),
         (
             "resumed_holder_knows_at_once",
             Each,
-            Leases,
+            LEASES,
             case(pause::resumed_holder_knows_at_once),
         ),
         (
             "stale_guard_keeps_newer_holding",
             Each,
-            Leases,
+            LEASES,
             case(watchdog::stale_guard_keeps_newer_holding),
         ),
         (
             "stale_holding_untouched_in_store",
             Each,
-            Leases,
+            LEASES,
             case(release::stale_holding_untouched_in_store),
         ),
         (
             "old_guard_after_retake_is_inert",
             Each,
-            Any,
+            ANY,
             case(release::old_guard_after_retake_is_inert),
         ),
         (
             "reenter_after_lease_end_is_lost",
             Each,
-            Leases,
+            LEASES,
             case(watchdog::reenter_after_lease_end_is_lost),
         ),
         (
             "huge_waits_wait_forever",
             Each,
-            Any,
+            ANY,
             case(timeouts::huge_waits_wait_forever),
         ),
         (
             "reentrancy_counts_holds",
             Each,
-            Any,
+            ANY,
             case(reentrancy::counts_holds),
         ),
         (
             "fencing_tokens_increase_across_processes",
             EachExclusive,
-            Any,
+            ANY,
             case(fencing::increase_across_processes),
         ),
         (
             "cancelled_acquire_leaves_nothing_held",
             Each,
-            Any,
+            ANY,
             case(cancel::cancelled_acquire_leaves_nothing_held),
         ),
         (
             "cancelled_waiter_leaves_the_queue",
             Each,
-            Any,
+            ANY,
             case(cancel::cancelled_waiter_leaves_the_queue),
         ),
         (
             "unsupported_flavours_are_typed",
             Once,
-            Any,
+            ANY,
             case(bad_input::unsupported_flavours_are_typed),
         ),
-        ("bad_input_is_typed", Once, Any, case(bad_input::is_typed)),
+        ("bad_input_is_typed", Once, ANY, case(bad_input::is_typed)),
         (
             "awkward_names_round_trip",
             Each,
-            Any,
+            ANY,
             case(bad_input::awkward_names_round_trip),
         ),
         (
             "multi_lock_orders_and_rolls_back",
             Once,
-            Any,
+            ANY,
             case(multi::orders_and_rolls_back),
+        ),
+        // A store of its own per case, and a restart takes seconds: once, not per flavour.
+        (
+            "store_restart_while_held",
+            Once,
+            &[Need::PrivateStore],
+            case(restart::while_held),
+        ),
+        (
+            "store_down_past_lease_fires_lost",
+            Once,
+            &[Need::Leases, Need::PrivateStore],
+            case(restart::down_past_lease_fires_lost),
+        ),
+        (
+            "holder_session_ended_by_server",
+            Each,
+            &[Need::Sessions, Need::EndSessions],
+            case(session_end::holder_session_ended),
+        ),
+        (
+            "waiter_session_ended_by_server",
+            Each,
+            &[Need::Sessions, Need::EndSessions],
+            case(session_end::waiter_session_ended),
         ),
     ]
 }
@@ -307,7 +406,36 @@ impl Suite {
             flavours: vec![Flavour::mutex()],
             extra: Vec::new(),
             not_applicable: Vec::new(),
+            faults: Faults::default(),
         }
+    }
+
+    /// Gives the cases about store restarts a store of their own: `start` makes a new private
+    /// store (a fresh server on a free port, for one case), of the same kind as the store under
+    /// test and connected to the same way (same URL parameters). Without it those cases are not
+    /// applicable.
+    pub fn private_store<S, F>(mut self, start: F) -> Self
+    where
+        S: PrivateStore + 'static,
+        F: Fn() -> Result<S, Failure> + Send + Sync + 'static,
+    {
+        self.faults.private_store = Some(Box::new(move || {
+            start().map(|s| Box::new(s) as Box<dyn PrivateStore>)
+        }));
+        self
+    }
+
+    /// Gives the cases about ended sessions a way to end them from the server side (what
+    /// `pg_terminate_backend` or `KILL` does to a client): `end(url, client_ports)` ends, on the
+    /// server at `url`, every session whose client connection comes from one of `client_ports`
+    /// on 127.0.0.1, and answers how many it ended. Without it those cases are not applicable.
+    pub fn end_sessions<F, Fut>(mut self, end: F) -> Self
+    where
+        F: Fn(String, Vec<u16>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<usize, Failure>> + Send + 'static,
+    {
+        self.faults.end_sessions = Some(Box::new(move |url, ports| Box::pin(end(url, ports))));
+        self
     }
 
     /// The flavours to run every case against.
@@ -369,22 +497,17 @@ impl Suite {
         } else {
             probe_capabilities(&self.url)
         };
-        let applies_to_store = |case: &str, needs: Needs| -> bool {
-            let Some(caps) = capabilities else {
-                return true;
-            };
-            let fits = match needs {
-                Needs::Any => true,
-                Needs::Leases => caps.renews(),
-            };
-            if !fits {
-                eprintln!(
-                    "not applicable to {}: {case}: its holdings are sessions, not leases (no lease \
-                     ends, a paused holder keeps its session, another client cannot free it)",
-                    self.backend
-                );
+        let applies_to_store = |case: &str, needs: &[Need]| -> bool {
+            match needs
+                .iter()
+                .find_map(|need| need.unmet(capabilities, &self.faults))
+            {
+                Some(why) => {
+                    eprintln!("not applicable to {}: {case}: {why}", self.backend);
+                    false
+                }
+                None => true,
             }
-            fits
         };
 
         let setup = Arc::new(Setup {
@@ -397,10 +520,10 @@ impl Suite {
         let cases: Vec<_> = cases()
             .into_iter()
             .filter(|(case, _, needs, _)| {
-                !self.not_applicable.iter().any(|(c, _)| c == case)
-                    && applies_to_store(case, *needs)
+                !self.not_applicable.iter().any(|(c, _)| c == case) && applies_to_store(case, needs)
             })
             .collect();
+        let faults = Arc::new(self.faults);
         for (index, flavour) in self.flavours.iter().enumerate() {
             for (case, runs, _, body) in cases.iter().cloned() {
                 let applies = match runs {
@@ -411,13 +534,13 @@ impl Suite {
                 if !applies {
                     continue;
                 }
-                trials.push(trial(&setup, flavour, case, body).with_ignored_flag(skip));
+                trials.push(trial(&setup, &faults, flavour, case, body).with_ignored_flag(skip));
             }
         }
         if let Some(first) = self.flavours.first() {
             for (name, body) in self.extra {
                 let leaked: &'static str = Box::leak(name.into_boxed_str());
-                trials.push(trial(&setup, first, leaked, body).with_ignored_flag(skip));
+                trials.push(trial(&setup, &faults, first, leaked, body).with_ignored_flag(skip));
             }
         }
         libtest_mimic::run(&args, trials).exit_code()
@@ -484,8 +607,15 @@ impl Setup {
     }
 }
 
-fn trial(setup: &Arc<Setup>, flavour: &Flavour, case: &'static str, body: CaseFn) -> Trial {
+fn trial(
+    setup: &Arc<Setup>,
+    faults: &Arc<Faults>,
+    flavour: &Flavour,
+    case: &'static str,
+    body: CaseFn,
+) -> Trial {
     let setup = setup.clone();
+    let faults = faults.clone();
     let flavour = flavour.clone();
     Trial::test(format!("{}::{case}", flavour.name), move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -501,6 +631,7 @@ fn trial(setup: &Arc<Setup>, flavour: &Flavour, case: &'static str, body: CaseFn
                 flavour,
                 dir: setup.dir.clone(),
                 case: case.to_string(),
+                faults,
             };
             body(ctx).await.map_err(|f| Failed::from(f.0))
         })

@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 pub mod db;
-pub mod servers;
 
 use std::time::Duration;
 
 use distlock::sql::sqlx;
+use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
 
 pub const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/distlock_test";
@@ -18,14 +18,13 @@ pub fn url(var: &str, default: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| default.to_string())
 }
 
-/// `url` with `lock=session` added.
-pub fn session_url(url: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}lock=session")
-}
+/// The URL parameter that makes a SQL store's locks session locks.
+pub const SESSION: &str = "lock=session";
 
 pub fn postgres_lease(suite: Suite) -> Suite {
-    suite.case("release_wakes_waiters_by_notify", release_wakes_waiters)
+    suite
+        .private_store(start_postgres)
+        .case("release_wakes_waiters_by_notify", release_wakes_waiters)
 }
 
 /// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
@@ -73,86 +72,53 @@ async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
 }
 
 pub fn postgres_session(suite: Suite) -> Suite {
-    suite.case("server_kill_fires_lost_and_frees", |ctx| {
-        server_kill(ctx, |name| async move {
-            let backend = distlock::backends::postgres::PostgresBackend::connect(&url(
-                "DISTLOCK_POSTGRES_URL",
-                PG_DEFAULT,
-            ))
-            .await?;
-            let killed: Vec<bool> = sqlx::query_scalar(
-                "WITH k AS (SELECT hashtextextended($1, 7306915764203548012) AS key) \
-                 SELECT pg_terminate_backend(l.pid) FROM pg_locks l, k \
-                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                   AND l.classid = ((k.key >> 32) & 4294967295)::oid \
-                   AND l.objid = (k.key & 4294967295)::oid",
-            )
-            .bind(name)
-            .fetch_all(backend.pool())
-            .await?;
-            Ok(killed == [true])
-        })
-    })
+    suite
+        .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
+        .end_sessions(end_postgres_sessions)
+}
+
+/// Ends, from the server side, the PostgreSQL sessions of our connections from `client_ports`.
+async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<usize, Failure> {
+    let backend = distlock::backends::postgres::PostgresBackend::connect(&url).await?;
+    let ports: Vec<i32> = client_ports.into_iter().map(i32::from).collect();
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE client_addr = '127.0.0.1' AND client_port = ANY($1)",
+    )
+    .bind(ports)
+    .fetch_all(backend.pool())
+    .await?;
+    Ok(ended.into_iter().filter(|&e| e).count())
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    suite
+    suite.private_store(start_mariadb)
 }
 
 pub fn mysql_session(suite: Suite) -> Suite {
-    suite.case("server_kill_fires_lost_and_frees", |ctx| {
-        server_kill(ctx, |name| async move {
-            let backend = distlock::backends::mysql::MysqlBackend::connect(&url(
-                "DISTLOCK_MYSQL_URL",
-                MYSQL_DEFAULT,
-            ))
-            .await?;
-            let holder: Option<i64> = sqlx::query_scalar(
-                "SELECT CAST(IS_USED_LOCK(CONCAT('distlock:', LEFT(SHA2(?, 256), 55))) AS SIGNED)",
-            )
-            .bind(name)
-            .fetch_one(backend.pool())
-            .await?;
-            let Some(id) = holder else { return Ok(false) };
-            // KILL takes no placeholder; `id` is a number the server gave us.
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
-                .execute(backend.pool())
-                .await?;
-            Ok(true)
-        })
-    })
+    suite
+        .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
+        .end_sessions(end_mysql_sessions)
 }
 
-/// A session-lock holder whose connection the server kills gets `lost()`, and the lock is free
-/// for another client at once (with a larger fencing token).
-async fn server_kill<F, Fut>(ctx: Ctx, kill: F) -> Outcome
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = Result<bool, Failure>>,
-{
-    let name = ctx.unique_name("killed");
-    let guard = ctx.lock(&name).acquire().await?;
-    let first = guard.fencing_token();
-    check!(
-        kill(name.clone()).await?,
-        "found no server connection holding {name:?}"
-    );
-    let lost = tokio::time::timeout(Duration::from_secs(20), guard.lost()).await;
-    check!(lost.is_ok(), "lost() did not fire within 20 s of the kill");
-    let other = ctx.connect().await?;
-    let next = other
-        .lock(&name)
-        .acquire_timeout(Duration::from_secs(10))
-        .await?;
-    check!(
-        next.fencing_token() > first,
-        "token {} after {first}",
-        next.fencing_token()
-    );
-    check!(
-        !guard.release().await?,
-        "the killed holder's release claimed to free the new holder's lock"
-    );
-    check!(next.release().await?, "the new holder could not release");
-    Ok(())
+/// Ends, from the server side (`KILL`), the MariaDB sessions of our connections from
+/// `client_ports`.
+async fn end_mysql_sessions(url: String, client_ports: Vec<u16>) -> Result<usize, Failure> {
+    let backend = distlock::backends::mysql::MysqlBackend::connect(&url).await?;
+    let ports: Vec<String> = client_ports.iter().map(u16::to_string).collect();
+    // HOST is `host:port` for TCP clients; the port is ours.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST \
+         WHERE FIND_IN_SET(SUBSTRING_INDEX(HOST, ':', -1), ?) AND ID <> CONNECTION_ID()",
+    )
+    .bind(ports.join(","))
+    .fetch_all(backend.pool())
+    .await?;
+    for id in &ids {
+        // KILL takes no placeholder; `id` is a number the server gave us.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL {id}")))
+            .execute(backend.pool())
+            .await?;
+    }
+    Ok(ids.len())
 }

@@ -1,0 +1,239 @@
+//! Private servers: a store of the test's own, on a fresh data directory and a free loopback
+//! port, that the test may stop and start again without disturbing anyone else (the shared
+//! servers of scripts/services.sh serve every test run on the machine at once).
+//!
+//! Each server is one child process of the test ([`PrivateServer`]): stopped with the signal
+//! that makes it shut down cleanly (clients cut off, data kept), killed if the test drops it.
+//! Starting fails with a message naming the server and scripts/services.sh, which installs it.
+
+mod mariadb;
+mod postgres;
+mod redis;
+
+pub use mariadb::start_mariadb;
+pub use postgres::start_postgres;
+pub use redis::{Persistence, start_redis, start_redis_with_args};
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Failure;
+
+/// A store a test owns: it can be stopped and started again. Its methods block (they wait for
+/// the server process): call them from `tokio::task::block_in_place` in async code.
+pub trait PrivateStore: Send {
+    /// The URL a client connects with.
+    fn url(&self) -> String;
+    /// Whether holdings survive a stop and start (a table row, an append-only file) or the
+    /// store comes back empty.
+    fn keeps_data(&self) -> bool;
+    /// Shuts the server down cleanly: every client connection ends, the data stays on disk.
+    fn stop(&mut self) -> Result<(), Failure>;
+    /// Starts the server again on the same port and data, and waits until it answers.
+    fn start_again(&mut self) -> Result<(), Failure>;
+    /// [`stop`](Self::stop) and [`start_again`](Self::start_again).
+    fn restart(&mut self) -> Result<(), Failure> {
+        self.stop()?;
+        self.start_again()
+    }
+}
+
+/// `url` with the query parameter `param` (`lock=session`) added.
+pub fn with_param(url: &str, param: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{param}")
+}
+
+/// A private store whose URL carries one more parameter (`lock=session`, for the session
+/// flavour of a SQL store).
+pub struct WithParam<S> {
+    store: S,
+    param: &'static str,
+}
+
+impl<S: PrivateStore> WithParam<S> {
+    /// `store`, connected to with `param` in its URL.
+    pub fn new(store: S, param: &'static str) -> Self {
+        WithParam { store, param }
+    }
+}
+
+impl<S: PrivateStore> PrivateStore for WithParam<S> {
+    fn url(&self) -> String {
+        with_param(&self.store.url(), self.param)
+    }
+    fn keeps_data(&self) -> bool {
+        self.store.keeps_data()
+    }
+    fn stop(&mut self) -> Result<(), Failure> {
+        self.store.stop()
+    }
+    fn start_again(&mut self) -> Result<(), Failure> {
+        self.store.start_again()
+    }
+}
+
+/// How long a server may take to answer after it was started.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a server module says about its server, to start it.
+pub(crate) struct Launch {
+    /// The server's name in messages ("PostgreSQL").
+    pub(crate) name: &'static str,
+    /// Its data directory (and socket and log), removed after the server on drop.
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
+    pub(crate) url: String,
+    pub(crate) keeps_data: bool,
+    /// The command that starts it (again).
+    pub(crate) command: Box<dyn Fn() -> Command + Send>,
+    /// Whether it answers yet (a TCP connect is not enough for every server).
+    pub(crate) ready: fn(u16) -> bool,
+    /// The signal that makes it shut down cleanly without waiting for its clients.
+    pub(crate) stop_signal: libc::c_int,
+}
+
+/// A private server: one child process on a loopback port, its log in its data directory,
+/// killed (SIGKILL) if still running on drop.
+pub struct PrivateServer {
+    launch: Launch,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl PrivateServer {
+    /// Starts the server `launch` describes and waits until it answers.
+    pub(crate) fn start(launch: Launch) -> Result<Self, Failure> {
+        let log = launch.dir.path().join("server.log");
+        let mut server = PrivateServer {
+            launch,
+            log,
+            child: None,
+        };
+        server.start_again()?;
+        Ok(server)
+    }
+
+    /// The loopback port it listens on (for URLs with credentials).
+    pub fn port(&self) -> u16 {
+        self.launch.port
+    }
+}
+
+impl PrivateStore for PrivateServer {
+    fn url(&self) -> String {
+        self.launch.url.clone()
+    }
+
+    fn keeps_data(&self) -> bool {
+        self.launch.keeps_data
+    }
+
+    fn start_again(&mut self) -> Result<(), Failure> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let Launch {
+            name, port, ready, ..
+        } = self.launch;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let mut child = (self.launch.command)()
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                Failure(format!(
+                    "the private {name} could not start ({e}); run scripts/services.sh to install it"
+                ))
+            })?;
+        let started = Instant::now();
+        while !ready(port) {
+            let gave_up = if let Some(status) = child.try_wait()? {
+                format!("exited ({status}) before answering")
+            } else if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                format!("did not answer within {START_TIMEOUT:?}")
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
+            return Err(Failure(format!(
+                "the private {name} on 127.0.0.1:{port} {gave_up}: {}",
+                log_tail(&self.log)
+            )));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<(), Failure> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
+        unsafe { libc::kill(child.id() as libc::pid_t, self.launch.stop_signal) };
+        let status = child.wait()?;
+        // A clean shutdown exits with 0; anything else is worth seeing when a case fails later.
+        if !status.success() {
+            return Err(Failure(format!(
+                "the private {} did not shut down cleanly ({status}): {}",
+                self.launch.name,
+                log_tail(&self.log)
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A port nobody listens on right now.
+pub(crate) fn free_port() -> Result<u16, Failure> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Whether something accepts TCP connections on the loopback `port`.
+pub(crate) fn accepts(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// Runs a set-up command (`initdb`) to completion; fails with its output.
+pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), Failure> {
+    let out = command.output().map_err(|e| {
+        Failure(format!(
+            "{what} could not run ({e}); run scripts/services.sh to install it"
+        ))
+    })?;
+    if !out.status.success() {
+        return Err(Failure(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// The end of a server's log, for failure messages.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(10)..].join("\n");
+    format!("last lines of {}:\n{tail}", log.display())
+}
