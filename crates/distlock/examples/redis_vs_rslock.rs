@@ -1,0 +1,192 @@
+//! distlock's Redis lock against rslock, the most used Rust Redis lock, on the same Redis in one
+//! run: acquire + release cycles per second, each worker on its own key (uncontended), library
+//! defaults (distlock's watchdog, fencing and re-entry included), the two libraries alternating
+//! round by round so that a busy machine slows both alike.
+//!
+//! ```text
+//! cargo run --release -p distlock --features redis --example redis_vs_rslock -- \
+//!     [--url redis://127.0.0.1:6379] [--workers 16] [--processes 4] [--seconds 5] [--rounds 3]
+//! ```
+//!
+//! Workers are spread over processes (this program started again with `RVR_CHILD` set), as
+//! services run as many instances.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Library {
+    Distlock,
+    Rslock,
+}
+
+impl Library {
+    fn name(self) -> &'static str {
+        match self {
+            Library::Distlock => "distlock",
+            Library::Rslock => "rslock",
+        }
+    }
+}
+
+struct Settings {
+    url: String,
+    workers: u32,
+    processes: u32,
+    seconds: u64,
+    rounds: u32,
+}
+
+fn settings() -> Result<Settings, String> {
+    let mut s = Settings {
+        url: "redis://127.0.0.1:6379".into(),
+        workers: 16,
+        processes: 4,
+        seconds: 5,
+        rounds: 3,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        match flag.as_str() {
+            "--url" => s.url = value.clone(),
+            "--workers" => s.workers = number()? as u32,
+            "--processes" => s.processes = number()? as u32,
+            "--seconds" => s.seconds = number()?,
+            "--rounds" => s.rounds = number()? as u32,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if s.workers == 0 || s.processes == 0 || s.workers % s.processes != 0 {
+        return Err("--workers must be a positive multiple of --processes".into());
+    }
+    Ok(s)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if let Ok(child) = std::env::var("RVR_CHILD") {
+        let cycles = runtime.block_on(child_main(&child))?;
+        println!("{cycles}");
+        return Ok(());
+    }
+    let s = settings()?;
+    println!(
+        "uncontended acquire+release cycles/s on {} — {} workers over {} processes, {} s a run",
+        s.url, s.workers, s.processes, s.seconds
+    );
+    println!("| round | distlock | rslock | distlock / rslock |");
+    println!("|---:|---:|---:|---:|");
+    let mut ratios = Vec::new();
+    for round in 1..=s.rounds {
+        let mut rate = [0.0; 2];
+        // Alternate which goes first, so neither always gets the quieter half.
+        let order = if round % 2 == 1 {
+            [Library::Distlock, Library::Rslock]
+        } else {
+            [Library::Rslock, Library::Distlock]
+        };
+        for library in order {
+            rate[library as usize] = run(&s, library, round)?;
+        }
+        let ratio = rate[0] / rate[1];
+        ratios.push(ratio);
+        println!("| {round} | {:.0} | {:.0} | {ratio:.2} |", rate[0], rate[1]);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("median distlock / rslock: {:.2}", ratios[ratios.len() / 2]);
+    Ok(())
+}
+
+/// One library's cycles per second over all processes.
+fn run(s: &Settings, library: Library, round: u32) -> Result<f64, Box<dyn std::error::Error>> {
+    let per_process = s.workers / s.processes;
+    let children: Vec<_> = (0..s.processes)
+        .map(|p| {
+            let spec = format!(
+                "{}|{}|{}|{}|{}",
+                library.name(),
+                s.url,
+                per_process,
+                s.seconds,
+                format_args!("r{round}p{p}")
+            );
+            std::process::Command::new(std::env::current_exe()?)
+                .env("RVR_CHILD", spec)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut cycles = 0u64;
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(format!("a {} process failed: {}", library.name(), out.status).into());
+        }
+        cycles += String::from_utf8_lossy(&out.stdout).trim().parse::<u64>()?;
+    }
+    Ok(cycles as f64 / s.seconds as f64)
+}
+
+/// A child process: `workers` tasks, each cycling on its own key until the time is up.
+async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let [library, url, workers, seconds, tag] = parts[..] else {
+        return Err("bad RVR_CHILD".into());
+    };
+    let workers: u32 = workers.parse()?;
+    let until = Instant::now() + Duration::from_secs(seconds.parse()?);
+    let cycles = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    match library {
+        "distlock" => {
+            let client = distlock::connect(url).await?;
+            for w in 0..workers {
+                let lock = client.lock(format!("rvr/distlock/{tag}/{w}")).lease(LEASE);
+                let cycles = cycles.clone();
+                tasks.push(tokio::spawn(async move {
+                    while Instant::now() < until {
+                        let guard = lock.acquire().await.map_err(|e| e.to_string())?;
+                        guard.release().await.map_err(|e| e.to_string())?;
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<(), String>(())
+                }));
+            }
+        }
+        _ => {
+            let manager = Arc::new(rslock::LockManager::new(vec![url.to_string()]));
+            for w in 0..workers {
+                let manager = manager.clone();
+                let key = format!("rvr/rslock/{tag}/{w}");
+                let cycles = cycles.clone();
+                tasks.push(tokio::spawn(async move {
+                    while Instant::now() < until {
+                        let lock = manager
+                            .acquire_no_guard(key.as_bytes(), LEASE)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        manager.unlock(&lock).await;
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<(), String>(())
+                }));
+            }
+        }
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(cycles.load(Ordering::Relaxed))
+}
