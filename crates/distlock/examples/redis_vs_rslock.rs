@@ -66,7 +66,7 @@ fn settings() -> Result<Settings, String> {
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if s.workers == 0 || s.processes == 0 || s.workers % s.processes != 0 {
+    if s.workers == 0 || s.processes == 0 || !s.workers.is_multiple_of(s.processes) {
         return Err("--workers must be a positive multiple of --processes".into());
     }
     Ok(s)
