@@ -10,18 +10,20 @@
 //!
 //! # Cancellation
 //!
-//! Each attempt runs in a task of its own, so a caller that drops the acquisition mid-request
-//! cannot cut the store's answer off: if the attempt took the lock, the task's result is handed
-//! to a background release (by the holding's exact token), and a waiter that gave up leaves its
-//! place in the store. Both are tracked by the engine, so [`Engine::flush`] waits for them.
+//! Each attempt is a future that owns what it needs. A caller that drops the acquisition
+//! mid-request cannot cut the store's answer off: the unfinished attempt moves to a background
+//! task that finishes it and, if it took the lock, releases that exact holding (by its token);
+//! a waiter that gave up leaves its place in the store. Both are tracked by the engine, so
+//! [`Engine::flush`] waits for them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use std::future::Future;
+use std::pin::Pin;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, LeaseModel, LockRequest, Waiter, Wakeups, next_notice};
@@ -139,9 +141,9 @@ pub(crate) async fn acquire(
     }
 }
 
-/// What an attempt's task hands back: the waiter, for the next attempt or for leaving, and the
-/// answer.
-type AttemptDone = (Box<dyn Waiter>, Result<Taken>);
+/// One attempt, owning everything it needs so that it can be finished elsewhere: it hands back
+/// the waiter (for the next attempt, or for leaving) and the answer.
+type InFlight = Pin<Box<dyn Future<Output = (Box<dyn Waiter>, Result<Taken>)> + Send>>;
 
 /// One acquisition's waiter, between attempts and across cancellation.
 struct Waiting {
@@ -151,7 +153,7 @@ struct Waiting {
     /// `None` while an attempt has it.
     waiter: Option<Box<dyn Waiter>>,
     /// The attempt in flight, whose answer must not be lost if the acquisition is dropped.
-    in_flight: Option<JoinHandle<AttemptDone>>,
+    in_flight: Option<InFlight>,
     acquired: bool,
 }
 
@@ -165,22 +167,17 @@ impl Waiting {
         };
         let engine = self.engine.clone();
         let (req, renew) = (self.req.clone(), self.renew);
-        let task = self.in_flight.insert(tokio::spawn(async move {
+        // Polled here, in the caller's task; only a dropped acquisition hands it to a task of
+        // its own (see `Drop`), so the common path spawns nothing.
+        let attempt = self.in_flight.insert(Box::pin(async move {
             let taken = engine
                 .leases
                 .take(&engine.backend, &req, renew, &mut *waiter)
                 .await;
             (waiter, taken)
         }));
-        let joined = task.await;
+        let (waiter, taken) = attempt.await;
         self.in_flight = None;
-        let (waiter, taken) = joined.map_err(|e| {
-            Error::new(
-                ErrorKind::Backend,
-                format!("an acquisition attempt failed: {e}"),
-            )
-            .with_backend(self.engine.backend.name())
-        })?;
         self.waiter = Some(waiter);
         self.acquired = matches!(taken, Ok(Taken::Got(_)));
         taken
@@ -204,14 +201,12 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some(task) = self.in_flight.take() {
+        if let Some(attempt) = self.in_flight.take() {
             // Dropped mid-attempt: finish it in the background, then undo whatever it did.
             let engine = self.engine.clone();
             let req = self.req.clone();
             self.engine.spawn_detached(async move {
-                let Ok((mut waiter, taken)) = task.await else {
-                    return;
-                };
+                let (mut waiter, taken) = attempt.await;
                 match taken {
                     Ok(Taken::Got(lease)) => {
                         if let Err(e) = engine.release(&lease).await {
