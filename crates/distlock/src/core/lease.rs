@@ -8,10 +8,10 @@
 //! round trip to the store). A confirmation that arrives after that instant is not taken: a
 //! loss, once reported, stays reported.
 //!
-//! The watchdog renews every third of the validity the store last stated (for lease holds;
-//! session holds are not renewed, only their end is reported). It also stops and fires the lost
-//! signal when the store says the holding is no longer ours, or when renewal kept failing until
-//! the lease ran out.
+//! Renewal is the client's [`Renewals`] queue: every third of the validity the store last stated,
+//! one renewal step ([`renew_once`]) that reports the next due time or the loss (the store says
+//! the holding is no longer ours, or renewal kept failing until the lease ran out). Session
+//! holds are not renewed; a small task reports their session's end.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Hold, LockRequest, Signal};
 use crate::core::reentrancy::Slot;
+use crate::core::renewals::Renewals;
 use crate::error::{Error, ErrorKind};
 use crate::types::{FencingToken, show_duration};
 
@@ -51,47 +52,58 @@ pub(crate) struct HeldLease {
     state: Arc<watch::Sender<LeaseState>>,
     /// Guards standing for this holding. At zero the holding is over for this client.
     holds: AtomicU32,
-    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Whether the watchdog renews it.
+    renewed: bool,
+    /// The task that reports a session hold's end.
+    session_watch: Mutex<Option<tokio::task::AbortHandle>>,
     /// Serialises this owner's takes and releases of the lock (see [`Slot`]).
     pub(crate) slot: Arc<Slot>,
 }
 
 impl HeldLease {
-    /// Starts the watchdog for a holding taken by a request sent at `sent`, with one hold.
+    /// A holding taken by a request sent at `sent`, with one hold: a lease hold's renewal is
+    /// queued on `renewals` (`None`: renewal is off), a session hold's session is watched.
     pub(crate) fn start(
-        backend: Arc<dyn Backend>,
+        backend: &Arc<dyn Backend>,
+        renewals: Option<&Arc<Renewals>>,
         req: LockRequest,
         token: FencingToken,
         sent: Instant,
         hold: Hold,
-        renew: bool,
         slot: Arc<Slot>,
-    ) -> Self {
-        let (valid_until, session_ended) = match hold {
-            Hold::Lease { valid_for } => (Some(sent + valid_for), None),
-            Hold::Session { ended } => (None, Some(ended)),
+    ) -> Arc<Self> {
+        let (valid_until, session_ended, first_renewal) = match hold {
+            Hold::Lease { valid_for } => (Some(sent + valid_for), None, Some(sent + valid_for / 3)),
+            Hold::Session { ended } => (None, Some(ended), None),
         };
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
             ..LeaseState::default()
         }));
-        let watchdog = tokio::spawn(watch_lease(
-            backend,
-            req.clone(),
-            token,
-            renew,
-            session_ended,
-            state.clone(),
-        ))
-        .abort_handle();
-        HeldLease {
+        let session_watch = session_ended.map(|ended| {
+            tokio::spawn(watch_session(
+                backend.name(),
+                req.clone(),
+                ended,
+                state.clone(),
+            ))
+            .abort_handle()
+        });
+        let renewals = renewals.filter(|_| first_renewal.is_some());
+        let renewed = renewals.is_some();
+        let lease = Arc::new(HeldLease {
             req,
             token,
             state,
             holds: AtomicU32::new(1),
-            watchdog: Mutex::new(Some(watchdog)),
+            renewed,
+            session_watch: Mutex::new(session_watch),
             slot,
+        });
+        if let (Some(renewals), Some(at)) = (renewals, first_renewal) {
+            renewals.schedule(at, &lease);
         }
+        lease
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -120,18 +132,23 @@ impl HeldLease {
         self.holds.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// One guard less; returns the guards left. At zero the watchdog stops.
+    /// One guard less; returns the guards left. At zero renewal stops.
     pub(crate) fn drop_hold(&self) -> u32 {
         let left = self.holds.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
         if left == 0 {
-            self.stop_watchdog();
+            self.stop_session_watch();
         }
         left
     }
 
-    fn stop_watchdog(&self) {
+    /// Whether the renewal queue should still renew it.
+    pub(crate) fn wants_renewal(&self) -> bool {
+        self.renewed && self.is_live()
+    }
+
+    fn stop_session_watch(&self) {
         let handle = self
-            .watchdog
+            .session_watch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
@@ -146,6 +163,7 @@ impl HeldLease {
         let mut rx = self.state.subscribe();
         let name = self.req.name.clone();
         let lease = self.req.lease.duration();
+        let renewed = self.renewed;
         async move {
             let why = loop {
                 let (lost, until, renewal_error) = {
@@ -158,7 +176,7 @@ impl HeldLease {
                 // Past the end already (a process resuming from a pause): ready at once, not at
                 // the timer's next tick.
                 if until.is_some_and(|at| Instant::now() >= at) {
-                    break lease_ended(lease, renewal_error.as_deref());
+                    break lease_ended(lease, renewed, renewal_error.as_deref());
                 }
                 let ends = async {
                     match until {
@@ -173,7 +191,7 @@ impl HeldLease {
                     () = ends => {
                         let s = rx.borrow();
                         if s.is_lost(Instant::now()) {
-                            break lease_ended(lease, s.renewal_error.as_deref());
+                            break lease_ended(lease, renewed, s.renewal_error.as_deref());
                         }
                     }
                 }
@@ -196,12 +214,13 @@ impl std::fmt::Debug for HeldLease {
 
 impl Drop for HeldLease {
     fn drop(&mut self) {
-        self.stop_watchdog();
+        self.stop_session_watch();
     }
 }
 
-fn lease_ended(lease: Duration, renewal_error: Option<&str>) -> String {
+fn lease_ended(lease: Duration, renewed: bool, renewal_error: Option<&str>) -> String {
     let why = match renewal_error {
+        _ if !renewed => "renewal is off".to_string(),
         Some(e) => format!("the last renewal failed: {e}"),
         None => "was the process paused?".to_string(),
     };
@@ -244,103 +263,67 @@ fn mark_lost(state: &watch::Sender<LeaseState>, why: &str) {
     });
 }
 
-async fn watch_lease(
-    backend: Arc<dyn Backend>,
+/// Reports the end of a session hold's session.
+async fn watch_session(
+    backend: &'static str,
     req: LockRequest,
-    token: FencingToken,
-    renew: bool,
-    session_ended: Option<Signal>,
+    ended: Signal,
     state: Arc<watch::Sender<LeaseState>>,
 ) {
-    let session = async {
-        match session_ended {
-            Some(signal) => signal.await,
-            None => std::future::pending().await,
-        }
-    };
-    let renewal = async {
-        if state.borrow().valid_until.is_none() {
-            // Session-based stores keep the lock for as long as the session lives: nothing to
-            // renew, and no lease to run out; only the session's end is a loss.
-            std::future::pending().await
-        } else if renew {
-            keep_renewed(&*backend, &req, token, &state).await
-        } else {
-            run_out(&req, &state).await
-        }
-    };
-    let why = tokio::select! {
-        why = renewal => why,
-        () = session => format!("the {} session holding the lock ended", backend.name()),
-    };
-    tracing::warn!(lock = %req.name, backend = backend.name(), "lease lost: {why}");
+    ended.await;
+    let why = format!("the {backend} session holding the lock ended");
+    tracing::warn!(lock = %req.name, backend, "{why}");
     mark_lost(&state, &why);
 }
 
-fn valid_until(state: &watch::Sender<LeaseState>) -> Instant {
-    state.borrow().valid_until.unwrap_or_else(Instant::now)
+/// What one renewal step decided.
+pub(crate) enum Renewed {
+    /// Renew again at this instant.
+    Next(Instant),
+    /// The holding is lost (already marked).
+    Lost,
 }
 
-/// Renewal off: the holding ends with its lease (which a re-entry may have restarted).
-async fn run_out(req: &LockRequest, state: &watch::Sender<LeaseState>) -> String {
-    loop {
-        let until = valid_until(state);
-        tokio::time::sleep_until(until).await;
-        if valid_until(state) <= Instant::now() {
-            return format!(
-                "its {} lease ended (renewal is off)",
-                show_duration(req.lease.duration())
-            );
-        }
+/// One renewal of `lease`: asks the store to restart it, at most until the lease ends, and says
+/// when to renew next (a third of the new validity after this request was sent, or a quarter
+/// period later after a failure that left time).
+pub(crate) async fn renew_once(backend: &dyn Backend, lease: &HeldLease) -> Renewed {
+    let state = &lease.state;
+    let (req, token) = (&lease.req, lease.token);
+    let sent = Instant::now();
+    let Some(until) = state.borrow().valid_until else {
+        return Renewed::Lost;
+    };
+    let lost = |why: String| {
+        tracing::warn!(lock = %req.name, backend = backend.name(), "lease lost: {why}");
+        mark_lost(state, &why);
+        Renewed::Lost
+    };
+    if sent >= until {
+        // Woken after the lease ended (the process was paused, say): the holding may be
+        // someone else's by now. No question to the store can make it ours again.
+        let error = state.borrow().renewal_error.clone();
+        return lost(lease_ended(req.lease.duration(), true, error.as_deref()));
     }
-}
-
-/// Renews until renewal is impossible; returns why it stopped.
-async fn keep_renewed(
-    backend: &dyn Backend,
-    req: &LockRequest,
-    token: FencingToken,
-    state: &watch::Sender<LeaseState>,
-) -> String {
-    let lease = req.lease.duration();
-    // Renew a third of the stated validity after the request that confirmed it was sent. The
-    // first grant was sent a lease (or its stated validity, at most that much more) before it
-    // runs out; renewing early is harmless.
-    let mut period = lease / 3;
-    let mut next = valid_until(state)
-        .checked_sub(lease)
-        .map_or_else(Instant::now, |sent| sent + period);
-    loop {
-        tokio::time::sleep_until(next).await;
-        let sent = Instant::now();
-        let until = valid_until(state);
-        if sent >= until {
-            // Woken after the lease ended (the process was paused, say): the holding may be
-            // someone else's by now. No question to the store can make it ours again.
-            return lease_ended(lease, state.borrow().renewal_error.as_deref());
+    match tokio::time::timeout_at(until, backend.extend(req, token)).await {
+        Ok(Ok(Some(valid_for))) => {
+            if !confirm(state, sent, valid_for) {
+                return lost("the renewal was confirmed only after the lease had ended".into());
+            }
+            Renewed::Next(sent + valid_for / 3)
         }
-        match tokio::time::timeout_at(until, backend.extend(req, token)).await {
-            Ok(Ok(Some(valid_for))) => {
-                if !confirm(state, sent, valid_for) {
-                    return "the renewal was confirmed only after the lease had ended".into();
-                }
-                period = valid_for / 3;
-                next = sent + period;
-            }
-            Ok(Ok(None)) => return "the store no longer lists this holding as the owner".into(),
-            Ok(Err(e)) if Instant::now() < until => {
-                tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
-                let why = crate::error::chain(&e);
-                state.send_modify(|s| s.renewal_error = Some(why.into()));
-                next = Instant::now() + (period / 4).max(Duration::from_millis(5));
-            }
-            Ok(Err(e)) => {
-                return format!(
-                    "renewal failed until the lease ended: {}",
-                    crate::error::chain(&e)
-                );
-            }
-            Err(_) => return "renewal got no answer before the lease ended".into(),
+        Ok(Ok(None)) => lost("the store no longer lists this holding as the owner".into()),
+        Ok(Err(e)) if Instant::now() < until => {
+            tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
+            let why = crate::error::chain(&e);
+            state.send_modify(|s| s.renewal_error = Some(why.into()));
+            let period = req.lease.duration() / 3;
+            Renewed::Next(Instant::now() + (period / 4).max(Duration::from_millis(5)))
         }
+        Ok(Err(e)) => lost(format!(
+            "renewal failed until the lease ended: {}",
+            crate::error::chain(&e)
+        )),
+        Err(_) => lost("renewal got no answer before the lease ended".into()),
     }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod lease;
 pub(crate) mod reentrancy;
+pub(crate) mod renewals;
 pub(crate) mod wait;
 
 #[cfg(test)]
@@ -19,12 +20,15 @@ use crate::backend::{Backend, LockRequest};
 use crate::error::Result;
 use lease::HeldLease;
 use reentrancy::LeaseTable;
+use renewals::Renewals;
 use wait::LocalWakeups;
 
 /// One client's machinery: the store, the holdings it has, and the in-process wake-ups.
 pub(crate) struct Engine {
     pub(crate) backend: Arc<dyn Backend>,
     leases: LeaseTable,
+    /// The watchdog: renews every holding of this client that wants renewal.
+    renewals: Arc<Renewals>,
     local: LocalWakeups,
     /// Where work queued outside a runtime (a guard dropped by a plain thread) runs.
     runtime: Option<tokio::runtime::Handle>,
@@ -41,11 +45,13 @@ struct Background {
 
 impl Engine {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+        let runtime = tokio::runtime::Handle::try_current().ok();
         Engine {
+            renewals: Renewals::new(backend.clone(), runtime.clone()),
             backend,
             leases: LeaseTable::default(),
             local: LocalWakeups::default(),
-            runtime: tokio::runtime::Handle::try_current().ok(),
+            runtime,
             background: Arc::default(),
         }
     }

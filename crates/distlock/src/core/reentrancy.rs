@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, LockRequest, Waiter};
 use crate::core::lease::HeldLease;
+use crate::core::renewals::Renewals;
 use crate::error::Result;
 use crate::types::{LockKind, LockName, OwnerToken};
 
@@ -73,6 +74,7 @@ impl LeaseTable {
     pub(crate) async fn take(
         &self,
         backend: &Arc<dyn Backend>,
+        renewals: &Arc<Renewals>,
         req: &LockRequest,
         renew: bool,
         waiter: &mut dyn Waiter,
@@ -87,15 +89,15 @@ impl LeaseTable {
         let sent = Instant::now();
         match waiter.poll().await? {
             Attempt::Acquired { token, hold } => {
-                let lease = Arc::new(HeldLease::start(
-                    backend.clone(),
+                let lease = HeldLease::start(
+                    backend,
+                    renew.then_some(renewals),
                     req.clone(),
                     token,
                     sent,
                     hold,
-                    renew,
                     slot.clone(),
-                ));
+                );
                 *current = Arc::downgrade(&lease);
                 Ok(Taken::Got(lease))
             }

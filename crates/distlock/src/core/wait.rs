@@ -172,7 +172,7 @@ impl Waiting {
         let attempt = self.in_flight.insert(Box::pin(async move {
             let taken = engine
                 .leases
-                .take(&engine.backend, &req, renew, &mut *waiter)
+                .take(&engine.backend, &engine.renewals, &req, renew, &mut *waiter)
                 .await;
             (waiter, taken)
         }));
