@@ -1,0 +1,155 @@
+//! The file next to the database (`PATH-distlock`) that makes waiting event-driven between the
+//! processes of one machine:
+//!
+//! * its `flock` is the writers' queue: a process takes it before `BEGIN IMMEDIATE`, so writers
+//!   wait for each other in the kernel and wake the moment the previous one unlocks, instead of
+//!   sleeping in SQLite's busy handler (1, 2, 5 … 100 ms naps). The kernel drops the lock of a
+//!   process that dies, SIGKILL included;
+//! * its bytes are [`SLOTS`] release counters (little-endian `u64`), one per hash of the lock
+//!   name: a release bumps its name's counter with `pwrite`, which inotify reports to waiting
+//!   processes (see `notices.rs`). Only written under the flock, so increments are never lost.
+//!
+//! It holds no lock state: deleting it between runs loses nothing (it is made again), and a
+//! process that does not know it (an earlier distlock version) still writes safely, only without
+//! queueing or notices.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// How many release counters the file holds. Names share a counter by hash: a shared counter
+/// only wakes a waiter for nothing, which then finds its lock still held and waits again.
+pub(super) const SLOTS: usize = 1024;
+
+/// The opened sidecar file.
+#[derive(Debug)]
+pub(super) struct Sidecar {
+    file: File,
+    path: PathBuf,
+}
+
+impl Sidecar {
+    /// Opens (creating if needed) the sidecar of the database at `db`.
+    pub(super) fn open(db: &Path) -> io::Result<Self> {
+        let mut name = db.as_os_str().to_owned();
+        name.push("-distlock");
+        let path = PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        Ok(Sidecar { file, path })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits in the kernel until this process is the only distlock writer of the database; the
+    /// returned guard unlocks. No timeout: the holder keeps it only for one transaction, and a
+    /// dead holder's lock goes with its last file descriptor.
+    pub(super) fn lock_writers(&self) -> io::Result<WritersLock<'_>> {
+        loop {
+            // SAFETY: flock on a descriptor this struct owns; no memory is passed.
+            if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(WritersLock { sidecar: self });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Every release counter; a file shorter than [`SLOTS`] counters reads as zeros past its end.
+    pub(super) fn counters(&self) -> io::Result<Vec<u64>> {
+        let mut bytes = vec![0u8; SLOTS * 8];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            match self.file.read_at(&mut bytes[filled..], filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+}
+
+/// This process's turn to write; unlocks on drop.
+pub(super) struct WritersLock<'a> {
+    sidecar: &'a Sidecar,
+}
+
+impl WritersLock<'_> {
+    /// Bumps the release counter of `slot`, telling waiting processes that a lock of that slot
+    /// may be free. Only while holding the writers' lock, so two bumps never overwrite each other.
+    pub(super) fn bump(&self, slot: usize) -> io::Result<()> {
+        let at = (slot * 8) as u64;
+        let mut counter = [0u8; 8];
+        // A file shorter than the slot reads as zero: the first bump of that slot.
+        let n = self.sidecar.file.read_at(&mut counter, at)?;
+        if n < 8 {
+            counter = [0; 8];
+        }
+        let next = u64::from_le_bytes(counter).wrapping_add(1);
+        self.sidecar.file.write_all_at(&next.to_le_bytes(), at)
+    }
+}
+
+impl Drop for WritersLock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as in lock_writers. Closing the file would unlock too; an error here leaves
+        // nothing to do.
+        unsafe { libc::flock(self.sidecar.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// The release counter a lock name maps to: FNV-1a, the same in every process and build (std's
+/// hasher may change between Rust releases, and two versions must agree on the slot).
+pub(super) fn slot_of(name: &str) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % SLOTS as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bumps_are_seen_in_the_counters_of_another_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        let (writer, reader) = (Sidecar::open(&db).unwrap(), Sidecar::open(&db).unwrap());
+        assert_eq!(reader.counters().unwrap(), vec![0; SLOTS]);
+        let slot = slot_of("orders/42");
+        {
+            let turn = writer.lock_writers().unwrap();
+            turn.bump(slot).unwrap();
+            turn.bump(slot).unwrap();
+        }
+        let counters = reader.counters().unwrap();
+        assert_eq!(counters[slot], 2);
+        assert_eq!(counters.iter().sum::<u64>(), 2);
+    }
+
+    #[test]
+    fn slots_are_stable_and_spread() {
+        assert_eq!(slot_of("a"), slot_of("a"));
+        let used: std::collections::HashSet<_> =
+            (0..64).map(|i| slot_of(&format!("run/{i}"))).collect();
+        assert!(used.len() > 48, "{} distinct slots of 64 names", used.len());
+    }
+}
