@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Hold, LockRequest, Signal};
 use crate::core::reentrancy::Slot;
-use crate::core::renewals::Renewals;
+use crate::core::renewals::{QueueKey, Renewals};
 use crate::error::{Error, ErrorKind};
 use crate::types::{FencingToken, show_duration};
 
@@ -54,6 +54,9 @@ pub(crate) struct HeldLease {
     holds: AtomicU32,
     /// Whether the watchdog renews it.
     renewed: bool,
+    /// The renewal queue, and this holding's place in it.
+    renewals: Option<Arc<Renewals>>,
+    renewal: Mutex<Option<QueueKey>>,
     /// The task that reports a session hold's end.
     session_watch: Mutex<Option<tokio::task::AbortHandle>>,
     /// Serialises this owner's takes and releases of the lock (see [`Slot`]).
@@ -97,6 +100,8 @@ impl HeldLease {
             state,
             holds: AtomicU32::new(1),
             renewed,
+            renewals: renewals.cloned(),
+            renewal: Mutex::new(None),
             session_watch: Mutex::new(session_watch),
             slot,
         });
@@ -136,9 +141,27 @@ impl HeldLease {
     pub(crate) fn drop_hold(&self) -> u32 {
         let left = self.holds.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
         if left == 0 {
-            self.stop_session_watch();
+            self.stop();
         }
         left
+    }
+
+    /// Where the renewal queue keeps this holding now.
+    pub(crate) fn set_renewal(&self, key: QueueKey) {
+        *self.renewal.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
+    }
+
+    /// Nothing more to renew or watch: leaves the renewal queue, stops the session watch.
+    fn stop(&self) {
+        let queued = self
+            .renewal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let (Some(renewals), Some(key)) = (&self.renewals, queued) {
+            renewals.cancel(key);
+        }
+        self.stop_session_watch();
     }
 
     /// Whether the renewal queue should still renew it.
@@ -214,7 +237,7 @@ impl std::fmt::Debug for HeldLease {
 
 impl Drop for HeldLease {
     fn drop(&mut self) {
-        self.stop_session_watch();
+        self.stop();
     }
 }
 

@@ -3,12 +3,12 @@
 //! due; the task sleeps until the earliest, runs the due renewals side by side (a slow store
 //! delays no other holding's renewal), and queues each again for the time its step names.
 //!
-//! A holding leaves the queue by itself: when it is dropped, released (no hold left) or lost,
-//! its entry is skipped when it comes up. Queueing costs a lock and, only when the new entry is
-//! due before everything queued, a wake-up of the task.
+//! A holding leaves the queue when its last guard goes or it is dropped ([`Renewals::cancel`]),
+//! so the queue holds only live holdings; one lost meanwhile is skipped when it comes up.
+//! Queueing costs a lock and, only when the new entry is due before everything queued, a
+//! wake-up of the task.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use futures_util::StreamExt;
@@ -19,34 +19,12 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::core::lease::{HeldLease, Renewed, renew_once};
 
-/// One queued renewal.
-struct Due {
-    at: Instant,
-    /// Ties broken by queueing order.
-    seq: u64,
-    lease: Weak<HeldLease>,
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Due {}
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
-}
+/// Where a renewal sits in the queue: when it is due, ties broken by queueing order.
+pub(crate) type QueueKey = (Instant, u64);
 
 #[derive(Default)]
 struct Queue {
-    due: BinaryHeap<Reverse<Due>>,
+    due: BTreeMap<QueueKey, Weak<HeldLease>>,
     next_seq: u64,
 }
 
@@ -83,21 +61,23 @@ impl Renewals {
     /// Renews `lease` at `at` (and from then on as its renewals say).
     pub(crate) fn schedule(self: &Arc<Self>, at: Instant, lease: &Arc<HeldLease>) {
         self.start();
-        let first = {
+        let (key, first) = {
             let mut queue = self.queue();
-            let first = queue.due.peek().is_none_or(|Reverse(d)| at < d.at);
-            let seq = queue.next_seq;
+            let first = queue.due.first_key_value().is_none_or(|(k, _)| at < k.0);
+            let key = (at, queue.next_seq);
             queue.next_seq += 1;
-            queue.due.push(Reverse(Due {
-                at,
-                seq,
-                lease: Arc::downgrade(lease),
-            }));
-            first
+            queue.due.insert(key, Arc::downgrade(lease));
+            (key, first)
         };
+        lease.set_renewal(key);
         if first {
             self.earlier.notify_one();
         }
+    }
+
+    /// Takes a queued renewal off the queue.
+    pub(crate) fn cancel(&self, key: QueueKey) {
+        self.queue().due.remove(&key);
     }
 
     fn start(self: &Arc<Self>) {
@@ -115,9 +95,9 @@ impl Renewals {
     fn take_due(&self, now: Instant) -> Vec<Arc<HeldLease>> {
         let mut queue = self.queue();
         let mut due = Vec::new();
-        while queue.due.peek().is_some_and(|Reverse(d)| d.at <= now) {
-            if let Some(Reverse(d)) = queue.due.pop()
-                && let Some(lease) = d.lease.upgrade()
+        while queue.due.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+            if let Some((_, lease)) = queue.due.pop_first()
+                && let Some(lease) = lease.upgrade()
                 && lease.wants_renewal()
             {
                 due.push(lease);
@@ -126,8 +106,14 @@ impl Renewals {
         due
     }
 
+    /// How many renewals are queued.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.queue().due.len()
+    }
+
     fn next_due(&self) -> Option<Instant> {
-        self.queue().due.peek().map(|Reverse(d)| d.at)
+        self.queue().due.first_key_value().map(|(k, _)| k.0)
     }
 }
 

@@ -340,3 +340,17 @@ async fn unsupported_flavours_are_typed_errors() {
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn released_holdings_leave_the_renewal_queue() {
+    let (engine, _) = engine();
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(take(&engine, fresh(&format!("n{i}"), LEASE)).await);
+    }
+    assert_eq!(engine.renewals.queued(), 100);
+    for lease in &held {
+        assert!(engine.release(lease).await.unwrap());
+    }
+    assert_eq!(engine.renewals.queued(), 0, "only live holdings stay queued");
+}
