@@ -42,37 +42,45 @@ pub async fn connect(url: &str) -> Result<Client> {
 }
 
 /// [`connect`] with timeouts other than the backend's defaults.
+// A build without backends uses neither `options` nor any arm but the last.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(unused_variables)
+)]
 pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
     let url = url.trim();
     let scheme = Scheme::of(url)?;
-    let backend: Arc<dyn Backend> = match scheme {
+    let backend: Result<Arc<dyn Backend>> = match scheme {
         #[cfg(feature = "sqlite")]
-        Scheme::Sqlite => {
-            Arc::new(crate::backends::sqlite::SqliteBackend::connect_with(url, options).await?)
-        }
+        Scheme::Sqlite => Ok(Arc::new(
+            crate::backends::sqlite::SqliteBackend::connect_with(url, options).await?,
+        )),
         #[cfg(feature = "redis")]
-        Scheme::Redis => {
-            Arc::new(crate::backends::redis::RedisBackend::connect_with(url, options).await?)
-        }
+        Scheme::Redis => Ok(Arc::new(
+            crate::backends::redis::RedisBackend::connect_with(url, options).await?,
+        )),
         #[cfg(feature = "postgres")]
-        Scheme::Postgres => {
-            Arc::new(crate::backends::postgres::PostgresBackend::connect_with(url, options).await?)
-        }
+        Scheme::Postgres => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect_with(url, options).await?,
+        )),
         #[cfg(feature = "mysql")]
-        Scheme::Mysql => {
-            Arc::new(crate::backends::mysql::MysqlBackend::connect_with(url, options).await?)
-        }
-        other => {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "the {}: backend is not part of this build of distlock",
-                    other.backend()
-                ),
-            ));
-        }
+        Scheme::Mysql => Ok(Arc::new(
+            crate::backends::mysql::MysqlBackend::connect_with(url, options).await?,
+        )),
+        other => Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {}: backend is not part of this build of distlock",
+                other.backend()
+            ),
+        )),
     };
-    Ok(Client::from_backend(backend))
+    Ok(Client::from_backend(backend?))
 }
 
 /// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made

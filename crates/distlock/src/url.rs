@@ -91,7 +91,7 @@ impl Scheme {
 
 /// distlock's own query parameters. [`split_parameters`] takes them off before a driver sees
 /// the URL; [`redact`] shows their values.
-pub(crate) const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
+pub const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
 
 /// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they
 /// shape the connection and hold no secret.
@@ -198,14 +198,15 @@ pub struct HostPort {
 /// Redlock, ZooKeeper ensembles, etcd clusters). The user-info is left to the driver, which
 /// gets the URL itself.
 #[derive(Debug)]
-pub(crate) struct Authority {
-    pub(crate) hosts: Vec<HostPort>,
+pub struct Authority {
+    /// The servers, in the order given.
+    pub hosts: Vec<HostPort>,
 }
 
-/// Parses the authority of `url` (which has `://`). Errors show the URL redacted, and never quote
-/// the piece at fault: with an unencoded `/`, `?` or `#` in a password, that piece may be part
-/// of it.
-pub(crate) fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Authority> {
+/// Parses the authority of `url` (which has `://`); `backend` and `expected` (the URL's shape)
+/// go into errors. Errors show the URL redacted, and never quote the piece at fault: with an
+/// unencoded `/`, `?` or `#` in a password, that piece may be part of it.
+pub fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Authority> {
     let invalid = |why: &str| {
         Error::new(
             ErrorKind::InvalidUrl,
@@ -251,15 +252,15 @@ pub(crate) fn authority(url: &str, backend: &'static str, expected: &str) -> Res
 
 /// A URL with distlock's own parameters ([`OWN_PARAMETERS`]) taken off: what they say, and the
 /// URL the driver gets (everything else, in order).
-pub(crate) struct Split<'a> {
+pub struct Split<'a> {
     /// distlock's parameters, as given.
-    pub(crate) own: Vec<(&'a str, &'a str)>,
+    pub own: Vec<(&'a str, &'a str)>,
     /// The URL without them. May hold the password: never show it.
-    pub(crate) driver_url: String,
+    pub driver_url: String,
 }
 
 /// Splits distlock's parameters off `url`.
-pub(crate) fn split_parameters(url: &str) -> Split<'_> {
+pub fn split_parameters(url: &str) -> Split<'_> {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, query),
         None => (url, ""),

@@ -89,6 +89,19 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A lease of about `wanted` that the store can keep: rounded up to its lease granularity
+    /// (whole seconds for a store like memcached), so the timing cases fit every lease model.
+    pub fn lease(&self, wanted: Duration) -> Duration {
+        match self.client.backend().capabilities().lease {
+            distlock::backend::LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
+                let step = granularity.as_nanos();
+                let rounded = wanted.as_nanos().div_ceil(step) * step;
+                Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
+            }
+            _ => wanted,
+        }
+    }
+
     /// A lock name no other case or run uses.
     pub fn unique_name(&self, what: &str) -> String {
         let token = OwnerToken::random();

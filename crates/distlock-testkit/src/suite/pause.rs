@@ -11,7 +11,7 @@ use crate::{Outcome, check};
 
 pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("paused");
-    let lease = Duration::from_millis(600);
+    let lease = ctx.lease(Duration::from_millis(600));
     let resource_path = ctx
         .dir
         .path()
@@ -86,7 +86,7 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
 /// any round trip to the store (the issue: one stale write got through in that window).
 pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("resumed");
-    let lease = Duration::from_millis(800);
+    let lease = ctx.lease(Duration::from_millis(800));
     let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
         name: name.clone(),
         lease_ms: lease.as_millis() as u64,

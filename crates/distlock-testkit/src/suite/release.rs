@@ -94,7 +94,7 @@ pub(super) async fn stale_holding_untouched_in_store(ctx: Ctx) -> Outcome {
     // Renewal: A's watchdog renews with its own token, finds its holding gone and reports the
     // loss, while B's holding keeps its lease.
     let name = ctx.unique_name("extend");
-    let lease = Duration::from_millis(600);
+    let lease = ctx.lease(Duration::from_millis(600));
     let a = ctx
         .lock(&name)
         .owner(owner.clone())

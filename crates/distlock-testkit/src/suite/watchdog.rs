@@ -7,7 +7,7 @@ use crate::{Outcome, check};
 
 pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("renewed");
-    let lease = Duration::from_millis(500);
+    let lease = ctx.lease(Duration::from_millis(500));
     let guard = ctx.lock(&name).lease(lease).acquire().await?;
     let started = Instant::now();
     let mut tries = 0;
@@ -29,7 +29,7 @@ pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
 
 pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("unrenewed");
-    let lease = Duration::from_millis(300);
+    let lease = ctx.lease(Duration::from_millis(300));
     let guard = ctx.lock(&name).lease(lease).no_watchdog().acquire().await?;
     let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
     check!(lost.is_ok(), "lost did not fire after the lease ended");
@@ -46,13 +46,15 @@ pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
 }
 
 /// The lease of the cases whose holding must run out.
-const SHORT_LEASE: Duration = Duration::from_millis(300);
+fn short_lease(ctx: &Ctx) -> Duration {
+    ctx.lease(Duration::from_millis(300))
+}
 
 /// A lock of a fixed owner, with a short lease and no renewal: it runs out unless re-taken.
 fn unrenewed(ctx: &Ctx, name: &str) -> distlock::Lock {
     ctx.lock(name)
         .owner(distlock::OwnerToken::random())
-        .lease(SHORT_LEASE)
+        .lease(short_lease(ctx))
         .no_watchdog()
 }
 
@@ -62,7 +64,7 @@ pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("reenter-late");
     let lock = unrenewed(&ctx, &name);
     let guard = lock.acquire().await?;
-    tokio::time::sleep(SHORT_LEASE * 2).await;
+    tokio::time::sleep(short_lease(&ctx) * 2).await;
     check!(guard.is_lost(), "the guard does not know its lease ended");
     let again = guard.reenter().await;
     check!(
@@ -90,7 +92,7 @@ pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("stale");
     let lock = unrenewed(&ctx, &name);
     let stale = lock.acquire().await?;
-    tokio::time::sleep(SHORT_LEASE * 2).await;
+    tokio::time::sleep(short_lease(&ctx) * 2).await;
     let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
     check!(
         fresh.fencing_token() > stale.fencing_token(),

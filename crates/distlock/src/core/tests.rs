@@ -352,5 +352,9 @@ async fn released_holdings_leave_the_renewal_queue() {
     for lease in &held {
         assert!(engine.release(lease).await.unwrap());
     }
-    assert_eq!(engine.renewals.queued(), 0, "only live holdings stay queued");
+    assert_eq!(
+        engine.renewals.queued(),
+        0,
+        "only live holdings stay queued"
+    );
 }

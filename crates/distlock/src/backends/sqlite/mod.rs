@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! * this file: [`SqliteBackend`], the [`Backend`] methods as [`writer::Op`]s;
+//! * this file: [`SqliteBackend`], the [`Backend`] methods as `writer::Op`s;
 //! * `writer.rs`: the thread that owns the connection and runs the ops, several per
 //!   transaction (group commit), each take one `BEGIN IMMEDIATE` transaction with its fencing
 //!   token;
