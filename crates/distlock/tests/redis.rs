@@ -76,6 +76,10 @@ fn main() -> std::process::ExitCode {
             waiters_at_scale,
         )
         .case("redis::acl_user_and_password", acl_user_and_password)
+        .case(
+            "redis::options_bound_a_stalled_server",
+            options_bound_a_stalled_server,
+        )
         .run()
 }
 
@@ -590,5 +594,32 @@ async fn acl_user_and_password(ctx: Ctx) -> Outcome {
             "password shown: {shown}"
         );
     }
+    Ok(())
+}
+
+/// `Options` reach the connection: against a server that stops answering (SIGSTOP), a request
+/// fails after the 300 ms response timeout asked for, not the 5 s default.
+async fn options_bound_a_stalled_server(_ctx: Ctx) -> Outcome {
+    use distlock_testkit::servers::{Persistence, PrivateStore, start_redis};
+    let server = start_redis(Persistence::None)?;
+    let options = distlock::Options::default()
+        .response_timeout(Duration::from_millis(300))
+        .retry_for(Duration::ZERO);
+    let client = distlock::connect_with(&server.url(), &options).await?;
+    let held = client.lock("stall/before").try_acquire().await?;
+    check!(held.is_some(), "a free lock was not taken");
+    server.signal(libc::SIGSTOP)?;
+    let started = std::time::Instant::now();
+    let stalled = client.lock("stall/during").try_acquire().await;
+    let waited = started.elapsed();
+    server.signal(libc::SIGCONT)?;
+    check!(
+        matches!(&stalled, Err(e) if e.kind() == distlock::ErrorKind::Connection),
+        "a request to a stalled server answered {stalled:?}"
+    );
+    check!(
+        waited < Duration::from_secs(2),
+        "the request waited {waited:?} despite a 300 ms response timeout"
+    );
     Ok(())
 }

@@ -119,6 +119,21 @@ impl PrivateServer {
     pub fn port(&self) -> u16 {
         self.launch.port
     }
+
+    /// Sends `signal` to the running server (SIGSTOP / SIGCONT: a server that stalls).
+    pub fn signal(&self, signal: i32) -> Result<(), Failure> {
+        let Some(child) = &self.child else {
+            return Err(Failure(format!(
+                "the private {} is not running",
+                self.launch.name
+            )));
+        };
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
+        if unsafe { libc::kill(child.id() as libc::pid_t, signal) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
 }
 
 impl PrivateStore for PrivateServer {
