@@ -31,6 +31,9 @@ pub enum ErrorKind {
     Connection,
     /// The store answered with an error.
     Backend,
+    /// A fenced write was refused: its fencing token is not above the last one the resource
+    /// accepted, so a newer holder has written since (see [`crate::fence`]).
+    StaleToken,
 }
 
 impl ErrorKind {
@@ -46,6 +49,7 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported by this backend",
             ErrorKind::Connection => "connection failure",
             ErrorKind::Backend => "backend error",
+            ErrorKind::StaleToken => "stale fencing token",
         }
     }
 }
@@ -98,7 +102,10 @@ impl Error {
     }
 
     /// [`with_source`](Error::with_source) for a cause already boxed.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn with_boxed_source(mut self, source: Box<dyn StdError + Send + Sync>) -> Self {
         self.source = Some(source);
         self
@@ -138,6 +145,11 @@ impl Error {
     /// True for [`ErrorKind::NotHeld`].
     pub fn is_not_held(&self) -> bool {
         self.kind == ErrorKind::NotHeld
+    }
+
+    /// True for [`ErrorKind::StaleToken`]: a newer holder has written; this holder must stop.
+    pub fn is_stale_token(&self) -> bool {
+        self.kind == ErrorKind::StaleToken
     }
 
     pub(crate) fn unsupported(backend: &'static str, what: impl fmt::Display) -> Self {

@@ -26,6 +26,8 @@
 //!   reentrant holders sharing one holding. It stands alone: the user API wraps it.
 //! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files
 //!   and a `docs.md` stating its guarantees.
+//! * [`fence`]: make the resource refuse a paused holder's late write: fencing-token checks in
+//!   the caller's SQL transaction or Redis script, atomic with the write.
 //! * [`sql`]: database techniques that are not a `Lock`: the row lock held by your own
 //!   transaction, optimistic version checks with bounded retries.
 #![warn(missing_docs, unreachable_pub)]
@@ -35,6 +37,7 @@ pub mod backends;
 pub mod client;
 mod core;
 pub mod error;
+pub mod fence;
 pub mod guard;
 pub mod lock;
 mod options;

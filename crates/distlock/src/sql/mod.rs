@@ -16,5 +16,5 @@ pub mod row_lock;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use row_lock::{RowLock, RowLockTx};
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use sqlx;

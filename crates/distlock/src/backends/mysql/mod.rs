@@ -26,6 +26,14 @@ use crate::types::FencingToken;
 
 const NAME: &str = "mysql";
 
+/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
+pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
+    schema: include_str!("sql/fence_schema.sql"),
+    advance: include_str!("sql/fence_advance.sql"),
+    create: include_str!("sql/fence_create.sql"),
+    read: include_str!("sql/fence_read.sql"),
+};
+
 /// The statements of the row-lock API ([`crate::sql::RowLock`]) on this database.
 pub(crate) const ROW_LOCK: crate::sql::row_lock::RowLockStatements =
     crate::sql::row_lock::RowLockStatements {

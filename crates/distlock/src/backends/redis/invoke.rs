@@ -139,7 +139,7 @@ impl std::error::Error for SourceText {}
 
 /// A redis-rs error as a distlock error: transport trouble is `Connection`, the rest `Backend`.
 /// redis-rs messages carry no URL, so no password can leak through them.
-fn from_redis(what: &str, e: RedisError) -> Error {
+pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
     use ::redis::{ErrorKind as Redis, ServerErrorKind};
     if matches!(
         e.kind(),

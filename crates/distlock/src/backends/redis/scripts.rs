@@ -68,3 +68,7 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
     sem_available: script(include_str!("scripts/sem_available.lua")),
 });
+
+/// The fenced write of [`crate::fence::RedisFence`]: on the caller's connection, no prelude.
+pub(crate) static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence_write.lua")));

@@ -36,6 +36,14 @@ use crate::types::FencingToken;
 
 const NAME: &str = "sqlite";
 
+/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
+pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
+    schema: include_str!("sql/fence_schema.sql"),
+    advance: include_str!("sql/fence_advance.sql"),
+    create: include_str!("sql/fence_create.sql"),
+    read: include_str!("sql/fence_read.sql"),
+};
+
 /// How long a writer queues behind another process's transaction before giving up, unless
 /// [`Options::response_timeout`] says otherwise.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
