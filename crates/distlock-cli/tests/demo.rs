@@ -46,7 +46,7 @@ fn assert_correct(run: &Value) {
     assert_eq!(run["verdict"], "correct", "{run}");
     match run["scenario"].as_str() {
         Some("stock") => assert_eq!(run["oversold"], 0, "{run}"),
-        Some("counter") => assert_eq!(run["lost_updates"], 0, "{run}"),
+        Some("counter" | "pause") => assert_eq!(run["lost_updates"], 0, "{run}"),
         other => panic!("unknown scenario {other:?}"),
     }
 }
@@ -536,4 +536,29 @@ fn invalid_arguments_exit_64() {
         stderr.contains("--store") && !stderr.contains("hunter2"),
         "{stderr}"
     );
+}
+
+/// The pause scenario: an instance stopped past its lease while holding the lock writes late.
+/// The plain lock loses updates (wrong, as expected); with the store's fence the late write is
+/// refused and the counter is right. On SQLite locks and on Redis locks.
+#[test]
+fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
+    for lock_url in [None, Some("redis://127.0.0.1:6379")] {
+        let mut args = vec!["--json", "--scenario", "pause", "--requests", "200"];
+        if let Some(url) = lock_url {
+            args.extend(["--lock-url", url]);
+        }
+        let all = runs(&args, true);
+        let name = if lock_url.is_some() {
+            "redis"
+        } else {
+            "sqlite"
+        };
+        let plain = find(&all, "pause", &format!("lock:{name}"), 3);
+        assert_eq!(plain["verdict"], "wrong-as-expected", "{plain}");
+        assert!(plain["lost_updates"].as_i64().unwrap() > 0, "{plain}");
+        let fenced = find(&all, "pause", &format!("lock+fence:{name}"), 3);
+        assert_correct(fenced);
+        assert!(fenced["refused"].as_u64().unwrap() >= 1, "{fenced}");
+    }
 }

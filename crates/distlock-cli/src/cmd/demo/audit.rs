@@ -30,7 +30,9 @@ pub(crate) struct Audit {
 pub(crate) async fn audit(scenario: Scenario, store: &Store, load: &Load) -> Result<Audit> {
     Ok(match scenario {
         Scenario::Stock => judge_stock(&store.audit_stock().await?, load.succeeded as i64),
-        Scenario::Counter => judge_counter(store.audit_counter().await?, load.succeeded as i64),
+        Scenario::Counter | Scenario::Pause => {
+            judge_counter(store.audit_counter().await?, load.succeeded as i64)
+        }
     })
 }
 

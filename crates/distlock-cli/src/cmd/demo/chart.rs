@@ -17,16 +17,17 @@ const TOP: f64 = 64.0;
 
 /// The SVG document for `runs`.
 pub(crate) fn svg(runs: &[RunReport]) -> String {
-    let panels: Vec<(Scenario, Vec<&RunReport>)> = [Scenario::Stock, Scenario::Counter]
-        .into_iter()
-        .map(|s| {
-            (
-                s,
-                runs.iter().filter(|r| r.scenario == s).collect::<Vec<_>>(),
-            )
-        })
-        .filter(|(_, rs)| !rs.is_empty())
-        .collect();
+    let panels: Vec<(Scenario, Vec<&RunReport>)> =
+        [Scenario::Stock, Scenario::Counter, Scenario::Pause]
+            .into_iter()
+            .map(|s| {
+                (
+                    s,
+                    runs.iter().filter(|r| r.scenario == s).collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, rs)| !rs.is_empty())
+            .collect();
     let most_bars = panels.iter().map(|(_, rs)| rs.len()).max().unwrap_or(1);
     let width = (LEFT + most_bars as f64 * (BAR + GAP) + GAP + 20.0).max(640.0);
     let height = TOP + panels.len() as f64 * PANEL_HEIGHT + 30.0;
@@ -71,6 +72,9 @@ fn panel(
     let what = match scenario {
         Scenario::Stock => "stock: N items, N buyers (bar label: units oversold)",
         Scenario::Counter => "counter: N \"+1\" requests (bar label: updates lost)",
+        Scenario::Pause => {
+            "pause: the counter, one lock holder stopped past its lease (bar label: updates lost)"
+        }
     };
     let _ = writeln!(
         out,

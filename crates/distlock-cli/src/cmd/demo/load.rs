@@ -28,6 +28,8 @@ pub(crate) struct Load {
     pub(crate) sold_out: u64,
     /// 503: the optimistic strategy gave up.
     pub(crate) gave_up: u64,
+    /// 412: the store refused a late holder's write (stale fencing token).
+    pub(crate) refused: u64,
     /// Any other answer, or no answer (the instance failed, the connection broke, timeout).
     pub(crate) failed: u64,
     /// A few of the failures' texts.
@@ -63,6 +65,7 @@ impl Load {
         self.succeeded += other.succeeded;
         self.sold_out += other.sold_out;
         self.gave_up += other.gave_up;
+        self.refused += other.refused;
         self.failed += other.failed;
         self.latencies_us.extend(other.latencies_us);
         for e in other.errors {
@@ -151,6 +154,7 @@ impl Worker {
                     StatusCode::OK => self.load.succeeded += 1,
                     StatusCode::CONFLICT => self.load.sold_out += 1,
                     StatusCode::SERVICE_UNAVAILABLE => self.load.gave_up += 1,
+                    StatusCode::PRECONDITION_FAILED => self.load.refused += 1,
                     other => {
                         self.load.failed += 1;
                         let instance = target + 1;

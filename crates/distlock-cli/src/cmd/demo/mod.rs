@@ -44,6 +44,10 @@ use crate::{EXIT_USAGE, duration};
 
 /// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
 const LOCK_LEASE: Duration = Duration::from_secs(10);
+/// The pause scenario's lease: short, so that the stopped holder's lease ends soon.
+const PAUSE_LEASE: Duration = Duration::from_secs(1);
+/// How long the pause scenario's holder stays stopped: three leases.
+const PAUSE_STOP: Duration = Duration::from_secs(3);
 /// How long the up-front check of a lock URL may take.
 const LOCK_URL_CHECK: Duration = Duration::from_secs(10);
 /// Connections of the parent's own pool to the store (seeding and auditing only).
@@ -63,6 +67,10 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
                   --segments parts, one lock each, on the first --lock-url), row-lock (a \
                   transaction that locks the row with SELECT ... FOR UPDATE; PostgreSQL and MySQL \
                   stores only); all = every one the store supports.\n\
+                  Scenario pause (not in all): the counter, with instance 1 stopped (SIGSTOP) \
+                  while it holds the lock, for 3 s against a 1 s lease, then resumed; runs lock \
+                  (its late write loses updates: wrong, as expected) and lock+fence (the store \
+                  refuses the late write: correct), once per --lock-url.\n\
                   Exit status: 0 if every strategy that must be correct was; 1 if one was WRONG \
                   or an instance or request failed; 64 for invalid arguments."
 )]
@@ -128,6 +136,7 @@ enum ScenarioChoice {
     All,
     Stock,
     Counter,
+    Pause,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -137,6 +146,8 @@ enum StrategyChoice {
     LocalMutex,
     Optimistic,
     Lock,
+    #[value(name = "lock+fence")]
+    LockFence,
     Atomic,
     Segmented,
     RowLock,
@@ -315,12 +326,14 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
         ScenarioChoice::All => vec![Scenario::Stock, Scenario::Counter],
         ScenarioChoice::Stock => vec![Scenario::Stock],
         ScenarioChoice::Counter => vec![Scenario::Counter],
+        ScenarioChoice::Pause => vec![Scenario::Pause],
     };
     let every = [
         StrategyChoice::None,
         StrategyChoice::LocalMutex,
         StrategyChoice::Optimistic,
         StrategyChoice::Lock,
+        StrategyChoice::LockFence,
         StrategyChoice::Atomic,
         StrategyChoice::Segmented,
         StrategyChoice::RowLock,
@@ -343,7 +356,13 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
                 instances,
             });
         };
-        for choice in &chosen {
+        // The pause scenario compares the lock with and without the fence, and the fence is
+        // its alone.
+        let runs_in = |choice: &&StrategyChoice| match scenario {
+            Scenario::Pause => matches!(choice, StrategyChoice::Lock | StrategyChoice::LockFence),
+            _ => **choice != StrategyChoice::LockFence,
+        };
+        for choice in chosen.iter().filter(runs_in) {
             match choice {
                 StrategyChoice::All | StrategyChoice::None => {
                     add(plain(Method::None), args.instances)
@@ -355,10 +374,15 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
                     add(plain(Method::LocalMutex), args.instances);
                 }
                 StrategyChoice::Optimistic => add(plain(Method::Optimistic), args.instances),
-                StrategyChoice::Lock => {
+                StrategyChoice::Lock | StrategyChoice::LockFence => {
+                    let method = if *choice == StrategyChoice::Lock {
+                        Method::Lock
+                    } else {
+                        Method::LockFence
+                    };
                     for lock in lock_stores {
                         let strategy = Strategy {
-                            method: Method::Lock,
+                            method,
                             lock: Some(lock.clone()),
                         };
                         add(strategy, args.instances);
@@ -401,7 +425,7 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
     let segmented = report.strategy.method == Method::Segmented;
     let (products, slots) = match scenario {
         Scenario::Stock => (args.requests, 1),
-        Scenario::Counter => (0, if segmented { args.segments } else { 1 }),
+        Scenario::Counter | Scenario::Pause => (0, if segmented { args.segments } else { 1 }),
     };
     if let Err(e) = store.seed(products, 1, slots).await {
         report.problems.push(format!(
@@ -419,7 +443,16 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         pause: args.pause,
         retries: args.retries,
         lock_wait: args.request_timeout,
-        lease: LOCK_LEASE,
+        lease: if scenario == Scenario::Pause {
+            PAUSE_LEASE
+        } else {
+            LOCK_LEASE
+        },
+        stop_for: if scenario == Scenario::Pause {
+            PAUSE_STOP
+        } else {
+            Duration::ZERO
+        },
     };
     let lock_url = report.strategy.lock.as_ref().map(|l| l.url.clone());
     let mut running =

@@ -48,7 +48,7 @@ impl Verdict {
 
 impl RunReport {
     pub(crate) fn must_be_correct(&self) -> bool {
-        self.strategy.must_be_correct(self.instances)
+        self.strategy.must_be_correct(self.scenario, self.instances)
     }
 
     pub(crate) fn verdict(&self) -> Verdict {
@@ -77,6 +77,7 @@ impl RunReport {
             instances: self.instances,
             requests: self.requests,
             succeeded: load.map(|l| l.succeeded),
+            refused: load.map(|l| l.refused),
             oversold: self.audit.as_ref().and_then(|a| a.oversold),
             lost_updates: self.audit.as_ref().and_then(|a| a.lost_updates),
             seconds: load.map(|l| round3(l.wall.as_secs_f64())),
@@ -140,6 +141,8 @@ struct JsonRun<'a> {
     instances: u32,
     requests: u64,
     succeeded: Option<u64>,
+    /// Writes the store refused for a stale fencing token (lock+fence).
+    refused: Option<u64>,
     oversold: Option<i64>,
     lost_updates: Option<i64>,
     seconds: Option<f64>,

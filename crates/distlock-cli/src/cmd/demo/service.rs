@@ -58,6 +58,8 @@ pub(crate) struct ServeArgs {
     lock_wait: Duration,
     #[arg(long, value_parser = duration::parse)]
     lease: Duration,
+    #[arg(long, value_parser = duration::parse, default_value = "0s")]
+    stop_for: Duration,
 }
 
 impl ServeArgs {
@@ -85,6 +87,8 @@ impl ServeArgs {
             ms(settings.lock_wait),
             "--lease".into(),
             ms(settings.lease),
+            "--stop-for".into(),
+            ms(settings.stop_for),
         ]
     }
 
@@ -98,6 +102,7 @@ impl ServeArgs {
             pause: self.pause,
             retries: self.retries,
             lock_wait: self.lock_wait,
+            stop_for: self.stop_for,
             lease: self.lease,
         }
     }
@@ -208,6 +213,10 @@ async fn answer(
         Ok(Outcome::GaveUp(tries)) => reply(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("gave up after {tries} conflicting writes\n"),
+        ),
+        Ok(Outcome::Refused) => reply(
+            StatusCode::PRECONDITION_FAILED,
+            "write refused: stale fencing token\n".into(),
         ),
         Err(e) => {
             let e = distlock::error::chain(e.as_ref());

@@ -15,6 +15,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
+use distlock::fence::SqlFence;
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -22,6 +23,33 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 /// How long a writer queues behind another process's write before its statement fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Forgets the demo's fences when its tables are created afresh (one text for every dialect).
+const RESET_FENCE: &str = include_str!("sql/reset_fence.sql");
+
+/// The fence helper of a store's pool (`SqlFence` is one type per database, picked here by the
+/// pool's type so that `on_store!` bodies stay the same text for every dialect).
+trait PoolFence {
+    type Db: sqlx::Database;
+    async fn install_fence(&self) -> distlock::Result<SqlFence<Self::Db>>;
+    fn fence(&self) -> SqlFence<Self::Db>;
+}
+
+macro_rules! pool_fence {
+    ($($pool:ty => $db:ty),*) => {$(
+        impl PoolFence for $pool {
+            type Db = $db;
+            async fn install_fence(&self) -> distlock::Result<SqlFence<$db>> {
+                SqlFence::<$db>::install(self).await
+            }
+            fn fence(&self) -> SqlFence<$db> {
+                SqlFence::<$db>::assume_installed()
+            }
+        }
+    )*};
+}
+
+pool_fence!(SqlitePool => sqlx::Sqlite, PgPool => sqlx::Postgres, MySqlPool => sqlx::MySql);
 
 /// Units of one seeding statement: MariaDB stops a recursive CTE after 1000 iterations.
 const SEED_CHUNK: u32 = 1000;
@@ -281,6 +309,13 @@ impl Store {
                 .execute(pool)
                 .await
                 .context("creating the demo's tables")?;
+            pool.install_fence()
+                .await
+                .context("creating distlock's fence table")?;
+            sqlx::query(RESET_FENCE)
+                .execute(pool)
+                .await
+                .context("resetting the demo's fences")?;
             let mut tx = pool.begin().await.context("seeding the store")?;
             let mut first = 1;
             while first <= products {
@@ -403,6 +438,26 @@ impl Store {
     /// Sets counter slot `slot` to `value`, whatever it is now.
     pub(crate) async fn write_counter(&self, slot: u32, value: i64) -> Result<()> {
         on_store!(self, |pool, sql| write_counter!(sql, pool, slot, value)?);
+        Ok(())
+    }
+
+    /// Sets counter slot `slot` to `value` in a transaction that first checks `token` against
+    /// `resource`'s fence (the lock+fence strategy); a stale token fails with
+    /// `distlock::ErrorKind::StaleToken` and writes nothing.
+    pub(crate) async fn write_counter_fenced(
+        &self,
+        slot: u32,
+        value: i64,
+        resource: &str,
+        token: distlock::FencingToken,
+    ) -> Result<()> {
+        on_store!(self, |pool, sql| {
+            let fence = pool.fence();
+            let mut tx = pool.begin().await.context("starting the fenced write")?;
+            fence.check(&mut tx, resource, token).await?;
+            write_counter!(sql, &mut *tx, slot, value)?;
+            tx.commit().await.context("committing the fenced write")?;
+        });
         Ok(())
     }
 

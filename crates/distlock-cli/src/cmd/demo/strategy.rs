@@ -20,6 +20,9 @@ pub(crate) enum Scenario {
     Stock,
     /// One counter at 0, N "+1" requests.
     Counter,
+    /// The counter, with one instance stopped (SIGSTOP) while it holds the lock, longer than
+    /// the lease, then resumed: its write lands late unless the store fences it.
+    Pause,
 }
 
 impl Scenario {
@@ -27,6 +30,7 @@ impl Scenario {
         match self {
             Scenario::Stock => "stock",
             Scenario::Counter => "counter",
+            Scenario::Pause => "pause",
         }
     }
 
@@ -34,7 +38,7 @@ impl Scenario {
     pub(crate) fn path(self) -> &'static str {
         match self {
             Scenario::Stock => "/order",
-            Scenario::Counter => "/increment",
+            Scenario::Counter | Scenario::Pause => "/increment",
         }
     }
 }
@@ -50,6 +54,10 @@ pub(crate) enum Method {
     Optimistic,
     /// A distlock lock around the whole read-check-write.
     Lock,
+    /// The lock, and the write checked against the lock's fencing token by the store, in the
+    /// write's transaction (`distlock::fence::SqlFence`): a late holder's write is refused.
+    #[value(name = "lock+fence")]
+    LockFence,
     /// One atomic statement in the store: check and decrement (or add) at once, lock-free.
     Atomic,
     /// The hot stock (or the counter) split into segments, one distlock lock each.
@@ -66,6 +74,7 @@ impl Method {
             Method::LocalMutex => "local-mutex",
             Method::Optimistic => "optimistic",
             Method::Lock => "lock",
+            Method::LockFence => "lock+fence",
             Method::Atomic => "atomic",
             Method::Segmented => "segmented",
             Method::RowLock => "row-lock",
@@ -74,7 +83,7 @@ impl Method {
 
     /// Whether this method takes distlock locks (and so needs a lock URL).
     pub(crate) fn uses_locks(self) -> bool {
-        matches!(self, Method::Lock | Method::Segmented)
+        matches!(self, Method::Lock | Method::LockFence | Method::Segmented)
     }
 }
 
@@ -128,11 +137,12 @@ impl Strategy {
         }
     }
 
-    /// Whether the strategy must be correct with `instances` instances; the others are in the
-    /// demo to show the race.
-    pub(crate) fn must_be_correct(&self, instances: u32) -> bool {
+    /// Whether the strategy must be correct in `scenario` with `instances` instances; the
+    /// others are in the demo to show the race (a plain lock cannot stop a paused holder).
+    pub(crate) fn must_be_correct(&self, scenario: Scenario, instances: u32) -> bool {
         match self.method {
             Method::None => false,
+            Method::Lock => scenario != Scenario::Pause,
             Method::LocalMutex => instances == 1,
             _ => true,
         }
@@ -159,6 +169,8 @@ pub(crate) enum Outcome {
     SoldOut,
     /// The optimistic strategy lost the compare-and-swap this many times in a row.
     GaveUp(u32),
+    /// The store refused the write: a newer lock holder had written (`StaleToken`).
+    Refused,
 }
 
 /// The settings every instance of one run shares.
@@ -181,6 +193,9 @@ pub(crate) struct Settings {
     pub(crate) lock_wait: Duration,
     /// The lease of each distlock lock (renewed while held).
     pub(crate) lease: Duration,
+    /// The pause scenario: how long instance 1 stops itself (SIGSTOP) while it holds the lock,
+    /// once, on its first request. Zero: never.
+    pub(crate) stop_for: Duration,
 }
 
 /// One instance's protection: the strategy's state, shared by all its requests.
@@ -191,6 +206,8 @@ pub(crate) struct Protection {
     locks: Option<distlock::Client>,
     /// Segments this instance found sold out (stock never comes back, so this stays true).
     empty_segments: Vec<AtomicBool>,
+    /// Whether this instance has had its stop (the pause scenario).
+    stopped: AtomicBool,
 }
 
 impl Protection {
@@ -205,6 +222,7 @@ impl Protection {
             local: tokio::sync::Mutex::new(()),
             locks,
             empty_segments,
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -217,7 +235,7 @@ impl Protection {
     pub(crate) async fn serve(&self, n: u64) -> Result<Outcome> {
         match self.settings.scenario {
             Scenario::Stock => self.order(n).await,
-            Scenario::Counter => self.increment(n).await,
+            Scenario::Counter | Scenario::Pause => self.increment(n).await,
         }
     }
 
@@ -229,6 +247,7 @@ impl Protection {
                 let _only_this_process = self.local.lock().await;
                 self.sell(&everything, buyer).await
             }
+            Method::LockFence => Err(anyhow!("lock+fence runs in the pause scenario only")),
             Method::Lock => {
                 let guard = self.acquire("demo-stock").await?;
                 let sold = self.sell(&everything, buyer).await;
@@ -337,8 +356,25 @@ impl Protection {
             Method::Lock => {
                 let guard = self.acquire("demo-counter").await?;
                 let added = self.add_one(0).await;
-                release(guard).await?;
+                self.release(guard).await?;
                 added
+            }
+            Method::LockFence => {
+                let guard = self.acquire("demo-counter").await?;
+                let read = self.store.read_counter(0).await?;
+                self.pause().await;
+                self.stop_once();
+                let token = guard.fencing_token();
+                let written = self
+                    .store
+                    .write_counter_fenced(0, read.value + 1, "demo-counter", token)
+                    .await;
+                self.release(guard).await?;
+                match written {
+                    Ok(()) => Ok(Outcome::Done(read.value + 1)),
+                    Err(e) if is_stale(&e) => Ok(Outcome::Refused),
+                    Err(e) => Err(e),
+                }
             }
             Method::Optimistic => {
                 for _ in 0..self.settings.retries {
@@ -378,8 +414,45 @@ impl Protection {
     async fn add_one(&self, slot: u32) -> Result<Outcome> {
         let read = self.store.read_counter(slot).await?;
         self.pause().await;
+        self.stop_once();
         self.store.write_counter(slot, read.value + 1).await?;
         Ok(Outcome::Done(read.value + 1))
+    }
+
+    /// The pause scenario's stall: instance 1, on its first request, stops its whole process
+    /// (every thread, the lock's watchdog included) between its read and its write, as a GC
+    /// pause or a frozen VM would. A helper process it starts first sends SIGCONT after
+    /// `stop_for`, by which time the lease has run out and other instances have written.
+    fn stop_once(&self) {
+        if self.settings.stop_for.is_zero()
+            || self.settings.instance != 1
+            || self.stopped.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let pid = std::process::id();
+        let resume = format!(
+            "sleep {:.3}; kill -CONT {pid}",
+            self.settings.stop_for.as_secs_f64()
+        );
+        if std::process::Command::new("sh")
+            .args(["-c", &resume])
+            .spawn()
+            .is_ok()
+        {
+            // SAFETY: raise() only sends a signal to this process.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+    }
+
+    /// [`release`], except that in the pause scenario a lease lost to the stop is expected:
+    /// the audit, not the request, shows what it did.
+    async fn release(&self, guard: distlock::Guard) -> Result<()> {
+        if self.settings.scenario == Scenario::Pause {
+            guard.release().await.context("releasing the lock")?;
+            return Ok(());
+        }
+        release(guard).await
     }
 
     async fn pause(&self) {
@@ -402,6 +475,13 @@ impl Protection {
             .await
             .with_context(|| format!("acquiring lock {name:?}"))
     }
+}
+
+/// Whether the store refused a fenced write for a stale token.
+fn is_stale(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<distlock::Error>())
+        .any(distlock::Error::is_stale_token)
 }
 
 /// Product ids of `segment`: ids 1 ..= products split into `segments` contiguous ranges whose
@@ -477,10 +557,14 @@ mod tests {
     #[test]
     fn only_none_and_multi_instance_local_mutex_may_be_wrong() {
         let of = |method| Strategy { method, lock: None };
-        assert!(!of(Method::None).must_be_correct(1));
-        assert!(of(Method::LocalMutex).must_be_correct(1));
-        assert!(!of(Method::LocalMutex).must_be_correct(3));
-        assert!(of(Method::Optimistic).must_be_correct(3));
-        assert!(of(Method::Atomic).must_be_correct(3));
+        let stock = Scenario::Stock;
+        assert!(!of(Method::None).must_be_correct(stock, 1));
+        assert!(of(Method::LocalMutex).must_be_correct(stock, 1));
+        assert!(!of(Method::LocalMutex).must_be_correct(stock, 3));
+        assert!(of(Method::Optimistic).must_be_correct(stock, 3));
+        assert!(of(Method::Atomic).must_be_correct(stock, 3));
+        assert!(of(Method::Lock).must_be_correct(stock, 3));
+        assert!(!of(Method::Lock).must_be_correct(Scenario::Pause, 3));
+        assert!(of(Method::LockFence).must_be_correct(Scenario::Pause, 3));
     }
 }
