@@ -343,7 +343,9 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
         .filter(|s| args.strategy.contains(s) || args.strategy.contains(&StrategyChoice::All))
         .collect();
     let row_locks = row_locks(args);
-    if chosen.contains(&StrategyChoice::RowLock) && !row_locks {
+    // Only worth saying where row-lock would have run: the pause scenario has no row-lock row.
+    let row_lock_wanted = scenarios.iter().any(|s| *s != Scenario::Pause);
+    if chosen.contains(&StrategyChoice::RowLock) && !row_locks && row_lock_wanted {
         eprintln!("distlock demo: row-lock skipped: {ROW_LOCK_NOTE}");
     }
     let plain = |method| Strategy { method, lock: None };

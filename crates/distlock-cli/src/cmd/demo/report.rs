@@ -129,6 +129,10 @@ impl RunReport {
     fn why_unsafe(&self) -> &'static str {
         match self.strategy.method {
             Method::LocalMutex => "each process's mutex excludes only its own requests",
+            Method::Lock if self.scenario == Scenario::Pause => {
+                "the paused holder's lease ran out, another took the lock, and nothing refused \
+                 the late write"
+            }
             _ => "nothing keeps two requests' read-check-write apart",
         }
     }
