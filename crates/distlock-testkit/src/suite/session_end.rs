@@ -6,8 +6,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use distlock::ErrorKind;
-
 use crate::sockets::tcp_connections;
 use crate::suite::Ctx;
 use crate::suite::waiting::Waiting;
@@ -59,24 +57,18 @@ pub(super) async fn holder_session_ended(ctx: Ctx) -> Outcome {
 /// in a queue; the pool opens new ones. Failing the wait would hand the caller a fault that cost
 /// it nothing, and its only sensible answer would be to wait again.
 ///
-/// What is tolerated: a try in flight at the moment its connection ends fails today with
-/// `ErrorKind::Connection`, and the acquisition with it (the session task passes the driver's
-/// error on, although a dead session connection can hold nothing). That is typed and retryable,
-/// so the case accepts it, says so in the output, and asks that a new wait through the same
-/// client gets the lock at the release.
+/// A try in flight at the moment its connection ends is tried again on a fresh connection by
+/// the backend (a dead session connection holds nothing), so no error reaches the waiter.
 pub(super) async fn waiter_session_ended(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("waiter");
     let held = ctx.lock(&name).acquire().await?;
     let held_token = held.fencing_token();
     let before = tcp_connections();
     let waiter_client = ctx.connect().await?;
-    let wait = || {
-        Waiting::start(
-            (ctx.flavour.contender)(&waiter_client, &name),
-            Duration::from_secs(30),
-        )
-    };
-    let mut waiter = wait();
+    let waiter = Waiting::start(
+        (ctx.flavour.contender)(&waiter_client, &name),
+        Duration::from_secs(30),
+    );
     // Long enough for a few tries and, where there is one, the listening connection.
     tokio::time::sleep(Duration::from_secs(1)).await;
     check!(!waiter.is_finished(), "the waiter got a held lock");
@@ -84,21 +76,11 @@ pub(super) async fn waiter_session_ended(ctx: Ctx) -> Outcome {
     // Tries go on while the holder holds: the waiter must neither fail nor get in.
     tokio::time::sleep(Duration::from_secs(1)).await;
     if waiter.is_finished() {
-        match waiter.answer().await? {
-            Err(e) if e.kind() == ErrorKind::Connection => {
-                eprintln!(
-                    "waiter_session_ended_by_server: a try was in flight when its connection \
-                     ended, and the wait failed with a Connection error ({e}); waiting again"
-                );
-                waiter = wait();
-            }
-            answer => {
-                return Err(Failure(format!(
-                    "the waiter's wait ended when the server ended its connections: {:?}",
-                    answer.map(|g| g.fencing_token())
-                )));
-            }
-        }
+        let answer = waiter.answer().await?;
+        return Err(Failure(format!(
+            "the waiter's wait ended when the server ended its connections: {:?}",
+            answer.map(|g| g.fencing_token())
+        )));
     }
     check!(held.release().await?, "the holder could not release");
     let next = waiter

@@ -59,6 +59,8 @@ pub(crate) trait SessionConn: Send + 'static {
 /// How long a ping may take before the holding counts as lost, unless
 /// [`crate::Options::response_timeout`] says otherwise.
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many connections one try may use when they die under it.
+const TAKE_TRIES: u32 = 3;
 /// The longest a waiter sleeps between tries: a holder that crashed sends no notice.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 
@@ -128,22 +130,36 @@ impl<P: SessionPool> Sessions<P> {
                 }
             }
         }
-        let conn = self.pool.open().await?;
-        let (answer_tx, answer) = oneshot::channel();
-        let (commands_tx, commands) = mpsc::channel(4);
-        let (lost_tx, lost) = watch::channel(false);
-        tokio::spawn(hold(
-            conn,
-            req.name.clone(),
-            answer_tx,
-            commands,
-            lost_tx,
-            self.ping_timeout,
-        ));
-        let token = answer.await.map_err(|_| {
-            Error::new(ErrorKind::Connection, "the session task ended unexpectedly")
-                .with_backend(P::BACKEND)
-        })??;
+        // A connection that dies while it tries the lock takes whatever it got with it (the
+        // server frees a session's locks when the session ends), so the try is safe to repeat on
+        // a fresh connection: a store restart or a killed connection costs a retry, not the
+        // caller's wait. A store that cannot be reached at all fails at `open`.
+        let mut tries = 0;
+        let (token, commands_tx, lost) = loop {
+            tries += 1;
+            let conn = self.pool.open().await?;
+            let (answer_tx, answer) = oneshot::channel();
+            let (commands_tx, commands) = mpsc::channel(4);
+            let (lost_tx, lost) = watch::channel(false);
+            tokio::spawn(hold(
+                conn,
+                req.name.clone(),
+                answer_tx,
+                commands,
+                lost_tx,
+                self.ping_timeout,
+            ));
+            let answer = answer.await.map_err(|_| {
+                Error::new(ErrorKind::Connection, "the session task ended unexpectedly")
+                    .with_backend(P::BACKEND)
+            })?;
+            match answer {
+                Err(e) if e.kind() == ErrorKind::Connection && tries < TAKE_TRIES => {
+                    tracing::debug!(lock = %req.name, "session lock try lost its connection, trying again: {e}");
+                }
+                answer => break (answer?, commands_tx, lost),
+            }
+        };
         let Some(token) = token else {
             return Ok(Attempt::Held {
                 retry_after: Some(RETRY_AFTER),
