@@ -226,14 +226,17 @@ pub trait Waiter: Send + 'static {
 /// poll and the subscription is not missed; later calls wait for the next notice — forever once
 /// the stream has ended (the core's timer takes over). Cancel-safe: dropped mid-subscription, it
 /// subscribes again next time.
-pub async fn next_notice<F>(wakeups: &mut Option<Wakeups>, subscribe: F) -> Result<()>
+/// `subscribe` is only called when there is no stream yet: a waiter woken many times builds no
+/// subscription future it would throw away.
+pub async fn next_notice<S, F>(wakeups: &mut Option<Wakeups>, subscribe: S) -> Result<()>
 where
+    S: FnOnce() -> F,
     F: Future<Output = Result<Wakeups>>,
 {
     use futures_util::StreamExt;
     match wakeups {
         None => {
-            *wakeups = Some(subscribe.await?);
+            *wakeups = Some(subscribe().await?);
             Ok(())
         }
         Some(stream) => {

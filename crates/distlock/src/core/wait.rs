@@ -253,7 +253,8 @@ impl Waiter for PollingWaiter {
         if !self.notifies {
             return std::future::pending().await;
         }
-        next_notice(&mut self.wakeups, self.backend.watch_free(&self.req)).await
+        let (backend, req) = (&self.backend, &self.req);
+        next_notice(&mut self.wakeups, || backend.watch_free(req)).await
     }
 
     async fn leave(&mut self) -> Result<()> {

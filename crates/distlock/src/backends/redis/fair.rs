@@ -65,7 +65,7 @@ impl Waiter for FairWaiter {
 
     async fn changed(&mut self) -> Result<()> {
         let (server, keys, owner) = (&self.server, &self.keys, &self.req.owner);
-        let subscribe = async {
+        let subscribe = || async move {
             // The release names the head of the queue by the SHA-1 of its owner token.
             let digest = sha1_smol::Sha1::from(owner.as_str()).digest().to_string();
             Ok(server.subscriber.watch(keys.channel(), Some(digest)).await)
