@@ -541,6 +541,10 @@ fn invalid_arguments_exit_64() {
 /// The pause scenario: an instance stopped past its lease while holding the lock writes late.
 /// The plain lock loses updates (wrong, as expected); with the store's fence the late write is
 /// refused and the counter is right. On SQLite locks and on Redis locks.
+///
+/// The fence must be correct in every run. The plain lock's damage needs other requests to land
+/// while the holder is stopped, which one CI run on a loaded machine did not see
+/// (`race-not-seen`); such a run is tried again, at most three times in all.
 #[test]
 fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
     for lock_url in [None, Some("redis://127.0.0.1:6379")] {
@@ -548,17 +552,33 @@ fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
         if let Some(url) = lock_url {
             args.extend(["--lock-url", url]);
         }
-        let all = runs(&args, true);
         let name = if lock_url.is_some() {
             "redis"
         } else {
             "sqlite"
         };
-        let plain = find(&all, "pause", &format!("lock:{name}"), 3);
-        assert_eq!(plain["verdict"], "wrong-as-expected", "{plain}");
-        assert!(plain["lost_updates"].as_i64().unwrap() > 0, "{plain}");
-        let fenced = find(&all, "pause", &format!("lock+fence:{name}"), 3);
-        assert_correct(fenced);
-        assert!(fenced["refused"].as_u64().unwrap() >= 1, "{fenced}");
+        let mut damage_seen = false;
+        for _ in 0..3 {
+            let all = runs(&args, true);
+            let fenced = find(&all, "pause", &format!("lock+fence:{name}"), 3);
+            assert_correct(fenced);
+            assert!(fenced["refused"].as_u64().unwrap() >= 1, "{fenced}");
+            let plain = find(&all, "pause", &format!("lock:{name}"), 3);
+            match plain["verdict"].as_str() {
+                Some("wrong-as-expected") => {
+                    assert!(plain["lost_updates"].as_i64().unwrap() > 0, "{plain}");
+                    damage_seen = true;
+                    break;
+                }
+                Some("race-not-seen") => {
+                    eprintln!("{name}: the plain lock's damage did not show: {plain}")
+                }
+                _ => panic!("{plain}"),
+            }
+        }
+        assert!(
+            damage_seen,
+            "{name}: the plain lock's late write never showed in 3 runs"
+        );
     }
 }
