@@ -13,7 +13,8 @@ for lock in sqlite redis; do
     while [ "$i" -le "$runs" ]; do
         out=$("$bin" demo --scenario pause --requests 300 --json "$@" 2>/dev/null)
         verdicts=$(printf '%s\n' "$out" | sed -n 's/.*"strategy":"\([^"]*\)".*"verdict":"\([^"]*\)".*/\1=\2/p' | tr '\n' ' ')
-        echo "$lock run $i: $verdicts"
+        lost=$(printf '%s\n' "$out" | sed -n 's/.*"strategy":"lock:[^"]*".*"lost_updates":\([0-9-]*\).*/\1/p')
+        echo "$lock run $i: $verdicts(plain lock: $lost updates lost)"
         case "$verdicts" in
             "lock:$lock=wrong-as-expected lock+fence:$lock=correct ") ;;
             *) echo "unexpected verdicts" >&2; exit 1 ;;

@@ -56,6 +56,8 @@ fn every_protecting_strategy_is_correct_across_three_instances() {
     let all = runs(
         &[
             "--json",
+            "--scenario",
+            "stock,counter",
             "--requests",
             "120",
             "--instances",
@@ -110,6 +112,8 @@ fn the_lock_strategy_is_correct_on_every_server_backend() {
     let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
     let mut args = vec![
         "--json".to_string(),
+        "--scenario".into(),
+        "stock,counter".into(),
         "--strategy".into(),
         "lock,segmented".into(),
         "--requests".into(),
@@ -208,6 +212,8 @@ fn the_store_works_on(name: &str) {
         name,
         &[
             "--json",
+            "--scenario",
+            "stock,counter",
             "--store",
             &url,
             "--requests",
@@ -540,11 +546,9 @@ fn invalid_arguments_exit_64() {
 
 /// The pause scenario: an instance stopped past its lease while holding the lock writes late.
 /// The plain lock loses updates (wrong, as expected); with the store's fence the late write is
-/// refused and the counter is right. On SQLite locks and on Redis locks.
-///
-/// The fence must be correct in every run. The plain lock's damage needs other requests to land
-/// while the holder is stopped, which one CI run on a loaded machine did not see
-/// (`race-not-seen`); such a run is tried again, at most three times in all.
+/// refused and the counter is right. On SQLite locks and on Redis locks, twice each: the
+/// verdicts must be the same in every run (the load generator routes around the stopped
+/// instance, so the other instances' "+1"s always land during the stop).
 #[test]
 fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
     for lock_url in [None, Some("redis://127.0.0.1:6379")] {
@@ -557,28 +561,25 @@ fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
         } else {
             "sqlite"
         };
-        let mut damage_seen = false;
-        for _ in 0..3 {
+        for _ in 0..2 {
             let all = runs(&args, true);
             let fenced = find(&all, "pause", &format!("lock+fence:{name}"), 3);
             assert_correct(fenced);
-            assert!(fenced["refused"].as_u64().unwrap() >= 1, "{fenced}");
+            assert_eq!(fenced["refused"], 1, "{fenced}");
+            assert_eq!(fenced["succeeded"], 199, "{fenced}");
             let plain = find(&all, "pause", &format!("lock:{name}"), 3);
-            match plain["verdict"].as_str() {
-                Some("wrong-as-expected") => {
-                    assert!(plain["lost_updates"].as_i64().unwrap() > 0, "{plain}");
-                    damage_seen = true;
-                    break;
-                }
-                Some("race-not-seen") => {
-                    eprintln!("{name}: the plain lock's damage did not show: {plain}")
-                }
-                _ => panic!("{plain}"),
-            }
+            assert_eq!(plain["verdict"], "wrong-as-expected", "{plain}");
+            assert!(plain["lost_updates"].as_i64().unwrap() > 0, "{plain}");
         }
-        assert!(
-            damage_seen,
-            "{name}: the plain lock's late write never showed in 3 runs"
-        );
     }
+}
+
+#[test]
+fn pause_scenario_needs_two_instances() {
+    let alone = demo(&["--scenario", "pause", "--instances", "1"]);
+    assert_eq!(alone.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&alone.stderr).contains("--instances 2"),
+        "{alone:?}"
+    );
 }

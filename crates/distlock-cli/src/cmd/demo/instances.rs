@@ -142,6 +142,12 @@ impl Instances {
         self.running.iter().map(|i| i.addr).collect()
     }
 
+    /// The process id of instance `number` (1 ..= K), while it runs.
+    pub(crate) fn pid(&self, number: u32) -> Option<u32> {
+        let instance = self.running.iter().find(|i| i.number == number)?;
+        instance.child.id()
+    }
+
     /// Instances that have exited while they should be serving.
     pub(crate) fn crashed(&mut self) -> Vec<InstanceProblem> {
         let mut problems = Vec::new();

@@ -1,5 +1,7 @@
 //! The load generator: fires N numbered requests at the instances, round-robin (request n goes
 //! to instance n mod K), with at most C in flight, over kept-alive HTTP/1.1 connections.
+//! The pause scenario routes around the instance it stops, as a load balancer takes a hung
+//! instance out of rotation (see [`Routing`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +82,23 @@ impl Load {
     }
 }
 
+/// Which instance serves which request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Routing {
+    /// Request n goes to instance n mod K.
+    RoundRobin,
+    /// The pause scenario: request 0 goes to instance 1 alone, which stops its own process
+    /// (`pid`) while it holds the lock; once it has stopped (or answered), requests 1 .. go
+    /// round-robin to the other instances. Round-robin over all of them would soon have every
+    /// request in flight queued at the stopped instance, and how many "+1"s the others made
+    /// during the stop, the damage its late write does, would be left to chance (one CI run
+    /// saw none).
+    AroundStopped { pid: u32 },
+}
+
+/// How often the load generator looks whether the paused instance has stopped yet.
+const STOP_POLL: Duration = Duration::from_millis(2);
+
 /// Sends requests 0 .. `requests` to `path?n=…` on `instances`, `concurrency` at a time, each
 /// given `timeout` to be answered.
 pub(crate) async fn run(
@@ -88,36 +107,57 @@ pub(crate) async fn run(
     requests: u64,
     concurrency: u32,
     timeout: Duration,
+    routing: Routing,
     progress: &Progress,
 ) -> Load {
-    let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let workers = (0..concurrency.max(1)).map(|_| {
+    let mut senders = Vec::new();
+    let (first, targets): (u64, Vec<usize>) = match routing {
+        Routing::AroundStopped { pid } if instances.len() > 1 && requests > 0 => {
+            let done = progress.counter();
+            let mut worker = Worker::new(instances.to_vec());
+            let mut alone = tokio::spawn(async move {
+                worker.send(path, 0, 0, timeout).await;
+                done.fetch_add(1, Ordering::Relaxed);
+                worker.load
+            });
+            let answered = tokio::select! {
+                _ = stopped(pid) => None,
+                answered = &mut alone => Some(answered.unwrap_or_default()),
+            };
+            senders.push(match answered {
+                None => alone,
+                Some(load) => tokio::spawn(async move { load }),
+            });
+            (1, (1..instances.len()).collect())
+        }
+        _ => (0, (0..instances.len()).collect()),
+    };
+    let next = Arc::new(AtomicU64::new(first));
+    let targets = Arc::new(targets);
+    senders.extend((0..concurrency.max(1)).map(|_| {
         let next = next.clone();
-        let instances = instances.to_vec();
+        let targets = targets.clone();
+        let mut worker = Worker::new(instances.to_vec());
         let done = progress.counter();
         tokio::spawn(async move {
-            let mut worker = Worker {
-                connections: instances.iter().map(|_| None).collect(),
-                instances,
-                load: Load::default(),
-            };
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= requests {
                     break;
                 }
-                worker.send(path, n, timeout).await;
+                let target = targets[((n - first) % targets.len() as u64) as usize];
+                worker.send(path, n, target, timeout).await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
             worker.load
         })
-    });
+    }));
     let mut load = Load {
         requests,
         ..Load::default()
     };
-    for worker in futures_util::future::join_all(workers).await {
+    for worker in futures_util::future::join_all(senders).await {
         match worker {
             Ok(w) => load.merge(w),
             Err(e) => {
@@ -138,8 +178,15 @@ struct Worker {
 }
 
 impl Worker {
-    async fn send(&mut self, path: &str, n: u64, timeout: Duration) {
-        let target = (n % self.instances.len() as u64) as usize;
+    fn new(instances: Vec<SocketAddr>) -> Self {
+        Worker {
+            connections: instances.iter().map(|_| None).collect(),
+            instances,
+            load: Load::default(),
+        }
+    }
+
+    async fn send(&mut self, path: &str, n: u64, target: usize, timeout: Duration) {
         let started = Instant::now();
         let answer = tokio::time::timeout(timeout, self.exchange(target, path, n)).await;
         let answer = match answer {
@@ -209,6 +256,25 @@ impl Worker {
     }
 }
 
+/// Returns once process `pid` is stopped (SIGSTOP), or has gone: its state in `/proc` is `T`
+/// (or the process is no longer there).
+async fn stopped(pid: u32) {
+    let stat = format!("/proc/{pid}/stat");
+    loop {
+        let Ok(text) = tokio::fs::read_to_string(&stat).await else {
+            return;
+        };
+        // The state follows the command name, which is in parentheses and may hold anything.
+        let state = text
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if matches!(state, Some('T' | 't' | 'Z' | 'X')) {
+            return;
+        }
+        tokio::time::sleep(STOP_POLL).await;
+    }
+}
+
 async fn connect(addr: SocketAddr) -> Result<SendRequest<Empty<Bytes>>, String> {
     let stream = TcpStream::connect(addr)
         .await
@@ -241,5 +307,25 @@ mod tests {
         assert_eq!(load.percentile(100.0), Duration::from_millis(100));
         assert_eq!(load.throughput(), 50.0);
         assert_eq!(Load::default().percentile(99.0), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_process_is_seen_stopped() {
+        let mut child = tokio::process::Command::new("sleep")
+            .arg("30")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let pid = child.id().unwrap();
+        let watching = tokio::spawn(stopped(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!watching.is_finished(), "a running process is not stopped");
+        // SAFETY: kill() only sends a signal to our own child.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+        tokio::time::timeout(Duration::from_secs(5), watching)
+            .await
+            .expect("the stop is seen")
+            .unwrap();
+        child.kill().await.unwrap();
     }
 }

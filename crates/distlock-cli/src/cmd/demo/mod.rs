@@ -36,6 +36,7 @@ use anyhow::{Context, Result};
 use distlock::ErrorKind;
 
 use self::instances::Instances;
+use self::load::Routing;
 use self::progress::Progress;
 use self::report::RunReport;
 use self::store::Store;
@@ -67,19 +68,20 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
                   --segments parts, one lock each, on the first --lock-url), row-lock (a \
                   transaction that locks the row with SELECT ... FOR UPDATE; PostgreSQL and MySQL \
                   stores only); all = every one the store supports.\n\
-                  Scenario pause (not in all): the counter, with instance 1 stopped (SIGSTOP) \
-                  while it holds the lock, for 3 s against a 1 s lease, then resumed; runs lock \
-                  (its late write loses updates: wrong, as expected) and lock+fence (the store \
-                  refuses the late write: correct), once per --lock-url.\n\
+                  Scenario pause (in all when K > 1): the counter, with instance 1 stopped \
+                  (SIGSTOP) while it holds the lock, for 3 s against a 1 s lease, then resumed, \
+                  while the other instances serve every other request; runs lock (its late \
+                  write loses updates: wrong, as expected) and lock+fence (the store refuses the \
+                  late write: correct), once per --lock-url.\n\
                   Exit status: 0 if every strategy that must be correct was; 1 if one was WRONG \
                   or an instance or request failed; 64 for invalid arguments."
 )]
 pub(crate) struct DemoArgs {
     #[command(subcommand)]
     internal: Option<Internal>,
-    /// Which scenario to run.
-    #[arg(long, value_enum, default_value = "all")]
-    scenario: ScenarioChoice,
+    /// Scenarios to run, comma-separated, or all.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    scenario: Vec<ScenarioChoice>,
     /// Strategies to run, comma-separated, or all.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     strategy: Vec<StrategyChoice>,
@@ -188,6 +190,13 @@ pub(crate) async fn run(args: DemoArgs) -> ExitCode {
 fn check(args: &DemoArgs) -> Result<(), String> {
     if !(1..=64).contains(&args.instances) {
         return Err("--instances must be 1 ..= 64".into());
+    }
+    if args.scenario.contains(&ScenarioChoice::Pause) && args.instances < 2 {
+        return Err(
+            "the pause scenario needs --instances 2 or more: one to stop, others to \
+                    go on while it is stopped"
+                .into(),
+        );
     }
     if args.requests == 0 || args.concurrency == 0 || args.segments == 0 || args.retries == 0 {
         return Err(
@@ -322,12 +331,20 @@ async fn check_lock_urls(urls: &[String]) -> Result<(), String> {
 /// The runs, in order: each scenario, each strategy; `lock` once per lock URL; `local-mutex`
 /// with one instance first when K > 1, to show it correct there and wrong with K.
 fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
-    let scenarios = match args.scenario {
-        ScenarioChoice::All => vec![Scenario::Stock, Scenario::Counter],
-        ScenarioChoice::Stock => vec![Scenario::Stock],
-        ScenarioChoice::Counter => vec![Scenario::Counter],
-        ScenarioChoice::Pause => vec![Scenario::Pause],
-    };
+    // In the sources' order; `all` leaves out the pause scenario where there is no second
+    // instance to go on while the first is stopped.
+    let chosen = |c| args.scenario.contains(&c) || args.scenario.contains(&ScenarioChoice::All);
+    let scenarios: Vec<Scenario> = [
+        (ScenarioChoice::Stock, Scenario::Stock),
+        (ScenarioChoice::Counter, Scenario::Counter),
+        (ScenarioChoice::Pause, Scenario::Pause),
+    ]
+    .into_iter()
+    .filter(|&(choice, scenario)| {
+        chosen(choice) && (scenario != Scenario::Pause || args.instances > 1)
+    })
+    .map(|(_, scenario)| scenario)
+    .collect();
     let every = [
         StrategyChoice::None,
         StrategyChoice::LocalMutex,
@@ -475,12 +492,17 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         ),
         u64::from(args.requests),
     );
+    let routing = match (scenario, running.pid(1)) {
+        (Scenario::Pause, Some(pid)) => Routing::AroundStopped { pid },
+        _ => Routing::RoundRobin,
+    };
     let load = load::run(
         &running.addrs(),
         scenario.path(),
         u64::from(args.requests),
         args.concurrency,
         args.request_timeout,
+        routing,
         &progress,
     )
     .await;
