@@ -4,7 +4,7 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, pg, mysql)
+#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -13,7 +13,7 @@ set -euo pipefail
 D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis pg mysql)
+[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -116,11 +116,30 @@ ensure_mysql() {
   mariadb -h127.0.0.1 -uroot -e 'create database if not exists distlock_test'
 }
 
+etcd_up() { ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:2379 --dial-timeout=1s endpoint health; }
+
+ensure_etcd() {
+  need_pkg etcd etcd-server
+  # `etcdctl lock` is the other holder of the interoperability tests.
+  need_pkg etcdctl etcd-client
+  if ! etcd_up >/dev/null 2>&1; then
+    log "starting etcd on 127.0.0.1:2379"
+    mkdir -p "$D/etcd"
+    (etcd --name distlock --data-dir "$D/etcd/data" \
+      --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+      --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+      --initial-cluster distlock=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381 \
+      >"$D/etcd/etcd.log" 2>&1 &)
+  fi
+  wait_for etcd 30 etcd_up
+}
+
 for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
     pg|postgres) ensure_pg ;;
     mysql|mariadb) ensure_mysql ;;
-    *) log "unknown service $s (known: redis, pg, mysql)"; exit 2 ;;
+    etcd) ensure_etcd ;;
+    *) log "unknown service $s (known: redis, pg, mysql, etcd)"; exit 2 ;;
   esac
 done

@@ -4,5 +4,6 @@
 # DISTLOCK_SKIP=redis,postgres,… skips those backends on purpose (and the run says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 scripts/services.sh
 cargo test --workspace --all-features --no-fail-fast "$@"

@@ -8,6 +8,7 @@
 //! | `redis://`, `rediss://` | one Redis server | `redis` |
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
+//! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
 //!
 //! The SQL schemes take a lease lock (a row with an expiry, renewed by the watchdog) by default;
 //! `?lock=session` takes session locks instead (`pg_advisory_lock` / `GET_LOCK` on a dedicated
@@ -15,7 +16,7 @@
 //! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
 //! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
 //!
-//! `redlock://`, `zk://`, `etcd://` and `memcached://` are reserved for backends to come and
+//! `redlock://`, `zk://` and `memcached://` are reserved for backends to come and
 //! answer [`ErrorKind::Unsupported`] for now. Any other scheme is [`ErrorKind::InvalidUrl`].
 
 use std::fmt;
@@ -48,7 +49,8 @@ pub async fn connect(url: &str) -> Result<Client> {
         feature = "sqlite",
         feature = "redis",
         feature = "postgres",
-        feature = "mysql"
+        feature = "mysql",
+        feature = "etcd"
     )),
     allow(unused_variables)
 )]
@@ -71,6 +73,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         #[cfg(feature = "mysql")]
         Scheme::Mysql => Ok(Arc::new(
             crate::backends::mysql::MysqlBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => Ok(Arc::new(
+            crate::backends::etcd::EtcdBackend::connect_with(url, options).await?,
         )),
         other => Err(Error::new(
             ErrorKind::Unsupported,

@@ -45,6 +45,9 @@ type EndSessions = Box<
 struct Faults {
     private_store: Option<StartStore>,
     end_sessions: Option<EndSessions>,
+    /// How long a session store keeps a crashed client's session (its TTL); none: it ends
+    /// with the connection.
+    session_expiry: Option<Duration>,
 }
 
 /// A lock flavour under test: how to make the lock from a client and a name.
@@ -99,6 +102,18 @@ impl Ctx {
                 Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
             }
             _ => wanted,
+        }
+    }
+
+    /// How long after its holder was killed a lock held with a lease of `lease` must be free:
+    /// the lease, or for a session store the session's expiry when it has one.
+    pub fn freed_after_crash_within(&self, lease: Duration) -> Duration {
+        match self.client.backend().capabilities().lease {
+            distlock::backend::LeaseModel::PerLock { .. } => lease,
+            _ => self
+                .faults
+                .session_expiry
+                .map_or(lease, |ttl| ttl.max(lease)),
         }
     }
 
@@ -174,6 +189,9 @@ enum Need {
     Leases,
     /// Session holdings, which end with the holder's connection.
     Sessions,
+    /// Holdings that end when their holder stops for long enough: leases, or sessions with an
+    /// expiry ([`Suite::session_expiry`]).
+    Expires,
     /// A private store to stop and start ([`Suite::private_store`]).
     PrivateStore,
     /// A way to end sessions from the server side ([`Suite::end_sessions`]).
@@ -193,6 +211,10 @@ impl Need {
             Need::Leases if renews == Some(false) => Some(
                 "its holdings are sessions, not leases (no lease ends, a paused holder keeps \
                  its session, another client cannot free it)",
+            ),
+            Need::Expires if renews == Some(false) && faults.session_expiry.is_none() => Some(
+                "its holdings are sessions that end with the connection, not with time (a \
+                 paused holder keeps its session)",
             ),
             Need::Sessions if renews == Some(true) => {
                 Some("its holdings are leases, not sessions (no connection carries a holding)")
@@ -297,7 +319,7 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
         (
             "paused_holder_is_fenced",
             Each,
-            LEASES,
+            &[Need::Expires],
             case(pause::paused_holder_is_fenced),
         ),
         (
@@ -448,6 +470,14 @@ impl Suite {
         Fut: Future<Output = Result<usize, Failure>> + Send + 'static,
     {
         self.faults.end_sessions = Some(Box::new(move |url, ports| Box::pin(end(url, ports))));
+        self
+    }
+
+    /// For a store whose sessions outlive a crashed client by a TTL (an etcd lease, a ZooKeeper
+    /// session timeout) rather than ending with its connection: that TTL, which bounds how long
+    /// a killed holder's lock stays taken.
+    pub fn session_expiry(mut self, ttl: Duration) -> Self {
+        self.faults.session_expiry = Some(ttl);
         self
     }
 

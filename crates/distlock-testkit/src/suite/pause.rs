@@ -1,4 +1,4 @@
-//! A holder paused (SIGSTOP) past its lease: the next holder gets a larger fencing token, the
+//! A holder paused (SIGSTOP) past its lease (or its session's expiry): the next holder gets a larger fencing token, the
 //! paused one learns it lost the lock when it resumes, and a resource that checks tokens refuses
 //! its late write.
 
@@ -33,7 +33,7 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     );
 
     holder.signal(libc::SIGSTOP)?;
-    tokio::time::sleep(lease + Duration::from_millis(400)).await;
+    tokio::time::sleep(ctx.freed_after_crash_within(lease) + Duration::from_millis(400)).await;
     let next = ctx
         .contender(&name)
         .acquire_timeout(Duration::from_secs(10))

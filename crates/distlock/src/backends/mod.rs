@@ -19,3 +19,6 @@ pub mod postgres;
 
 #[cfg(feature = "mysql")]
 pub mod mysql;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;

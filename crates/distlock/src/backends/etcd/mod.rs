@@ -1,0 +1,261 @@
+//! The etcd backend: etcd's own mutex recipe (the `concurrency.Mutex` layout that `etcdctl lock`
+//! uses), held by the client's session lease and fenced by the holder key's create revision.
+//!
+//! * [`keys`]: where a lock's contenders put their keys.
+//! * [`session`]: the client's lease and its keep-alive; its end is every holding's lost signal.
+//! * [`waiter`]: a contender's place in the queue, and the watch on the one ahead of it.
+//!
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod keys;
+mod session;
+mod waiter;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
+};
+
+use self::keys::LockKeys;
+use self::session::Sessions;
+use self::waiter::EtcdWaiter;
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::types::FencingToken;
+
+pub(crate) const NAME: &str = "etcd";
+
+/// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take, unless [`Options::response_timeout`] says otherwise.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the backend and its waiters share.
+pub(crate) struct Inner {
+    client: Client,
+    sessions: Sessions,
+    config: config::Config,
+}
+
+/// Locks in an etcd cluster. Built by [`crate::connect`] from `etcd://…` or `etcds://…`.
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("url", &self.inner.config.redacted)
+            .field("ttl", &self.inner.config.ttl)
+            .finish()
+    }
+}
+
+/// Maps a client error: transport failures and unavailable servers are
+/// [`ErrorKind::Connection`], everything etcd refused is [`ErrorKind::Backend`]. etcd-client's
+/// messages carry no password.
+pub(crate) fn from_etcd(what: &str) -> impl FnOnce(etcd_client::Error) -> Error + '_ {
+    move |e| {
+        let kind = match &e {
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+                ErrorKind::Connection
+            }
+            etcd_client::Error::GRpcStatus(status) => match status.code() {
+                tonic_code::Unavailable | tonic_code::DeadlineExceeded | tonic_code::Cancelled => {
+                    ErrorKind::Connection
+                }
+                tonic_code::Unauthenticated | tonic_code::PermissionDenied => ErrorKind::Connection,
+                _ => ErrorKind::Backend,
+            },
+            _ => ErrorKind::Backend,
+        };
+        Error::new(kind, what.to_string())
+            .with_backend(NAME)
+            .with_source(e)
+    }
+}
+
+/// gRPC's status codes.
+use tonic::Code as tonic_code;
+
+impl EtcdBackend {
+    /// Connects to the cluster `url` names. See the module docs for the URL.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds connecting,
+    /// `response_timeout` each request.
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let config = config::parse(url)?;
+        let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_timeout(options.response_timeout.unwrap_or(RESPONSE_TIMEOUT))
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        if let Some((user, password)) = &config.user {
+            connect = connect.with_user(user.clone(), password.clone());
+        }
+        if let Some(files) = &config.tls {
+            connect = connect.with_tls(tls_options(files)?);
+        }
+        let unreachable = |why: String| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("cannot reach etcd at {}: {why}", config.redacted),
+            )
+            .with_backend(NAME)
+        };
+        let client = tokio::time::timeout(
+            connect_timeout,
+            Client::connect(&config.endpoints, Some(connect)),
+        )
+        .await
+        .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))?
+        .map_err(|e| unreachable(e.to_string()))?;
+        // The connection is made lazily: ask once, so a server that is down fails here.
+        tokio::time::timeout(connect_timeout, client.maintenance_client().status())
+            .await
+            .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let sessions = Sessions::new(client.clone(), config.ttl);
+        Ok(EtcdBackend {
+            inner: Arc::new(Inner {
+                client,
+                sessions,
+                config,
+            }),
+        })
+    }
+
+    /// Ends this client's session: revokes its lease, so every lock it holds is freed at once
+    /// (their guards report the loss). The next take starts a new session.
+    pub async fn end_session(&self) -> Result<()> {
+        self.inner.sessions.end().await
+    }
+}
+
+fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidUrl,
+                format!("cannot read {}: {e}", path.display()),
+            )
+            .with_backend(NAME)
+        })
+    };
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &files.ca {
+        tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&files.cert, &files.key) {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(tls)
+}
+
+impl Inner {
+    /// The key of `req`'s lock under the live session, without starting one: a holding of a
+    /// session that is over is gone (or going) with its lease.
+    async fn live_key(&self, req: &LockRequest) -> Option<String> {
+        let session = self.sessions.live().await?;
+        Some(LockKeys::new(&self.config.prefix, &req.name).contender(session.id))
+    }
+
+    /// Deletes `key` only if it is still the one created at `revision` (and holds `owner`'s
+    /// token, when given): never a newer contender's key under the same lease (etcd issue 22082).
+    async fn delete_if_same(&self, key: &str, revision: i64, owner: Option<&str>) -> Result<bool> {
+        let mut when = vec![Compare::create_revision(key, CompareOp::Equal, revision)];
+        if let Some(owner) = owner {
+            when.push(Compare::value(key, CompareOp::Equal, owner));
+        }
+        let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
+        let answer = self
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(from_etcd("deleting a contender's key"))?;
+        Ok(answer.succeeded())
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::sessions().notifying().queueing()
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        let mut waiter = EtcdWaiter::new(self.inner.clone(), req.clone());
+        let attempt = waiter.poll().await?;
+        if matches!(attempt, Attempt::Held { .. }) {
+            waiter.leave().await?;
+        }
+        Ok(attempt)
+    }
+
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        // A session holding has no lease of its own: this only confirms it.
+        let Some(key) = self.inner.live_key(req).await else {
+            return Ok(None);
+        };
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .get(key, None)
+            .await
+            .map_err(from_etcd("confirming a holding"))?;
+        let held = answer.kvs().first().is_some_and(|kv| {
+            kv.create_revision() as u64 == token.get()
+                && kv.value() == req.owner.as_str().as_bytes()
+        });
+        Ok(held.then_some(Duration::ZERO))
+    }
+
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        let Some(key) = self.inner.live_key(req).await else {
+            return Ok(false);
+        };
+        let owner = Some(req.owner.as_str());
+        match token {
+            Some(token) => {
+                self.inner
+                    .delete_if_same(&key, token.get() as i64, owner)
+                    .await
+            }
+            None => {
+                let txn = Txn::new()
+                    .when([Compare::value(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        req.owner.as_str(),
+                    )])
+                    .and_then([TxnOp::delete(key.as_str(), None)]);
+                let answer = self
+                    .inner
+                    .client
+                    .kv_client()
+                    .txn(txn)
+                    .await
+                    .map_err(from_etcd("releasing the lock"))?;
+                Ok(answer.succeeded())
+            }
+        }
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        Some(Box::new(EtcdWaiter::new(self.inner.clone(), req.clone())))
+    }
+}

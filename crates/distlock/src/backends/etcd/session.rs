@@ -1,0 +1,215 @@
+//! The client's session: one etcd lease that every key of this client's locks is attached to,
+//! kept alive in the background. The session is over when the lease can no longer be assumed
+//! alive: its TTL has run out, counted from the send time of the last keep-alive etcd answered
+//! (a paused or cut-off process finds it over as soon as it runs again), or etcd says the lease
+//! is gone. Every holding of the session then fires its lost signal at once, and the next take
+//! starts a new session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{NAME, from_etcd};
+use crate::backend::Signal;
+use crate::error::{Error, ErrorKind, Result};
+
+/// How long a failed keep-alive waits before it is tried again (within the TTL).
+const RETRY: Duration = Duration::from_millis(200);
+
+/// One lease and its keep-alive task.
+pub(super) struct Session {
+    /// The lease id: keys are `<lock prefix><id in hex>`, as etcd's own mutex names them.
+    pub(super) id: i64,
+    over: watch::Receiver<bool>,
+    keep_alive: tokio::task::AbortHandle,
+}
+
+impl Session {
+    /// Whether the session can no longer be assumed alive.
+    pub(super) fn is_over(&self) -> bool {
+        *self.over.borrow()
+    }
+
+    /// Resolves when the session is over.
+    pub(super) fn ended(&self) -> Signal {
+        let mut over = self.over.clone();
+        Box::pin(async move {
+            // The sender is dropped only once the task has said "over" (or was aborted with the
+            // backend): either way the lease is not kept alive any more.
+            let _ = over.wait_for(|o| *o).await;
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.keep_alive.abort();
+    }
+}
+
+/// The client's current session, started on first use and again after one is over.
+pub(super) struct Sessions {
+    client: Client,
+    ttl: Duration,
+    current: tokio::sync::Mutex<Option<Arc<Session>>>,
+}
+
+impl Sessions {
+    pub(super) fn new(client: Client, ttl: Duration) -> Self {
+        Sessions {
+            client,
+            ttl,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The live session, if there is one (none is started).
+    pub(super) async fn live(&self) -> Option<Arc<Session>> {
+        let current = self.current.lock().await;
+        current.as_ref().filter(|s| !s.is_over()).cloned()
+    }
+
+    /// The live session, started if there is none.
+    pub(super) async fn get(&self) -> Result<Arc<Session>> {
+        let mut current = self.current.lock().await;
+        if let Some(s) = current.as_ref().filter(|s| !s.is_over()) {
+            return Ok(s.clone());
+        }
+        let session = Arc::new(self.start().await?);
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn start(&self) -> Result<Session> {
+        let sent = Instant::now();
+        let granted = self
+            .client
+            .lease_client()
+            .grant(self.ttl.as_secs() as i64, None)
+            .await
+            .map_err(from_etcd("starting a session (granting its lease)"))?;
+        if granted.ttl() <= 0 {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("etcd granted a lease of {} s", granted.ttl()),
+            )
+            .with_backend(NAME));
+        }
+        let ttl = Duration::from_secs(granted.ttl() as u64);
+        let (over_tx, over) = watch::channel(false);
+        let task = tokio::spawn(keep_alive(
+            self.client.clone(),
+            granted.id(),
+            ttl,
+            sent + ttl,
+            over_tx,
+        ));
+        Ok(Session {
+            id: granted.id(),
+            over,
+            keep_alive: task.abort_handle(),
+        })
+    }
+
+    /// Ends the current session: revokes its lease, which deletes every key of this client's
+    /// locks at once (a clean shutdown frees the locks without waiting for the TTL).
+    pub(super) async fn end(&self) -> Result<()> {
+        let Some(session) = self.current.lock().await.take() else {
+            return Ok(());
+        };
+        let revoked = self.client.lease_client().revoke(session.id).await;
+        session.keep_alive.abort();
+        match revoked {
+            Ok(_) => Ok(()),
+            // Already gone: its keys went with it.
+            Err(e) if e.to_string().contains("lease not found") => Ok(()),
+            Err(e) => Err(from_etcd("ending the session (revoking its lease)")(e)),
+        }
+    }
+}
+
+impl Drop for Sessions {
+    fn drop(&mut self) {
+        // Best effort: a client dropped without shutdown still frees its locks now rather than
+        // after the TTL, when a runtime is there to send the revoke.
+        let Some(session) = self.current.get_mut().take() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut leases = self.client.lease_client();
+            rt.spawn(async move {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(2), leases.revoke(session.id)).await;
+            });
+        }
+    }
+}
+
+/// Keeps lease `id` alive: a keep-alive every third of the TTL; a failed one is tried again until
+/// the lease, counted from the send time of the last answered keep-alive, has run out. Then, or
+/// when etcd says the lease is gone, the session is over.
+async fn keep_alive(
+    client: Client,
+    id: i64,
+    ttl: Duration,
+    mut valid_until: Instant,
+    over: watch::Sender<bool>,
+) {
+    let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+    let mut next = valid_until - ttl + ttl / 3;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let sent = Instant::now();
+        if sent >= valid_until {
+            break;
+        }
+        match tokio::time::timeout(valid_until - sent, renew(&client, id, &mut stream)).await {
+            Ok(Ok(true)) => {
+                valid_until = sent + ttl;
+                next = sent + ttl / 3;
+            }
+            Ok(Ok(false)) => break,
+            Ok(Err(e)) => {
+                tracing::debug!(lease = id, error = %e, "etcd keep-alive failed; trying again");
+                stream = None;
+                next = Instant::now() + RETRY;
+            }
+            Err(_) => {
+                stream = None;
+                next = Instant::now();
+            }
+        }
+    }
+    // Best effort: the keys go now rather than when etcd expires the lease by its own clock.
+    let _ = over.send(true);
+    let _ = tokio::time::timeout(ttl, client.lease_client().revoke(id)).await;
+}
+
+/// One keep-alive: `Ok(true)` renewed, `Ok(false)` the lease is gone.
+async fn renew(
+    client: &Client,
+    id: i64,
+    stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+) -> std::result::Result<bool, etcd_client::Error> {
+    let Some((keeper, answers)) = stream.as_mut() else {
+        // Opening the stream sends the first keep-alive and reads its answer.
+        return match client.lease_client().keep_alive(id).await {
+            Ok(opened) => {
+                *stream = Some(opened);
+                Ok(true)
+            }
+            Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    keeper.keep_alive().await?;
+    match answers.message().await? {
+        Some(answer) => Ok(answer.ttl() > 0),
+        None => Err(etcd_client::Error::LeaseKeepAliveError(
+            "the keep-alive stream ended".into(),
+        )),
+    }
+}

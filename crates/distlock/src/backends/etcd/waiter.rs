@@ -1,0 +1,264 @@
+//! A contender's place in a lock's queue: its key. The first poll puts it (in one transaction
+//! with reading the oldest contender, as etcd's `concurrency.Mutex` does); later polls only read.
+//! A contender that is not the oldest watches the one key just older than its own for deletion,
+//! from the revision of its last read, so no release is missed and one release wakes one waiter.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+};
+
+use super::session::Session;
+use super::{Inner, from_etcd};
+use crate::backend::{Attempt, Hold, LockRequest, Waiter};
+use crate::backends::etcd::keys::LockKeys;
+use crate::error::Result;
+use crate::types::FencingToken;
+
+/// This contender's key and the create revision etcd gave it (its fencing token once it holds).
+struct Place {
+    session: Arc<Session>,
+    key: String,
+    revision: i64,
+}
+
+pub(super) struct EtcdWaiter {
+    inner: Arc<Inner>,
+    req: LockRequest,
+    keys: LockKeys,
+    place: Option<Place>,
+    /// The key whose deletion is worth a new poll, and the revision to watch from.
+    wait_for: Option<(Vec<u8>, i64)>,
+    watching: Option<(Vec<u8>, WatchStream)>,
+}
+
+impl EtcdWaiter {
+    pub(super) fn new(inner: Arc<Inner>, req: LockRequest) -> Self {
+        let keys = LockKeys::new(&inner.config.prefix, &req.name);
+        EtcdWaiter {
+            inner,
+            req,
+            keys,
+            place: None,
+            wait_for: None,
+            watching: None,
+        }
+    }
+
+    /// Puts this contender's key unless its session has it already. `None`: another owner of
+    /// this client has the session's key for this lock (one key per lease, as in etcd's layout),
+    /// and this one waits for it to go.
+    async fn take_place(&mut self) -> Result<Option<(Vec<KeyValue>, i64)>> {
+        let session = self.inner.sessions.get().await?;
+        let key = self.keys.contender(session.id);
+        let owner = self.req.owner.as_str();
+        let put = PutOptions::new().with_lease(session.id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key.clone(), owner, Some(put)),
+                TxnOp::get(self.keys.prefix(), Some(oldest())),
+            ])
+            .or_else([
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(self.keys.prefix(), Some(oldest())),
+            ]);
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(from_etcd("taking a place in the lock's queue"))?;
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        let mut ops = answer.op_responses().into_iter();
+        let revision = if answer.succeeded() {
+            read_at
+        } else {
+            let existing = kvs(ops.next()).into_iter().next();
+            match existing {
+                Some(kv) if kv.value() == owner.as_bytes() => kv.create_revision(),
+                // Gone again already, or another owner's: wait for that key to go, then put ours.
+                other => {
+                    self.wait_for = other.map(|_| (key.into_bytes(), read_at + 1));
+                    return Ok(None);
+                }
+            }
+        };
+        if answer.succeeded() {
+            ops.next();
+        }
+        let oldest = kvs(ops.next());
+        self.place = Some(Place {
+            session,
+            key,
+            revision,
+        });
+        Ok(Some((oldest, read_at)))
+    }
+
+    /// Reads again whether this contender's key is still there and which one is oldest. `None`
+    /// when the key is gone (its session's lease ended in etcd, or it was deleted by hand).
+    async fn read_queue(&mut self) -> Result<Option<(Vec<KeyValue>, i64)>> {
+        let Some(place) = &self.place else {
+            return Ok(None);
+        };
+        let txn = Txn::new().and_then([
+            TxnOp::get(place.key.clone(), None),
+            TxnOp::get(self.keys.prefix(), Some(oldest())),
+        ]);
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(from_etcd("reading the lock's queue"))?;
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        let mut ops = answer.op_responses().into_iter();
+        let mine = kvs(ops.next());
+        if !mine.iter().any(|kv| kv.create_revision() == place.revision) {
+            self.place = None;
+            return Ok(None);
+        }
+        Ok(Some((kvs(ops.next()), read_at)))
+    }
+
+    /// Finds the contender just older than this one, to watch.
+    async fn find_predecessor(&mut self, revision: i64) -> Result<()> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(revision - 1)
+            .with_limit(1);
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .get(self.keys.prefix(), Some(options))
+            .await
+            .map_err(from_etcd("finding the contender ahead in the lock's queue"))?;
+        let read_at = answer.header().map_or(0, |h| h.revision());
+        self.wait_for = answer
+            .kvs()
+            .first()
+            .map(|kv| (kv.key().to_vec(), read_at + 1));
+        Ok(())
+    }
+}
+
+/// The oldest contender of a lock's range.
+fn oldest() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+fn kvs(op: Option<TxnOpResponse>) -> Vec<KeyValue> {
+    match op {
+        Some(TxnOpResponse::Get(mut get)) => get.take_kvs(),
+        _ => Vec::new(),
+    }
+}
+
+#[async_trait]
+impl Waiter for EtcdWaiter {
+    async fn poll(&mut self) -> Result<Attempt> {
+        self.wait_for = None;
+        if self.place.as_ref().is_some_and(|p| p.session.is_over()) {
+            // The session ended while this contender waited: its key goes with the lease.
+            self.place = None;
+        }
+        let read = match self.place {
+            Some(_) => self.read_queue().await?,
+            None => self.take_place().await?,
+        };
+        let Some((oldest, _)) = read else {
+            // Waiting for another owner's key to go, or our key vanished: try again.
+            let retry_after = self.wait_for.is_none().then_some(std::time::Duration::ZERO);
+            return Ok(Attempt::Held { retry_after });
+        };
+        let place = self.place.as_ref().expect("a place after a read");
+        let holder = oldest.first().map(KeyValue::create_revision);
+        if holder.is_none_or(|rev| rev == place.revision) {
+            // Our key was in that read, so our lease was alive at its revision; our own clock
+            // must agree that it still is (etcd issue 11456: a lock granted on an expired lease).
+            if place.session.is_over() {
+                self.place = None;
+                return Ok(Attempt::Held {
+                    retry_after: Some(std::time::Duration::ZERO),
+                });
+            }
+            return Ok(Attempt::Acquired {
+                token: FencingToken(place.revision as u64),
+                hold: Hold::Session {
+                    ended: place.session.ended(),
+                },
+            });
+        }
+        let revision = place.revision;
+        self.find_predecessor(revision).await?;
+        // No one ahead any more (it left between the reads): ask again at once.
+        let retry_after = self.wait_for.is_none().then_some(std::time::Duration::ZERO);
+        Ok(Attempt::Held { retry_after })
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        let Some((key, from)) = self.wait_for.clone() else {
+            return Ok(());
+        };
+        if self
+            .watching
+            .as_ref()
+            .is_none_or(|(watched, _)| *watched != key)
+        {
+            // From the revision after the read that saw the key: a deletion in between is
+            // delivered, not missed.
+            let options = WatchOptions::new()
+                .with_start_revision(from)
+                .with_filters([WatchFilterType::NoPut]);
+            let stream = self
+                .inner
+                .client
+                .watch_client()
+                .watch(key.clone(), Some(options))
+                .await
+                .map_err(from_etcd("watching the contender ahead"))?;
+            self.watching = Some((key, stream));
+        }
+        let (_, stream) = self.watching.as_mut().expect("watching");
+        loop {
+            match stream.message().await {
+                Ok(Some(answer))
+                    if !answer.canceled()
+                        && answer.compact_revision() == 0
+                        && answer.events().is_empty() =>
+                {
+                    // The watch's "created" answer or a progress notice.
+                    continue;
+                }
+                // The deletion, or a watch that ended: either way, poll again.
+                _ => {
+                    self.watching = None;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        self.watching = None;
+        self.wait_for = None;
+        let Some(place) = self.place.take() else {
+            return Ok(());
+        };
+        self.inner
+            .delete_if_same(&place.key, place.revision, None)
+            .await?;
+        Ok(())
+    }
+}
