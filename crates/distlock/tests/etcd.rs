@@ -1,9 +1,15 @@
 //! The conformance suite against the real etcd (DISTLOCK_ETCD_URL, default
-//! etcd://127.0.0.1:2379?ttl=3: a short session TTL so the crash cases wait seconds, not ten).
+//! etcd://127.0.0.1:2379?ttl=3: a short session TTL so the crash cases wait seconds, not ten),
+//! then the cases only etcd has (`etcd::…`): etcd's own `etcdctl lock` as the other holder, and a
+//! session lease revoked on the server.
 
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
-use distlock_testkit::Suite;
+use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_ETCD_URL")
@@ -11,5 +17,219 @@ fn main() -> std::process::ExitCode {
     Suite::new("etcd", "etcd", url)
         // The session TTL of the URL above: a stopped or killed holder's lease ends by then.
         .session_expiry(Duration::from_secs(3))
+        .case(
+            "etcd::etcdctl_lock_and_distlock_exclude_each_other",
+            etcdctl_lock_and_distlock_exclude_each_other,
+        )
+        .case(
+            "etcd::etcdctl_and_distlock_share_a_counter",
+            etcdctl_and_distlock_share_a_counter,
+        )
+        .case(
+            "etcd::revoked_session_fires_lost",
+            revoked_session_fires_lost,
+        )
         .run()
+}
+
+/// `host:port,…` of the suite's URL, for etcdctl.
+fn endpoints(ctx: &Ctx) -> String {
+    let rest = ctx.url.split_once("://").map_or(&*ctx.url, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end]
+        .rsplit_once('@')
+        .map_or(&rest[..end], |(_, h)| h)
+        .to_string()
+}
+
+/// A lock name etcdctl uses as written (the suite's names hold `/`, which distlock escapes).
+fn plain_name(ctx: &Ctx, what: &str) -> String {
+    ctx.unique_name(what).replace('/', "-")
+}
+
+fn etcdctl(ctx: &Ctx, args: &[&str]) -> Command {
+    let mut command = Command::new("etcdctl");
+    command
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints(ctx)))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// The next line `child` prints, within `within`.
+async fn line(child: &mut Child, within: Duration, what: &str) -> Result<String, Failure> {
+    let stdout = child
+        .stdout
+        .as_mut()
+        .ok_or_else(|| Failure("no stdout".into()))?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    match tokio::time::timeout(within, reader.read_line(&mut line)).await {
+        Ok(Ok(n)) if n > 0 => Ok(line.trim().to_string()),
+        Ok(_) => Err(Failure(format!("etcdctl ended before {what}"))),
+        Err(_) => Err(Failure(format!(
+            "etcdctl did not print {what} within {within:?}"
+        ))),
+    }
+}
+
+fn signal(child: &Child, sig: i32) -> Outcome {
+    let pid = child
+        .id()
+        .ok_or_else(|| Failure("etcdctl already exited".into()))?;
+    // SAFETY: kill() only sends a signal to our own child.
+    check!(
+        unsafe { libc::kill(pid as i32, sig) } == 0,
+        "cannot signal etcdctl"
+    );
+    Ok(())
+}
+
+/// `etcdctl lock NAME` (etcd's own `concurrency.Mutex`) and distlock's lock `NAME` are one lock:
+/// each waits while the other holds, in both directions.
+async fn etcdctl_lock_and_distlock_exclude_each_other(ctx: Ctx) -> Outcome {
+    let name = plain_name(&ctx, "etcdctl");
+    // etcdctl holds first: it prints its key once it holds and keeps it until interrupted.
+    let mut holder = etcdctl(&ctx, &["lock", &name]).spawn()?;
+    let key = line(&mut holder, Duration::from_secs(10), "its key").await?;
+    check!(
+        key.starts_with(&format!("{name}/")),
+        "etcdctl's key {key:?} is not under {name}/"
+    );
+    check!(
+        ctx.lock(&name).try_acquire().await?.is_none(),
+        "distlock took the lock etcdctl holds"
+    );
+    let waited = ctx
+        .lock(&name)
+        .acquire_timeout(Duration::from_millis(800))
+        .await;
+    check!(
+        waited.as_ref().is_err_and(|e| e.is_timeout()),
+        "distlock's wait on etcdctl's lock ended with {:?}",
+        waited.map(|g| g.fencing_token())
+    );
+    // Interrupted, etcdctl unlocks and exits; the waiter is woken by the key's deletion.
+    let waiting = {
+        let lock = ctx.lock(&name);
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(&holder, libc::SIGINT)?;
+    let guard = waiting.await.map_err(|e| Failure(e.to_string()))??;
+    holder.wait().await?;
+
+    // Now distlock holds: etcdctl must wait for it.
+    let mut waiter = etcdctl(&ctx, &["lock", &name, "echo", "got-it"]).spawn()?;
+    let early = line(&mut waiter, Duration::from_millis(1500), "got-it").await;
+    check!(
+        early.is_err(),
+        "etcdctl ran its command while distlock held the lock: {:?}",
+        early.ok()
+    );
+    check!(guard.release().await?, "distlock's holding was gone");
+    let got = line(&mut waiter, Duration::from_secs(10), "got-it").await?;
+    check!(got == "got-it", "etcdctl printed {got:?}");
+    let status = tokio::time::timeout(Duration::from_secs(10), waiter.wait()).await??;
+    check!(status.success(), "etcdctl lock failed: {status}");
+    Ok(())
+}
+
+/// etcdctl's critical sections (a shell read-modify-write of a counter file) and distlock's
+/// interleave on one lock without overlap: every increment counts.
+async fn etcdctl_and_distlock_share_a_counter(ctx: Ctx) -> Outcome {
+    let name = plain_name(&ctx, "counter");
+    let counter = ctx.dir.path().join(format!("{name}.counter"));
+    std::fs::write(&counter, "0")?;
+    const ROUNDS: u32 = 15;
+    let script = format!(
+        "for i in $(seq {ROUNDS}); do ETCDCTL_API=3 etcdctl --endpoints={} lock {name} -- \
+         sh -c 'v=$(cat {path}); sleep 0.02; echo $((v+1)) > {path}' >/dev/null || exit 1; done",
+        endpoints(&ctx),
+        path = counter.display(),
+    );
+    let mut shell = Command::new("sh")
+        .args(["-c", &script])
+        .kill_on_drop(true)
+        .spawn()?;
+    for _ in 0..ROUNDS {
+        let guard = ctx
+            .lock(&name)
+            .acquire_timeout(Duration::from_secs(20))
+            .await?;
+        increment(&counter).await?;
+        guard.release().await?;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(60), shell.wait()).await??;
+    check!(status.success(), "the etcdctl loop failed: {status}");
+    let value: u32 = std::fs::read_to_string(&counter)?.trim().parse()?;
+    check!(
+        value == 2 * ROUNDS,
+        "counter = {value} after {ROUNDS} increments by etcdctl and {ROUNDS} by distlock: \
+         sections overlapped"
+    );
+    Ok(())
+}
+
+/// A read-modify-write slow enough that an overlapping writer would lose an update.
+async fn increment(path: &Path) -> Outcome {
+    let value: u32 = tokio::fs::read_to_string(path).await?.trim().parse()?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::fs::write(path, (value + 1).to_string()).await?;
+    Ok(())
+}
+
+/// The server ends a holder's session (an administrator's `etcdctl lease revoke`): its guard's
+/// `lost()` fires, the lock is free at once, and the next holder's token is larger.
+async fn revoked_session_fires_lost(ctx: Ctx) -> Outcome {
+    let name = plain_name(&ctx, "revoked");
+    let holder = ctx.connect().await?;
+    let held = holder.lock(&name).acquire().await?;
+    let mut keys = etcdctl(
+        &ctx,
+        &["get", "--prefix", "--keys-only", &format!("{name}/")],
+    )
+    .spawn()?;
+    let key = line(&mut keys, Duration::from_secs(10), "the holder's key").await?;
+    keys.wait().await?;
+    let lease = key
+        .rsplit_once('/')
+        .map(|(_, hex)| hex.to_string())
+        .ok_or_else(|| Failure(format!("a key without a lease id: {key:?}")))?;
+    let revoke = etcdctl(&ctx, &["lease", "revoke", &lease]).output().await?;
+    check!(
+        revoke.status.success(),
+        "etcdctl lease revoke {lease} failed: {revoke:?}"
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost()).await;
+    check!(
+        lost.is_ok() && held.is_lost(),
+        "the holder's lost() did not fire within 5 s of its lease being revoked"
+    );
+    let next = ctx
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(2))
+        .await?;
+    check!(
+        next.fencing_token() > held.fencing_token(),
+        "token {} after the revoked holder's {}",
+        next.fencing_token(),
+        held.fencing_token()
+    );
+    check!(
+        !matches!(held.release().await, Ok(true)),
+        "the revoked holder's release claimed the lock"
+    );
+    // The holder's client goes on with a new session.
+    let again = holder
+        .lock(&plain_name(&ctx, "after"))
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    again.release().await?;
+    next.release().await?;
+    Ok(())
 }

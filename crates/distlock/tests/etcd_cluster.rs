@@ -1,0 +1,1 @@
+//! etcd cluster failure tests (being written).
