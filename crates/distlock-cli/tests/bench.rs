@@ -325,3 +325,30 @@ fn redis_over_tls_with_password() {
     assert!(stderr.contains("certificate"), "{stderr}");
     assert!(!stderr.contains("tls-s3cret"), "{stderr}");
 }
+
+/// etcd: waiters queue in revision order (FIFO), so the contended run hands the lock on with
+/// every release, with no overlap and tokens in order.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_contended_is_fifo_and_exclusive() {
+    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    if skipped.split(',').any(|s| s.trim() == "etcd") {
+        eprintln!("SKIPPED: distlock bench against etcd, because DISTLOCK_SKIP={skipped}");
+        return;
+    }
+    let url = std::env::var("DISTLOCK_ETCD_URL")
+        .unwrap_or_else(|_| "etcd://127.0.0.1:2379?ttl=3".to_string());
+    let r = bench(
+        &url,
+        &[
+            "--workload",
+            "contended",
+            "--workers",
+            "4",
+            "--processes",
+            "2",
+        ],
+    );
+    check_report(&r, "contended", 4, 2);
+    assert_eq!(r["backend"], "etcd");
+}

@@ -85,7 +85,7 @@ fn every_protecting_strategy_is_correct_across_three_instances() {
 }
 
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default, server).
-const SERVERS: [(&str, &str, &str, &str); 3] = [
+const SERVERS: &[(&str, &str, &str, &str)] = &[
     (
         "redis",
         "DISTLOCK_REDIS_URL",
@@ -103,6 +103,13 @@ const SERVERS: [(&str, &str, &str, &str); 3] = [
         "DISTLOCK_MYSQL_URL",
         "mysql://root@127.0.0.1:3306/distlock_test",
         "MariaDB/MySQL",
+    ),
+    #[cfg(feature = "etcd")]
+    (
+        "etcd",
+        "DISTLOCK_ETCD_URL",
+        "etcd://127.0.0.1:2379?ttl=3",
+        "etcd",
     ),
 ];
 
@@ -124,7 +131,7 @@ fn the_lock_strategy_is_correct_on_every_server_backend() {
         "4".into(),
     ];
     let mut servers = Vec::new();
-    for (name, var, default, server) in SERVERS {
+    for &(name, var, default, server) in SERVERS {
         if skipped.split(',').any(|s| s.trim() == name) {
             eprintln!(
                 "SKIPPED: the demo's lock strategy on {name}, because DISTLOCK_SKIP={skipped}"
@@ -170,8 +177,8 @@ fn the_lock_strategy_is_correct_on_every_server_backend() {
 /// The URL of server backend `name` and how to name it in a failure, or `None` when
 /// DISTLOCK_SKIP lists it.
 fn server(name: &str, what: &str) -> Option<(String, String)> {
-    let (_, var, default, server) = SERVERS
-        .into_iter()
+    let &(_, var, default, server) = SERVERS
+        .iter()
         .find(|(n, ..)| *n == name)
         .expect("a known server");
     let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();

@@ -78,6 +78,12 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         Scheme::Etcd => Ok(Arc::new(
             crate::backends::etcd::EtcdBackend::connect_with(url, options).await?,
         )),
+        #[cfg(not(feature = "etcd"))]
+        Scheme::Etcd => Err(Error::new(
+            ErrorKind::Unsupported,
+            "the etcd: backend is not part of this build of distlock (build with the `etcd` \
+             feature; its client needs protoc: scripts/build-deps.sh)",
+        )),
         other => Err(Error::new(
             ErrorKind::Unsupported,
             format!(

@@ -8,14 +8,14 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default).
-const SERVERS: [(&str, &str, &str); 3] = [
+const SERVERS: &[(&str, &str, &str)] = &[
     ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
     (
         "postgres",
@@ -27,6 +27,9 @@ const SERVERS: [(&str, &str, &str); 3] = [
         "DISTLOCK_MYSQL_URL",
         "mysql://root@127.0.0.1:3306/distlock_test",
     ),
+    // A short session TTL: a killed holder's lock is free within seconds.
+    #[cfg(feature = "etcd")]
+    ("etcd", "DISTLOCK_ETCD_URL", "etcd://127.0.0.1:2379?ttl=3"),
 ];
 
 fn skipped(name: &str, what: &str) -> bool {

@@ -1,7 +1,8 @@
 //! A contender's place in a lock's queue: its key. The first poll puts it (in one transaction
 //! with reading the oldest contender, as etcd's `concurrency.Mutex` does); later polls only read.
 //! A contender that is not the oldest watches the one key just older than its own for deletion,
-//! from the revision of its last read, so no release is missed and one release wakes one waiter.
+//! and polls once more when the watch exists, so no release is missed and one release wakes one
+//! waiter.
 
 use std::sync::Arc;
 
@@ -30,8 +31,8 @@ pub(super) struct EtcdWaiter {
     req: LockRequest,
     keys: LockKeys,
     place: Option<Place>,
-    /// The key whose deletion is worth a new poll, and the revision to watch from.
-    wait_for: Option<(Vec<u8>, i64)>,
+    /// The key whose deletion is worth a new poll.
+    wait_for: Option<Vec<u8>>,
     watching: Option<(Vec<u8>, WatchStream)>,
 }
 
@@ -83,7 +84,7 @@ impl EtcdWaiter {
                 Some(kv) if kv.value() == owner.as_bytes() => kv.create_revision(),
                 // Gone again already, or another owner's: wait for that key to go, then put ours.
                 other => {
-                    self.wait_for = other.map(|_| (key.into_bytes(), read_at + 1));
+                    self.wait_for = other.map(|_| key.into_bytes());
                     return Ok(None);
                 }
             }
@@ -141,11 +142,7 @@ impl EtcdWaiter {
             .get(self.keys.prefix(), Some(options))
             .await
             .map_err(from_etcd("finding the contender ahead in the lock's queue"))?;
-        let read_at = answer.header().map_or(0, |h| h.revision());
-        self.wait_for = answer
-            .kvs()
-            .first()
-            .map(|kv| (kv.key().to_vec(), read_at + 1));
+        self.wait_for = answer.kvs().first().map(|kv| kv.key().to_vec());
         Ok(())
     }
 }
@@ -208,7 +205,7 @@ impl Waiter for EtcdWaiter {
     }
 
     async fn changed(&mut self) -> Result<()> {
-        let Some((key, from)) = self.wait_for.clone() else {
+        let Some(key) = self.wait_for.clone() else {
             return Ok(());
         };
         if self
@@ -216,19 +213,28 @@ impl Waiter for EtcdWaiter {
             .as_ref()
             .is_none_or(|(watched, _)| *watched != key)
         {
-            // From the revision after the read that saw the key: a deletion in between is
-            // delivered, not missed.
-            let options = WatchOptions::new()
-                .with_start_revision(from)
-                .with_filters([WatchFilterType::NoPut]);
-            let stream = self
+            // Watched from now on, not from the revision of the last read: etcd serves a watch
+            // that starts in the past from a catch-up loop that runs every 100 ms, which would
+            // delay most hand-offs. A deletion between that read and the watch is caught by
+            // polling once more as soon as the watch exists.
+            self.watching = None;
+            let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            let mut stream = self
                 .inner
                 .client
                 .watch_client()
                 .watch(key.clone(), Some(options))
                 .await
                 .map_err(from_etcd("watching the contender ahead"))?;
-            self.watching = Some((key, stream));
+            // The "created" answer: from here on no deletion is missed.
+            let created = stream
+                .message()
+                .await
+                .map_err(from_etcd("watching the contender ahead"))?;
+            if created.is_some_and(|c| c.created() && !c.canceled()) {
+                self.watching = Some((key, stream));
+            }
+            return Ok(());
         }
         let (_, stream) = self.watching.as_mut().expect("watching");
         loop {
@@ -238,7 +244,7 @@ impl Waiter for EtcdWaiter {
                         && answer.compact_revision() == 0
                         && answer.events().is_empty() =>
                 {
-                    // The watch's "created" answer or a progress notice.
+                    // A progress notice.
                     continue;
                 }
                 // The deletion, or a watch that ended: either way, poll again.
