@@ -196,9 +196,11 @@ async fn revoked_session_fires_lost(ctx: Ctx) -> Outcome {
     .spawn()?;
     let key = line(&mut keys, Duration::from_secs(10), "the holder's key").await?;
     keys.wait().await?;
+    // `<name>/<lease id in hex>-<contender number>`.
     let lease = key
         .rsplit_once('/')
-        .map(|(_, hex)| hex.to_string())
+        .and_then(|(_, last)| last.split('-').next())
+        .map(str::to_string)
         .ok_or_else(|| Failure(format!("a key without a lease id: {key:?}")))?;
     let revoke = etcdctl(&ctx, &["lease", "revoke", &lease]).output().await?;
     check!(
@@ -226,7 +228,7 @@ async fn revoked_session_fires_lost(ctx: Ctx) -> Outcome {
     );
     // The holder's client goes on with a new session.
     let again = holder
-        .lock(&plain_name(&ctx, "after"))
+        .lock(plain_name(&ctx, "after"))
         .acquire_timeout(Duration::from_secs(5))
         .await?;
     again.release().await?;

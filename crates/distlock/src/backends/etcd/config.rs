@@ -27,7 +27,6 @@ pub(super) struct Tls {
     pub(super) key: Option<PathBuf>,
 }
 
-#[derive(Debug)]
 pub(super) struct Config {
     /// `http://host:port` or `https://host:port`, one per server.
     pub(super) endpoints: Vec<String>,
@@ -40,6 +39,16 @@ pub(super) struct Config {
     pub(super) ttl: Duration,
     /// The URL as errors and `Debug` show it.
     pub(super) redacted: String,
+}
+
+impl std::fmt::Debug for Config {
+    // By hand: the password must never show.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("url", &self.redacted)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 pub(super) fn parse(url: &str) -> Result<Config> {

@@ -1,7 +1,9 @@
 //! Where a lock lives in etcd: etcd's own mutex layout, so `etcdctl lock NAME` and distlock's
-//! lock `NAME` are one lock. Each contender puts the key `<prefix><name>/<lease id in hex>`
-//! (value: its owner token), attached to its session's lease; the key with the oldest create
-//! revision holds the lock, and that revision is the fencing token.
+//! lock `NAME` are one lock. Each contender puts a key under `<prefix><name>/` (value: its owner
+//! token), attached to its session's lease; the key with the oldest create revision holds the
+//! lock, and that revision is the fencing token. etcd names the key `<name>/<lease id in hex>`,
+//! one per session; distlock adds `-<n>`, one per contender, so two owners of one client queue
+//! in etcd in arrival order like everyone else instead of taking turns at one key.
 
 use crate::types::LockName;
 
@@ -23,9 +25,9 @@ impl LockKeys {
         &self.prefix
     }
 
-    /// The key of the contender with session lease `lease`.
-    pub(super) fn contender(&self, lease: i64) -> String {
-        format!("{}{lease:x}", self.prefix)
+    /// The key of contender number `n` of the client with session lease `lease`.
+    pub(super) fn contender(&self, lease: i64, n: u64) -> String {
+        format!("{}{lease:x}-{n:x}", self.prefix)
     }
 }
 
@@ -48,7 +50,7 @@ mod tests {
     fn etcd_mutex_layout_and_no_range_holds_another_lock() {
         let plain = LockKeys::new("", &LockName::new("orders:42").unwrap());
         assert_eq!(plain.prefix(), "orders:42/");
-        assert_eq!(plain.contender(0x694d9a1b2c), "orders:42/694d9a1b2c");
+        assert_eq!(plain.contender(0x694d9a1b2c, 10), "orders:42/694d9a1b2c-a");
         let nested = LockKeys::new("app/", &LockName::new("a/b").unwrap());
         assert_eq!(nested.prefix(), "app/a%2Fb/");
         let a = LockKeys::new("", &LockName::new("a").unwrap());

@@ -12,7 +12,9 @@ mod keys;
 mod session;
 mod waiter;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,13 +22,12 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
 };
 
-use self::keys::LockKeys;
-use self::session::Sessions;
+use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::FencingToken;
+use crate::types::{FencingToken, LockName, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
 
@@ -40,6 +41,68 @@ pub(crate) struct Inner {
     client: Client,
     sessions: Sessions,
     config: config::Config,
+    /// Numbers this client's contender keys.
+    contenders: AtomicU64,
+    holdings: Holdings,
+}
+
+/// A lock this client holds: its key, found again by the fencing token (its create revision).
+pub(crate) struct Holding {
+    name: LockName,
+    owner: OwnerToken,
+    key: String,
+    session: Arc<Session>,
+}
+
+/// This client's holdings by fencing token: release and confirmation name a holding by token,
+/// and the key of each contender is its own.
+#[derive(Default)]
+pub(crate) struct Holdings(Mutex<HashMap<i64, Holding>>);
+
+impl Holdings {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Holding>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn hold(&self, revision: i64, holding: Holding) {
+        self.lock().insert(revision, holding);
+    }
+
+    /// The key and session of `owner`'s holding `revision` of `name`.
+    fn find(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        revision: i64,
+    ) -> Option<(String, Arc<Session>)> {
+        let held = self.lock();
+        let h = held.get(&revision)?;
+        (h.name == *name && h.owner == *owner).then(|| (h.key.clone(), h.session.clone()))
+    }
+
+    /// Takes `owner`'s holding of `name` out: the one `revision` names, or any when `None`.
+    fn take(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        revision: Option<i64>,
+    ) -> Option<(i64, String)> {
+        let mut held = self.lock();
+        let revision = match revision {
+            Some(r) => r,
+            None => {
+                *held
+                    .iter()
+                    .find(|(_, h)| h.name == *name && h.owner == *owner)?
+                    .0
+            }
+        };
+        let h = held.get(&revision)?;
+        if h.name != *name || h.owner != *owner {
+            return None;
+        }
+        held.remove(&revision).map(|h| (revision, h.key))
+    }
 }
 
 /// Locks in an etcd cluster. Built by [`crate::connect`] from `etcd://…` or `etcds://…`.
@@ -129,6 +192,8 @@ impl EtcdBackend {
                 client,
                 sessions,
                 config,
+                contenders: AtomicU64::new(0),
+                holdings: Holdings::default(),
             }),
         })
     }
@@ -161,20 +226,28 @@ fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
 }
 
 impl Inner {
-    /// The key of `req`'s lock under the live session, without starting one: a holding of a
-    /// session that is over is gone (or going) with its lease.
-    async fn live_key(&self, req: &LockRequest) -> Option<String> {
-        let session = self.sessions.live().await?;
-        Some(LockKeys::new(&self.config.prefix, &req.name).contender(session.id))
+    /// A number no other contender of this client has.
+    pub(crate) fn next_contender(&self) -> u64 {
+        self.contenders.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Deletes `key` only if it is still the one created at `revision` (and holds `owner`'s
-    /// token, when given): never a newer contender's key under the same lease (etcd issue 22082).
+    /// token, when given): never a newer contender's key (etcd issue 22082).
     async fn delete_if_same(&self, key: &str, revision: i64, owner: Option<&str>) -> Result<bool> {
         let mut when = vec![Compare::create_revision(key, CompareOp::Equal, revision)];
         if let Some(owner) = owner {
             when.push(Compare::value(key, CompareOp::Equal, owner));
         }
+        self.delete_when(key, when).await
+    }
+
+    /// Deletes `key` if it holds `owner`'s token.
+    async fn delete_if_owner(&self, key: &str, owner: &str) -> Result<bool> {
+        self.delete_when(key, vec![Compare::value(key, CompareOp::Equal, owner)])
+            .await
+    }
+
+    async fn delete_when(&self, key: &str, when: Vec<Compare>) -> Result<bool> {
         let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
         let answer = self
             .client
@@ -207,9 +280,13 @@ impl Backend for EtcdBackend {
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         // A session holding has no lease of its own: this only confirms it.
-        let Some(key) = self.inner.live_key(req).await else {
+        let revision = token.get() as i64;
+        let Some((key, session)) = self.inner.holdings.find(&req.name, &req.owner, revision) else {
             return Ok(None);
         };
+        if session.is_over() {
+            return Ok(None);
+        }
         let answer = self
             .inner
             .client
@@ -218,41 +295,20 @@ impl Backend for EtcdBackend {
             .await
             .map_err(from_etcd("confirming a holding"))?;
         let held = answer.kvs().first().is_some_and(|kv| {
-            kv.create_revision() as u64 == token.get()
-                && kv.value() == req.owner.as_str().as_bytes()
+            kv.create_revision() == revision && kv.value() == req.owner.as_str().as_bytes()
         });
         Ok(held.then_some(Duration::ZERO))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let Some(key) = self.inner.live_key(req).await else {
+        let revision = token.map(|t| t.get() as i64);
+        let Some((revision, key)) = self.inner.holdings.take(&req.name, &req.owner, revision)
+        else {
             return Ok(false);
         };
-        let owner = Some(req.owner.as_str());
-        match token {
-            Some(token) => {
-                self.inner
-                    .delete_if_same(&key, token.get() as i64, owner)
-                    .await
-            }
-            None => {
-                let txn = Txn::new()
-                    .when([Compare::value(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        req.owner.as_str(),
-                    )])
-                    .and_then([TxnOp::delete(key.as_str(), None)]);
-                let answer = self
-                    .inner
-                    .client
-                    .kv_client()
-                    .txn(txn)
-                    .await
-                    .map_err(from_etcd("releasing the lock"))?;
-                Ok(answer.succeeded())
-            }
-        }
+        self.inner
+            .delete_if_same(&key, revision, Some(req.owner.as_str()))
+            .await
     }
 
     fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {

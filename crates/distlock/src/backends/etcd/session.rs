@@ -66,12 +66,6 @@ impl Sessions {
         }
     }
 
-    /// The live session, if there is one (none is started).
-    pub(super) async fn live(&self) -> Option<Arc<Session>> {
-        let current = self.current.lock().await;
-        current.as_ref().filter(|s| !s.is_over()).cloned()
-    }
-
     /// The live session, started if there is none.
     pub(super) async fn get(&self) -> Result<Arc<Session>> {
         let mut current = self.current.lock().await;

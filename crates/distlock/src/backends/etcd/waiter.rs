@@ -12,18 +12,22 @@ use etcd_client::{
     TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
 };
 
+use std::time::Duration;
+
 use super::session::Session;
-use super::{Inner, from_etcd};
+use super::{Holding, Inner, NAME, from_etcd};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter};
 use crate::backends::etcd::keys::LockKeys;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::types::FencingToken;
 
-/// This contender's key and the create revision etcd gave it (its fencing token once it holds).
+/// This contender's key, named before it is put (so a put whose answer was lost is found again
+/// and removed), and the create revision etcd gave it (its fencing token once it holds).
 struct Place {
     session: Arc<Session>,
     key: String,
-    revision: i64,
+    /// `None` until an answer showed the key in etcd.
+    revision: Option<i64>,
 }
 
 pub(super) struct EtcdWaiter {
@@ -49,14 +53,25 @@ impl EtcdWaiter {
         }
     }
 
-    /// Puts this contender's key unless its session has it already. `None`: another owner of
-    /// this client has the session's key for this lock (one key per lease, as in etcd's layout),
-    /// and this one waits for it to go.
-    async fn take_place(&mut self) -> Result<Option<(Vec<KeyValue>, i64)>> {
-        let session = self.inner.sessions.get().await?;
-        let key = self.keys.contender(session.id);
+    /// Puts this contender's key (or finds it, if an earlier put's answer was lost), in one
+    /// transaction with reading the oldest contender. Answers that read and its revision.
+    async fn take_place(&mut self) -> Result<(Vec<KeyValue>, i64)> {
+        let place = match self.place.take() {
+            Some(p) if !p.session.is_over() => p,
+            _ => {
+                let session = self.inner.sessions.get().await?;
+                let key = self.keys.contender(session.id, self.inner.next_contender());
+                Place {
+                    session,
+                    key,
+                    revision: None,
+                }
+            }
+        };
+        let (key, lease) = (place.key.clone(), place.session.id);
+        self.place = Some(place);
         let owner = self.req.owner.as_str();
-        let put = PutOptions::new().with_lease(session.id);
+        let put = PutOptions::new().with_lease(lease);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([
@@ -76,39 +91,40 @@ impl EtcdWaiter {
             .map_err(from_etcd("taking a place in the lock's queue"))?;
         let read_at = answer.header().map_or(0, |h| h.revision());
         let mut ops = answer.op_responses().into_iter();
+        let first = ops.next();
         let revision = if answer.succeeded() {
             read_at
         } else {
-            let existing = kvs(ops.next()).into_iter().next();
-            match existing {
+            // The key is this waiter's alone: it is there because an earlier put landed.
+            match kvs(first).into_iter().next() {
                 Some(kv) if kv.value() == owner.as_bytes() => kv.create_revision(),
-                // Gone again already, or another owner's: wait for that key to go, then put ours.
-                other => {
-                    self.wait_for = other.map(|_| key.into_bytes());
-                    return Ok(None);
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        format!("the contender key {key:?} holds another owner's token"),
+                    )
+                    .with_backend(NAME));
                 }
             }
         };
-        if answer.succeeded() {
-            ops.next();
+        if let Some(place) = self.place.as_mut() {
+            place.revision = Some(revision);
         }
-        let oldest = kvs(ops.next());
-        self.place = Some(Place {
-            session,
-            key,
-            revision,
-        });
-        Ok(Some((oldest, read_at)))
+        Ok((kvs(ops.next()), read_at))
     }
 
     /// Reads again whether this contender's key is still there and which one is oldest. `None`
     /// when the key is gone (its session's lease ended in etcd, or it was deleted by hand).
     async fn read_queue(&mut self) -> Result<Option<(Vec<KeyValue>, i64)>> {
-        let Some(place) = &self.place else {
+        let Some((key, revision)) = self
+            .place
+            .as_ref()
+            .and_then(|p| Some((p.key.clone(), p.revision?)))
+        else {
             return Ok(None);
         };
         let txn = Txn::new().and_then([
-            TxnOp::get(place.key.clone(), None),
+            TxnOp::get(key, None),
             TxnOp::get(self.keys.prefix(), Some(oldest())),
         ]);
         let answer = self
@@ -121,7 +137,7 @@ impl EtcdWaiter {
         let read_at = answer.header().map_or(0, |h| h.revision());
         let mut ops = answer.op_responses().into_iter();
         let mine = kvs(ops.next());
-        if !mine.iter().any(|kv| kv.create_revision() == place.revision) {
+        if !mine.iter().any(|kv| kv.create_revision() == revision) {
             self.place = None;
             return Ok(None);
         }
@@ -170,37 +186,49 @@ impl Waiter for EtcdWaiter {
             // The session ended while this contender waited: its key goes with the lease.
             self.place = None;
         }
-        let read = match self.place {
-            Some(_) => self.read_queue().await?,
-            None => self.take_place().await?,
+        let placed = self.place.as_ref().is_some_and(|p| p.revision.is_some());
+        let read = if placed {
+            self.read_queue().await?
+        } else {
+            Some(self.take_place().await?)
         };
-        let Some((oldest, _)) = read else {
-            // Waiting for another owner's key to go, or our key vanished: try again.
-            let retry_after = self.wait_for.is_none().then_some(std::time::Duration::ZERO);
-            return Ok(Attempt::Held { retry_after });
+        let (Some((oldest, _)), Some(place)) = (read, self.place.as_ref()) else {
+            // Our key vanished (deleted by hand, or the lease ended in etcd first): queue again.
+            self.place = None;
+            return Ok(Attempt::Held {
+                retry_after: Some(Duration::ZERO),
+            });
         };
-        let place = self.place.as_ref().expect("a place after a read");
+        let revision = place.revision.expect("placed");
         let holder = oldest.first().map(KeyValue::create_revision);
-        if holder.is_none_or(|rev| rev == place.revision) {
+        if holder.is_none_or(|rev| rev == revision) {
             // Our key was in that read, so our lease was alive at its revision; our own clock
             // must agree that it still is (etcd issue 11456: a lock granted on an expired lease).
             if place.session.is_over() {
                 self.place = None;
                 return Ok(Attempt::Held {
-                    retry_after: Some(std::time::Duration::ZERO),
+                    retry_after: Some(Duration::ZERO),
                 });
             }
-            return Ok(Attempt::Acquired {
-                token: FencingToken(place.revision as u64),
-                hold: Hold::Session {
-                    ended: place.session.ended(),
+            let ended = place.session.ended();
+            let place = self.place.take().expect("placed");
+            self.inner.holdings.hold(
+                revision,
+                Holding {
+                    name: self.req.name.clone(),
+                    owner: self.req.owner.clone(),
+                    key: place.key,
+                    session: place.session,
                 },
+            );
+            return Ok(Attempt::Acquired {
+                token: FencingToken(revision as u64),
+                hold: Hold::Session { ended },
             });
         }
-        let revision = place.revision;
         self.find_predecessor(revision).await?;
         // No one ahead any more (it left between the reads): ask again at once.
-        let retry_after = self.wait_for.is_none().then_some(std::time::Duration::ZERO);
+        let retry_after = self.wait_for.is_none().then_some(Duration::ZERO);
         Ok(Attempt::Held { retry_after })
     }
 
@@ -262,9 +290,18 @@ impl Waiter for EtcdWaiter {
         let Some(place) = self.place.take() else {
             return Ok(());
         };
-        self.inner
-            .delete_if_same(&place.key, place.revision, None)
-            .await?;
+        let owner = self.req.owner.as_str();
+        match place.revision {
+            Some(revision) => {
+                self.inner
+                    .delete_if_same(&place.key, revision, Some(owner))
+                    .await?;
+            }
+            // A put whose answer never came may have landed: remove the key if it is ours.
+            None => {
+                self.inner.delete_if_owner(&place.key, owner).await?;
+            }
+        }
         Ok(())
     }
 }
