@@ -1,39 +1,133 @@
-//! Where a lock lives in etcd: etcd's own mutex layout, so `etcdctl lock NAME` and distlock's
-//! lock `NAME` are one lock. Each contender puts a key under `<prefix><name>/` (value: its owner
+//! Where a lock lives in etcd, and who holds it: every flavour is a queue of contender keys in
+//! one key range, ordered by create revision, with a rule for "do I hold it?" over that order.
+//!
+//! The exclusive lock is etcd's own mutex layout, so `etcdctl lock NAME` and distlock's lock
+//! `NAME` are one lock: each contender puts a key under `<prefix><name>/` (value: its owner
 //! token), attached to its session's lease; the key with the oldest create revision holds the
 //! lock, and that revision is the fencing token. etcd names the key `<name>/<lease id in hex>`,
-//! one per session; distlock adds `-<n>`, one per contender, so two owners of one client queue
-//! in etcd in arrival order like everyone else instead of taking turns at one key.
+//! one per session; distlock adds `-<n>`, one per contender, so two owners of one client queue in
+//! etcd in arrival order like everyone else instead of taking turns at one key.
+//!
+//! The other flavours live beside it, under `<name>%<flavour>/` (a `%` never follows an escaped
+//! name, so no range holds another's keys): the fair lock is the same queue under its own name;
+//! the read-write lock puts readers under `%rw/r/` and writers under `%rw/w/` (a reader holds
+//! when no writer is older, a writer when nothing is older); a semaphore of N permits holds for
+//! the N oldest keys.
 
-use crate::types::LockName;
+use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
-/// The key range of one lock: `<url prefix><escaped name>/`.
+use crate::types::{LockKind, LockName};
+
+/// Who holds, over the keys of a range in create order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rule {
+    /// The oldest key holds; a waiter waits for the key just older than its own.
+    Exclusive,
+    /// Holds when no writer key is older; waits for the newest older writer.
+    Shared,
+    /// The `n` oldest keys hold; a waiter waits for any older key to go.
+    Permits(u32),
+}
+
+/// The keys of one lock of one flavour.
 #[derive(Clone, Debug)]
 pub(super) struct LockKeys {
-    prefix: String,
+    /// Every contender of this lock (and flavour) has its key under this.
+    range: String,
+    /// Where this contender's key goes: `range`, or its reader / writer part.
+    own: String,
+    /// Where the keys that can keep this contender waiting are.
+    blockers: String,
+    rule: Rule,
 }
 
 impl LockKeys {
-    pub(super) fn new(url_prefix: &str, name: &LockName) -> Self {
+    pub(super) fn new(url_prefix: &str, name: &LockName, kind: LockKind) -> Self {
+        let name = format!("{url_prefix}{}", escape(name.as_str()));
+        let (range, own, blockers, rule) = match kind {
+            LockKind::Fair => {
+                let range = format!("{name}%fair/");
+                (range.clone(), range.clone(), range, Rule::Exclusive)
+            }
+            LockKind::Read => {
+                let range = format!("{name}%rw/");
+                let (own, blockers) = (format!("{range}r/"), format!("{range}w/"));
+                (range, own, blockers, Rule::Shared)
+            }
+            LockKind::Write => {
+                let range = format!("{name}%rw/");
+                (range.clone(), format!("{range}w/"), range, Rule::Exclusive)
+            }
+            LockKind::Permit { permits } => {
+                let range = format!("{name}%sem/");
+                (range.clone(), range.clone(), range, Rule::Permits(permits))
+            }
+            // The exclusive lock, and any flavour to come, on etcd's own layout.
+            _ => {
+                let range = format!("{name}/");
+                (range.clone(), range.clone(), range, Rule::Exclusive)
+            }
+        };
         LockKeys {
-            prefix: format!("{url_prefix}{}/", escape(name.as_str())),
+            range,
+            own,
+            blockers,
+            rule,
         }
     }
 
-    /// Every contender's key starts with this.
-    pub(super) fn prefix(&self) -> &str {
-        &self.prefix
+    /// The whole range of this lock's contenders.
+    pub(super) fn range(&self) -> &str {
+        &self.range
     }
 
     /// The key of contender number `n` of the client with session lease `lease`.
     pub(super) fn contender(&self, lease: i64, n: u64) -> String {
-        format!("{}{lease:x}-{n:x}", self.prefix)
+        format!("{}{lease:x}-{n:x}", self.own)
+    }
+
+    /// The read that tells whether a contender holds: the oldest keys that could keep it waiting.
+    pub(super) fn holder_read(&self) -> (String, GetOptions) {
+        let limit = match self.rule {
+            Rule::Permits(n) => i64::from(n.max(1)),
+            _ => 1,
+        };
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(limit);
+        (self.blockers.clone(), options)
+    }
+
+    /// Whether the contender whose key was created at `mine` holds, given [`holder_read`]'s
+    /// answer from a read in which its key exists.
+    pub(super) fn holds(&self, read: &[KeyValue], mine: i64) -> bool {
+        match self.rule {
+            Rule::Exclusive => read.first().is_none_or(|kv| kv.create_revision() == mine),
+            Rule::Shared => read.first().is_none_or(|kv| kv.create_revision() > mine),
+            Rule::Permits(_) => read.iter().any(|kv| kv.create_revision() == mine),
+        }
+    }
+
+    /// The key to wait for, for a contender created at `mine` that does not hold: the newest
+    /// blocker older than it. `None` for a semaphore, whose waiters watch the whole range.
+    pub(super) fn ahead_read(&self, mine: i64) -> Option<(String, GetOptions)> {
+        if let Rule::Permits(_) = self.rule {
+            return None;
+        }
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(mine - 1)
+            .with_limit(1);
+        Some((self.blockers.clone(), options))
     }
 }
 
 /// A name as one key segment: `/` would let one lock's range hold another's keys (`a/` holds
-/// `a/b/…`), so it becomes `%2F`, and `%` becomes `%25` so escaping stays one-to-one. Every other
-/// name (letters, digits, `-_.:`, any Unicode) is the key as written, as `etcdctl lock` uses it.
+/// `a/b/…`), so it becomes `%2F`, and `%` becomes `%25` so escaping stays one-to-one (and a `%`
+/// after a name always starts a flavour). Every other name (letters, digits, `-_.:`, any
+/// Unicode) is the key as written, as `etcdctl lock` uses it.
 fn escape(name: &str) -> std::borrow::Cow<'_, str> {
     if name.contains(['/', '%']) {
         name.replace('%', "%25").replace('/', "%2F").into()
@@ -46,18 +140,35 @@ fn escape(name: &str) -> std::borrow::Cow<'_, str> {
 mod tests {
     use super::*;
 
+    fn keys(prefix: &str, name: &str, kind: LockKind) -> LockKeys {
+        LockKeys::new(prefix, &LockName::new(name).unwrap(), kind)
+    }
+
     #[test]
     fn etcd_mutex_layout_and_no_range_holds_another_lock() {
-        let plain = LockKeys::new("", &LockName::new("orders:42").unwrap());
-        assert_eq!(plain.prefix(), "orders:42/");
+        let plain = keys("", "orders:42", LockKind::Mutex);
+        assert_eq!(plain.range(), "orders:42/");
         assert_eq!(plain.contender(0x694d9a1b2c, 10), "orders:42/694d9a1b2c-a");
-        let nested = LockKeys::new("app/", &LockName::new("a/b").unwrap());
-        assert_eq!(nested.prefix(), "app/a%2Fb/");
-        let a = LockKeys::new("", &LockName::new("a").unwrap());
-        assert!(!nested.prefix().starts_with(a.prefix()));
-        assert_eq!(
-            LockKeys::new("", &LockName::new("a%2Fb").unwrap()).prefix(),
-            "a%252Fb/"
-        );
+        let nested = keys("app/", "a/b", LockKind::Mutex);
+        assert_eq!(nested.range(), "app/a%2Fb/");
+        let a = keys("", "a", LockKind::Mutex);
+        assert!(!nested.range().starts_with(a.range()));
+        assert_eq!(keys("", "a%2Fb", LockKind::Mutex).range(), "a%252Fb/");
+        // Flavours: beside the mutex, never inside its range or another name's.
+        let read = keys("", "a", LockKind::Read);
+        assert_eq!(read.contender(1, 2), "a%rw/r/1-2");
+        assert_eq!(keys("", "a", LockKind::Write).contender(1, 2), "a%rw/w/1-2");
+        for kind in [
+            LockKind::Fair,
+            LockKind::Read,
+            LockKind::Permit { permits: 2 },
+        ] {
+            let k = keys("", "a", kind);
+            assert!(!k.range().starts_with(a.range()), "{kind:?}");
+            assert!(
+                !k.range()
+                    .starts_with(keys("", "a%", LockKind::Mutex).range())
+            );
+        }
     }
 }

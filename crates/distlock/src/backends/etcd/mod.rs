@@ -22,12 +22,13 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
 };
 
+use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockName, OwnerToken};
+use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
 
@@ -267,6 +268,37 @@ impl Backend for EtcdBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::sessions().notifying().queueing()
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        matches!(
+            kind,
+            LockKind::Mutex
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Permit { .. }
+        )
+    }
+
+    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Err(Error::new(ErrorKind::InvalidInput, "not a semaphore").with_backend(NAME));
+        };
+        let keys = LockKeys::new(&self.inner.config.prefix, &req.name, req.kind);
+        let options = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .get(keys.range(), Some(options))
+            .await
+            .map_err(from_etcd("counting a semaphore's holders"))?;
+        // Waiters have keys too: permits are free only when no key is beyond them.
+        let taken = u32::try_from(answer.count()).unwrap_or(u32::MAX);
+        Ok(permits.saturating_sub(taken))
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {

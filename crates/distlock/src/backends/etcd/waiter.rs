@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+    Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, WatchFilterType,
+    WatchOptions, WatchStream,
 };
 
 use std::time::Duration;
@@ -35,14 +35,14 @@ pub(super) struct EtcdWaiter {
     req: LockRequest,
     keys: LockKeys,
     place: Option<Place>,
-    /// The key whose deletion is worth a new poll.
-    wait_for: Option<Vec<u8>>,
-    watching: Option<(Vec<u8>, WatchStream)>,
+    /// Whose deletion is worth a new poll.
+    wait_for: Option<Watched>,
+    watching: Option<(Watched, WatchStream)>,
 }
 
 impl EtcdWaiter {
     pub(super) fn new(inner: Arc<Inner>, req: LockRequest) -> Self {
-        let keys = LockKeys::new(&inner.config.prefix, &req.name);
+        let keys = LockKeys::new(&inner.config.prefix, &req.name, req.kind);
         EtcdWaiter {
             inner,
             req,
@@ -72,15 +72,16 @@ impl EtcdWaiter {
         self.place = Some(place);
         let owner = self.req.owner.as_str();
         let put = PutOptions::new().with_lease(lease);
+        let (blockers, options) = self.keys.holder_read();
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(key.clone(), owner, Some(put)),
-                TxnOp::get(self.keys.prefix(), Some(oldest())),
+                TxnOp::get(blockers.clone(), Some(options.clone())),
             ])
             .or_else([
                 TxnOp::get(key.clone(), None),
-                TxnOp::get(self.keys.prefix(), Some(oldest())),
+                TxnOp::get(blockers, Some(options)),
             ]);
         let answer = self
             .inner
@@ -123,10 +124,8 @@ impl EtcdWaiter {
         else {
             return Ok(None);
         };
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, None),
-            TxnOp::get(self.keys.prefix(), Some(oldest())),
-        ]);
+        let (blockers, options) = self.keys.holder_read();
+        let txn = Txn::new().and_then([TxnOp::get(key, None), TxnOp::get(blockers, Some(options))]);
         let answer = self
             .inner
             .client
@@ -144,31 +143,33 @@ impl EtcdWaiter {
         Ok(Some((kvs(ops.next()), read_at)))
     }
 
-    /// Finds the contender just older than this one, to watch.
-    async fn find_predecessor(&mut self, revision: i64) -> Result<()> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(revision - 1)
-            .with_limit(1);
+    /// Finds what to watch: the blocker just older than this contender, or for a semaphore
+    /// the whole range (any older holder's release may be the one that lets it in).
+    async fn find_ahead(&mut self, revision: i64) -> Result<()> {
+        let Some((blockers, options)) = self.keys.ahead_read(revision) else {
+            self.wait_for = Some(Watched::Range(self.keys.range().as_bytes().to_vec()));
+            return Ok(());
+        };
         let answer = self
             .inner
             .client
             .kv_client()
-            .get(self.keys.prefix(), Some(options))
+            .get(blockers, Some(options))
             .await
             .map_err(from_etcd("finding the contender ahead in the lock's queue"))?;
-        self.wait_for = answer.kvs().first().map(|kv| kv.key().to_vec());
+        self.wait_for = answer
+            .kvs()
+            .first()
+            .map(|kv| Watched::Key(kv.key().to_vec()));
         Ok(())
     }
 }
 
-/// The oldest contender of a lock's range.
-fn oldest() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
+/// What a waiter watches for deletions.
+#[derive(Clone, PartialEq, Eq)]
+enum Watched {
+    Key(Vec<u8>),
+    Range(Vec<u8>),
 }
 
 fn kvs(op: Option<TxnOpResponse>) -> Vec<KeyValue> {
@@ -200,8 +201,7 @@ impl Waiter for EtcdWaiter {
             });
         };
         let revision = place.revision.expect("placed");
-        let holder = oldest.first().map(KeyValue::create_revision);
-        if holder.is_none_or(|rev| rev == revision) {
+        if self.keys.holds(&oldest, revision) {
             // Our key was in that read, so our lease was alive at its revision; our own clock
             // must agree that it still is (etcd issue 11456: a lock granted on an expired lease).
             if place.session.is_over() {
@@ -226,32 +226,39 @@ impl Waiter for EtcdWaiter {
                 hold: Hold::Session { ended },
             });
         }
-        self.find_predecessor(revision).await?;
+        self.find_ahead(revision).await?;
         // No one ahead any more (it left between the reads): ask again at once.
         let retry_after = self.wait_for.is_none().then_some(Duration::ZERO);
         Ok(Attempt::Held { retry_after })
     }
 
     async fn changed(&mut self) -> Result<()> {
-        let Some(key) = self.wait_for.clone() else {
+        let Some(watched) = self.wait_for.clone() else {
             return Ok(());
         };
         if self
             .watching
             .as_ref()
-            .is_none_or(|(watched, _)| *watched != key)
+            .is_none_or(|(current, _)| *current != watched)
         {
             // Watched from now on, not from the revision of the last read: etcd serves a watch
             // that starts in the past from a catch-up loop that runs every 100 ms, which would
             // delay most hand-offs. A deletion between that read and the watch is caught by
             // polling once more as soon as the watch exists.
             self.watching = None;
-            let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            let key = match &watched {
+                Watched::Key(key) => key.clone(),
+                Watched::Range(prefix) => {
+                    options = options.with_prefix();
+                    prefix.clone()
+                }
+            };
             let mut stream = self
                 .inner
                 .client
                 .watch_client()
-                .watch(key.clone(), Some(options))
+                .watch(key, Some(options))
                 .await
                 .map_err(from_etcd("watching the contender ahead"))?;
             // The "created" answer: from here on no deletion is missed.
@@ -260,7 +267,7 @@ impl Waiter for EtcdWaiter {
                 .await
                 .map_err(from_etcd("watching the contender ahead"))?;
             if created.is_some_and(|c| c.created() && !c.canceled()) {
-                self.watching = Some((key, stream));
+                self.watching = Some((watched, stream));
             }
             return Ok(());
         }
