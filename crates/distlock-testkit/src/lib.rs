@@ -23,6 +23,7 @@
 //! (the server ends given client connections). A backend without a hook has the cases that need
 //! it marked not applicable, and the run says so.
 
+pub mod cases;
 pub mod child;
 pub mod fenced;
 pub mod history;

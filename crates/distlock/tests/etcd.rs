@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock::{ErrorKind, OwnerToken};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -59,6 +60,23 @@ fn main() -> std::process::ExitCode {
         .case(
             "etcd::revoked_session_fires_lost",
             revoked_session_fires_lost,
+        )
+        .case(
+            "etcd::readers_share_writers_exclude",
+            cases::readers_share_writers_exclude,
+        )
+        .case(
+            "etcd::waiting_writer_holds_back_new_readers",
+            cases::writer_preference,
+        )
+        .case(
+            "etcd::read_to_write_upgrade_is_refused",
+            cases::upgrade_is_refused,
+        )
+        .case("etcd::writer_cannot_also_read", writer_cannot_also_read)
+        .case(
+            "etcd::semaphore_counts_permits",
+            cases::semaphore_counts_permits,
         )
         .run()
 }
@@ -264,5 +282,21 @@ async fn revoked_session_fires_lost(ctx: Ctx) -> Outcome {
         .await?;
     again.release().await?;
     next.release().await?;
+    Ok(())
+}
+
+/// On etcd a reader queues behind every older writer, so the write holder's owner cannot also
+/// take the read side: refused with a typed error, not a wait for itself.
+async fn writer_cannot_also_read(ctx: Ctx) -> Outcome {
+    let rw = ctx.client.rw_lock(ctx.unique_name("rw"));
+    let owner = OwnerToken::random();
+    let writer = rw.write().owner(owner.clone()).acquire().await?;
+    let read = rw.read().owner(owner).try_acquire().await;
+    check!(
+        matches!(&read, Err(e) if e.kind() == ErrorKind::InvalidInput),
+        "the writer's own read answered {:?}",
+        read.map(|g| g.map(|g| g.fencing_token()))
+    );
+    check!(writer.release().await?, "the writer lost its lock");
     Ok(())
 }

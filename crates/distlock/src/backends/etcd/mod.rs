@@ -50,6 +50,7 @@ pub(crate) struct Inner {
 /// A lock this client holds: its key, found again by the fencing token (its create revision).
 pub(crate) struct Holding {
     name: LockName,
+    kind: LockKind,
     owner: OwnerToken,
     key: String,
     session: Arc<Session>,
@@ -67,6 +68,13 @@ impl Holdings {
 
     pub(crate) fn hold(&self, revision: i64, holding: Holding) {
         self.lock().insert(revision, holding);
+    }
+
+    /// Whether `owner` holds `name` as `kind` in this client.
+    pub(crate) fn holds_as(&self, name: &LockName, owner: &OwnerToken, kind: LockKind) -> bool {
+        self.lock()
+            .values()
+            .any(|h| h.name == *name && h.owner == *owner && h.kind == kind)
     }
 
     /// The key and session of `owner`'s holding `revision` of `name`.
