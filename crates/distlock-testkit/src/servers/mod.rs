@@ -6,10 +6,12 @@
 //! that makes it shut down cleanly (clients cut off, data kept), killed if the test drops it.
 //! Starting fails with a message naming the server and scripts/services.sh, which installs it.
 
+mod etcd;
 mod mariadb;
 mod postgres;
 mod redis;
 
+pub use etcd::{EtcdCluster, start_etcd_cluster};
 pub use mariadb::start_mariadb;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};

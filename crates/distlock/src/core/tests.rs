@@ -323,6 +323,24 @@ async fn a_cancelled_acquisition_leaves_nothing_held() {
     assert_eq!(backend.releases.load(Ordering::SeqCst), 4);
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_a_slow_attempt_and_the_attempt_is_undone() {
+    let (engine, backend) = engine();
+    backend.take_delay_ms.store(1_000, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let deadline = Deadline::after(Duration::from_millis(200));
+    let outcome = wait::acquire(&engine, fresh("slow", LEASE), true, deadline)
+        .await
+        .unwrap();
+    assert!(outcome.is_none(), "a wait of 200 ms answers timeout");
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
+    engine.flush().await;
+    assert!(
+        !backend.is_held("slow"),
+        "the take that landed after the deadline is released"
+    );
+}
+
 #[tokio::test]
 async fn unsupported_flavours_are_typed_errors() {
     let (engine, _) = engine();

@@ -108,7 +108,19 @@ pub(crate) async fn acquire(
         tokio::pin!(local_release);
         local_release.as_mut().enable();
 
-        let retry_after = match waiting.attempt().await? {
+        let attempt = waiting.attempt();
+        let taken = match deadline {
+            // The deadline bounds a slow attempt too (a store riding out an election or a dead
+            // server); the attempt is then finished, and undone, in the background (`Drop`).
+            Deadline::At(at) if at > Instant::now() => {
+                match tokio::time::timeout_at(at, attempt).await {
+                    Ok(taken) => taken?,
+                    Err(_) => return Ok(None),
+                }
+            }
+            _ => attempt.await?,
+        };
+        let retry_after = match taken {
             Taken::Got(lease) => return Ok(Some(lease)),
             Taken::Held(retry_after) => retry_after,
         };

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, TlsOptions, Txn, TxnOp,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity,
+    TlsOptions, Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
 
 use self::keys::LockKeys;
@@ -45,6 +46,7 @@ pub(crate) struct Inner {
     /// Numbers this client's contender keys.
     contenders: AtomicU64,
     holdings: Holdings,
+    retry_for: Duration,
 }
 
 /// A lock this client holds: its key, found again by the fencing token (its create revision).
@@ -95,7 +97,7 @@ impl Holdings {
         name: &LockName,
         owner: &OwnerToken,
         revision: Option<i64>,
-    ) -> Option<(i64, String)> {
+    ) -> Option<(i64, String, Arc<Session>)> {
         let mut held = self.lock();
         let revision = match revision {
             Some(r) => r,
@@ -110,7 +112,7 @@ impl Holdings {
         if h.name != *name || h.owner != *owner {
             return None;
         }
-        held.remove(&revision).map(|h| (revision, h.key))
+        held.remove(&revision).map(|h| (revision, h.key, h.session))
     }
 }
 
@@ -142,6 +144,9 @@ pub(crate) fn from_etcd(what: &str) -> impl FnOnce(etcd_client::Error) -> Error 
                     ErrorKind::Connection
                 }
                 tonic_code::Unauthenticated | tonic_code::PermissionDenied => ErrorKind::Connection,
+                // A connection reset mid-request, and etcd's own "try again" answers during an
+                // election, come as Unknown with these words.
+                tonic_code::Unknown if passing(status.message()) => ErrorKind::Connection,
                 _ => ErrorKind::Backend,
             },
             _ => ErrorKind::Backend,
@@ -154,6 +159,31 @@ pub(crate) fn from_etcd(what: &str) -> impl FnOnce(etcd_client::Error) -> Error 
 
 /// gRPC's status codes.
 use tonic::Code as tonic_code;
+
+/// Whether an Unknown status is a fault of the moment (the connection, an election) that a
+/// retry may not see: a reset transport, or etcd's "leader changed", "no leader", "request timed
+/// out", "too many requests".
+fn passing(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "transport error",
+        "leader changed",
+        "no leader",
+        "timed out",
+        "timeout",
+        "too many requests",
+        "not capable",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
+/// How long a request that failed with a connection fault is tried again, unless
+/// [`Options::retry_for`] says otherwise: long enough to ride out an election.
+const RETRY_FOR: Duration = Duration::from_secs(5);
+/// How long a release or leave that could not delete its key keeps trying in the background
+/// between tries (until it succeeds or the session is over).
+const CLEANUP_EVERY: Duration = Duration::from_millis(500);
 
 impl EtcdBackend {
     /// Connects to the cluster `url` names. See the module docs for the URL.
@@ -203,6 +233,7 @@ impl EtcdBackend {
                 config,
                 contenders: AtomicU64::new(0),
                 holdings: Holdings::default(),
+                retry_for: options.retry_for.unwrap_or(RETRY_FOR),
             }),
         })
     }
@@ -258,13 +289,105 @@ impl Inner {
 
     async fn delete_when(&self, key: &str, when: Vec<Compare>) -> Result<bool> {
         let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
-        let answer = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(from_etcd("deleting a contender's key"))?;
+        let answer = self.txn("deleting a contender's key", txn).await?;
         Ok(answer.succeeded())
+    }
+
+    /// Deletes a contender's key (the one created at `revision`, or whatever it is when `None`,
+    /// if it holds `owner`'s token). If that fails, keeps trying in the background until it
+    /// succeeds or the session is over (its lease then takes the key): a key left behind on a
+    /// live session would block the lock for everyone.
+    async fn delete_surely(
+        self: &Arc<Self>,
+        key: String,
+        revision: Option<i64>,
+        owner: OwnerToken,
+        session: Arc<Session>,
+    ) -> Result<bool> {
+        let once = move |inner: Arc<Inner>, key: String, owner: OwnerToken| async move {
+            match revision {
+                Some(r) => inner.delete_if_same(&key, r, Some(owner.as_str())).await,
+                None => inner.delete_if_owner(&key, owner.as_str()).await,
+            }
+        };
+        let first = once(self.clone(), key.clone(), owner.clone()).await;
+        if first.is_err() {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                while !session.is_over() {
+                    tokio::time::sleep(CLEANUP_EVERY).await;
+                    match once(inner.clone(), key.clone(), owner.clone()).await {
+                        Ok(_) => return,
+                        Err(e) => {
+                            tracing::debug!(key, error = %e, "deleting a contender's key failed; trying again")
+                        }
+                    }
+                }
+            });
+        }
+        first
+    }
+
+    /// Runs one request, again while it fails with a connection fault, for up to `retry_for`:
+    /// etcd-client keeps sending a share of requests to a member that is down, and an election
+    /// fails requests for a moment. Every request sent this way is safe to repeat (reads,
+    /// conditional writes, and puts of a key named before the first try).
+    async fn retrying<T, F, Fut>(&self, what: &'static str, mut request: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let until = tokio::time::Instant::now() + self.retry_for;
+        let mut nap = Duration::from_millis(10);
+        loop {
+            match request(self.client.clone()).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => {
+                    let error = from_etcd(what)(e);
+                    if error.kind() != ErrorKind::Connection
+                        || tokio::time::Instant::now() + nap >= until
+                    {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(nap).await;
+                    nap = (nap * 2).min(Duration::from_millis(320));
+                }
+            }
+        }
+    }
+
+    async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
+        self.retrying(what, |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        })
+        .await
+    }
+
+    async fn get(
+        &self,
+        what: &'static str,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse> {
+        self.retrying(what, |client| {
+            let (key, options) = (key.to_string(), options.clone());
+            async move { client.kv_client().get(key, options).await }
+        })
+        .await
+    }
+
+    async fn watch(
+        &self,
+        what: &'static str,
+        key: &[u8],
+        options: WatchOptions,
+    ) -> Result<WatchStream> {
+        self.retrying(what, |client| {
+            let (key, options) = (key.to_vec(), options.clone());
+            async move { client.watch_client().watch(key, Some(options)).await }
+        })
+        .await
     }
 }
 
@@ -299,11 +422,12 @@ impl Backend for EtcdBackend {
             .with_count_only();
         let answer = self
             .inner
-            .client
-            .kv_client()
-            .get(keys.range(), Some(options))
-            .await
-            .map_err(from_etcd("counting a semaphore's holders"))?;
+            .get(
+                "counting a semaphore's holders",
+                keys.range(),
+                Some(options),
+            )
+            .await?;
         // Waiters have keys too: permits are free only when no key is beyond them.
         let taken = u32::try_from(answer.count()).unwrap_or(u32::MAX);
         Ok(permits.saturating_sub(taken))
@@ -327,13 +451,7 @@ impl Backend for EtcdBackend {
         if session.is_over() {
             return Ok(None);
         }
-        let answer = self
-            .inner
-            .client
-            .kv_client()
-            .get(key, None)
-            .await
-            .map_err(from_etcd("confirming a holding"))?;
+        let answer = self.inner.get("confirming a holding", &key, None).await?;
         let held = answer.kvs().first().is_some_and(|kv| {
             kv.create_revision() == revision && kv.value() == req.owner.as_str().as_bytes()
         });
@@ -342,12 +460,13 @@ impl Backend for EtcdBackend {
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         let revision = token.map(|t| t.get() as i64);
-        let Some((revision, key)) = self.inner.holdings.take(&req.name, &req.owner, revision)
+        let Some((revision, key, session)) =
+            self.inner.holdings.take(&req.name, &req.owner, revision)
         else {
             return Ok(false);
         };
         self.inner
-            .delete_if_same(&key, revision, Some(req.owner.as_str()))
+            .delete_surely(key, Some(revision), req.owner.clone(), session)
             .await
     }
 

@@ -66,6 +66,15 @@ impl Sessions {
         }
     }
 
+    /// Stops using `session` (etcd says its lease is gone): the next take starts a new one.
+    /// Its holdings are told by the keep-alive, which finds the lease gone too.
+    pub(super) async fn discard(&self, session: &Arc<Session>) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
+            *current = None;
+        }
+    }
+
     /// The live session, started if there is none.
     pub(super) async fn get(&self) -> Result<Arc<Session>> {
         let mut current = self.current.lock().await;

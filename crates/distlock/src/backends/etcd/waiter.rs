@@ -85,11 +85,8 @@ impl EtcdWaiter {
             ]);
         let answer = self
             .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(from_etcd("taking a place in the lock's queue"))?;
+            .txn("taking a place in the lock's queue", txn)
+            .await?;
         let read_at = answer.header().map_or(0, |h| h.revision());
         let mut ops = answer.op_responses().into_iter();
         let first = ops.next();
@@ -126,13 +123,7 @@ impl EtcdWaiter {
         };
         let (blockers, options) = self.keys.holder_read();
         let txn = Txn::new().and_then([TxnOp::get(key, None), TxnOp::get(blockers, Some(options))]);
-        let answer = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(from_etcd("reading the lock's queue"))?;
+        let answer = self.inner.txn("reading the lock's queue", txn).await?;
         let read_at = answer.header().map_or(0, |h| h.revision());
         let mut ops = answer.op_responses().into_iter();
         let mine = kvs(ops.next());
@@ -150,13 +141,8 @@ impl EtcdWaiter {
             self.wait_for = Some(Watched::Range(self.keys.range().as_bytes().to_vec()));
             return Ok(());
         };
-        let answer = self
-            .inner
-            .client
-            .kv_client()
-            .get(blockers, Some(options))
-            .await
-            .map_err(from_etcd("finding the contender ahead in the lock's queue"))?;
+        let what = "finding the contender ahead in the lock's queue";
+        let answer = self.inner.get(what, &blockers, Some(options)).await?;
         self.wait_for = answer
             .kvs()
             .first()
@@ -226,7 +212,18 @@ impl Waiter for EtcdWaiter {
         let read = if placed {
             self.read_queue().await?
         } else {
-            Some(self.take_place().await?)
+            match self.take_place().await {
+                Ok(read) => Some(read),
+                // etcd ended the lease before our clock said so (an election that outlasted
+                // the keep-alives, a revoke): that session is over; queue on a new one.
+                Err(e) if crate::error::chain(&e).contains("lease not found") => {
+                    if let Some(place) = self.place.take() {
+                        self.inner.sessions.discard(&place.session).await;
+                    }
+                    Some(self.take_place().await?)
+                }
+                Err(e) => return Err(e),
+            }
         };
         let (Some((oldest, _)), Some(place)) = (read, self.place.as_ref()) else {
             // Our key vanished (deleted by hand, or the lease ended in etcd first): queue again.
@@ -290,13 +287,8 @@ impl Waiter for EtcdWaiter {
                     prefix.clone()
                 }
             };
-            let mut stream = self
-                .inner
-                .client
-                .watch_client()
-                .watch(key, Some(options))
-                .await
-                .map_err(from_etcd("watching the contender ahead"))?;
+            let what = "watching the contender ahead";
+            let mut stream = self.inner.watch(what, &key, options).await?;
             // The "created" answer: from here on no deletion is missed.
             let created = stream
                 .message()
@@ -333,18 +325,12 @@ impl Waiter for EtcdWaiter {
         let Some(place) = self.place.take() else {
             return Ok(());
         };
-        let owner = self.req.owner.as_str();
-        match place.revision {
-            Some(revision) => {
-                self.inner
-                    .delete_if_same(&place.key, revision, Some(owner))
-                    .await?;
-            }
-            // A put whose answer never came may have landed: remove the key if it is ours.
-            None => {
-                self.inner.delete_if_owner(&place.key, owner).await?;
-            }
-        }
+        // Without a revision, a put whose answer never came may have landed: the key goes if it
+        // holds our token.
+        let owner = self.req.owner.clone();
+        self.inner
+            .delete_surely(place.key, place.revision, owner, place.session)
+            .await?;
         Ok(())
     }
 }
