@@ -8,6 +8,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
+use distlock_testkit::servers::start_etcd;
+use distlock_testkit::suite::PRIVATE_SESSION_TTL;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -49,6 +51,8 @@ fn main() -> std::process::ExitCode {
         .flavours(flavours())
         // The session TTL of the URL above: a stopped or killed holder's lease ends by then.
         .session_expiry(Duration::from_secs(3))
+        // etcd keeps keys and leases across a restart (and gives leases a fresh TTL then).
+        .private_store(|| start_etcd(PRIVATE_SESSION_TTL.as_secs()))
         .case(
             "etcd::etcdctl_lock_and_distlock_exclude_each_other",
             etcdctl_lock_and_distlock_exclude_each_other,

@@ -148,6 +148,19 @@ impl EtcdCluster {
         Ok(())
     }
 
+    /// Shuts member `i` down cleanly (SIGTERM) and waits until it has exited.
+    pub fn shut_down(&mut self, i: usize) -> Result<(), Failure> {
+        if self.members[i].paused {
+            self.cont(i)?;
+        }
+        if let Some(mut child) = self.members[i].child.take() {
+            // SAFETY: kill() only sends a signal to our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            child.wait()?;
+        }
+        Ok(())
+    }
+
     /// Pauses member `i` (SIGSTOP): its connections stay open but nothing is answered, as a
     /// member that stalls or is cut off.
     pub fn stop(&mut self, i: usize) -> Result<(), Failure> {
@@ -318,5 +331,39 @@ impl Drop for EtcdCluster {
         for i in 0..self.members.len() {
             let _ = self.kill(i);
         }
+    }
+}
+
+/// A one-member etcd of the test's own, as the suite's restart cases want it
+/// ([`crate::Suite::private_store`]): clients get session TTL `ttl_secs`; etcd keeps its data
+/// (keys and leases) across a restart.
+pub struct PrivateEtcd {
+    cluster: EtcdCluster,
+    ttl_secs: u64,
+}
+
+/// Starts a [`PrivateEtcd`].
+pub fn start_etcd(ttl_secs: u64) -> Result<PrivateEtcd, Failure> {
+    Ok(PrivateEtcd {
+        cluster: start_etcd_cluster(1)?,
+        ttl_secs,
+    })
+}
+
+impl super::PrivateStore for PrivateEtcd {
+    fn url(&self) -> String {
+        self.cluster.url(self.ttl_secs)
+    }
+
+    fn keeps_data(&self) -> bool {
+        true
+    }
+
+    fn stop(&mut self) -> Result<(), Failure> {
+        self.cluster.shut_down(0)
+    }
+
+    fn start_again(&mut self) -> Result<(), Failure> {
+        self.cluster.start_again(0)
     }
 }

@@ -117,6 +117,12 @@ impl Ctx {
         }
     }
 
+    /// Whether the store's sessions outlive a broken connection, ending only after a TTL
+    /// ([`Suite::session_expiry`]).
+    pub fn session_outlives_connection(&self) -> bool {
+        self.faults.session_expiry.is_some()
+    }
+
     /// A lock name no other case or run uses.
     pub fn unique_name(&self, what: &str) -> String {
         let token = OwnerToken::random();
@@ -180,6 +186,11 @@ pub struct Suite {
     not_applicable: Vec<(&'static str, &'static str)>,
     faults: Faults,
 }
+
+/// The session TTL a store whose sessions have one (etcd) gives the clients of its private store
+/// ([`Suite::private_store`]): longer than a restart, so the restart cases can tell "kept across
+/// a restart" from "ended while the store was down".
+pub const PRIVATE_SESSION_TTL: Duration = Duration::from_secs(8);
 
 /// What a case needs beyond a store: read from the store's [`distlock::Capabilities`], or from
 /// the hooks the backend's test file gave.
@@ -411,7 +422,7 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
         (
             "store_down_past_lease_fires_lost",
             Once,
-            &[Need::Leases, Need::PrivateStore],
+            &[Need::Expires, Need::PrivateStore],
             case(restart::down_past_lease_fires_lost),
         ),
         (

@@ -2,9 +2,10 @@
 //! ([`crate::Suite::private_store`]), so stopping it disturbs no one.
 //!
 //! What a holder should see depends on whether its holding outlives the server process: a lease
-//! in a store that keeps its data (a table row, an append-only file) does, so the holder keeps
-//! it if the store is back before the lease ends; a session (the connection is the holding) or a
-//! store that comes back empty (Redis without persistence) does not, so the holder is told. In
+//! in a store that keeps its data (a table row, an append-only file) does, and so does a session
+//! with a TTL of its own (an etcd lease), so the holder keeps it if the store is back before the
+//! lease or TTL ends; a session that is its connection, or a store that comes back empty (Redis
+//! without persistence), does not, so the holder is told. In
 //! every backend's docs.md fencing tokens keep increasing across a restart: sequences and
 //! counter rows are on disk, and Redis starts a lost counter at its clock in µs.
 
@@ -17,8 +18,9 @@ use crate::suite::waiting::Waiting;
 use crate::{Outcome, check};
 
 /// Longer than a stop and start of a private store on a loaded machine (about 1 to 3 s); the
-/// watchdog renews every third of it.
-const SURVIVING_LEASE: Duration = Duration::from_secs(8);
+/// watchdog renews every third of it. A store whose sessions have a TTL gives its private
+/// store's clients this TTL ([`crate::suite::PRIVATE_SESSION_TTL`]).
+const SURVIVING_LEASE: Duration = crate::suite::PRIVATE_SESSION_TTL;
 /// Short, so that being down past it costs the case little.
 const SHORT_LEASE: Duration = Duration::from_secs(2);
 
@@ -48,7 +50,11 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let stopped = Instant::now();
     tokio::task::block_in_place(|| store.restart())?;
     let down_for = stopped.elapsed();
-    let keeps_holding = holder_client.backend().capabilities().renews() && store.keeps_data();
+    // A lease, or a session that outlives its connection by a TTL (etcd's lease), survives a
+    // restart of a store that keeps its data; a connection's session does not.
+    let outlives_connection =
+        holder_client.backend().capabilities().renews() || ctx.session_outlives_connection();
+    let keeps_holding = outlives_connection && store.keeps_data();
     let after = "after the restart";
     let next = if keeps_holding {
         check!(
@@ -111,8 +117,8 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-/// A holder whose store stays down past its lease gets `lost()` (and `is_lost()`) while the
-/// store is still down; once the store is back, another client takes the lock with a larger
+/// A holder whose store stays down past its lease (or its session's TTL) gets `lost()` (and
+/// `is_lost()`) while the store is still down; once the store is back, another client takes the lock with a larger
 /// token.
 pub(super) async fn down_past_lease_fires_lost(ctx: Ctx) -> Outcome {
     let mut store = ctx.private_store()?;
@@ -125,12 +131,18 @@ pub(super) async fn down_past_lease_fires_lost(ctx: Ctx) -> Outcome {
         .await?;
     let first = held.fencing_token();
     tokio::task::block_in_place(|| store.stop())?;
-    let lost = tokio::time::timeout(SHORT_LEASE + Duration::from_secs(2), held.lost()).await;
+    // A session with a TTL ends when the TTL has passed without a keep-alive.
+    let ends_within = if ctx.session_outlives_connection() {
+        SURVIVING_LEASE
+    } else {
+        SHORT_LEASE
+    };
+    let lost = tokio::time::timeout(ends_within + Duration::from_secs(2), held.lost()).await;
     // Start again whatever happened, so the checks below can clean up.
     tokio::task::block_in_place(|| store.start_again())?;
     check!(
         lost.is_ok(),
-        "lost() did not fire while the store was down past the lease {SHORT_LEASE:?}"
+        "lost() did not fire while the store was down past the lease {ends_within:?}"
     );
     check!(held.is_lost(), "lost() fired but is_lost() is false");
     let other = distlock::connect(&url).await?;
