@@ -180,55 +180,8 @@ impl Drop for TlsRedis {
     }
 }
 
-fn run_ok(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?} could not run: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
-    let p = |f: &str| dir.join(f);
-    run_ok(
-        Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            ])
-            .arg("-keyout")
-            .arg(p("ca.key"))
-            .arg("-out")
-            .arg(p("ca.crt"))
-            .args(["-subj", "/CN=distlock-test-ca"]),
-    );
-    run_ok(
-        Command::new("openssl")
-            .args(["req", "-newkey", "rsa:2048", "-nodes"])
-            .arg("-keyout")
-            .arg(p("server.key"))
-            .arg("-out")
-            .arg(p("server.csr"))
-            .args(["-subj", "/CN=localhost"]),
-    );
-    std::fs::write(p("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-    run_ok(
-        Command::new("openssl")
-            .args(["x509", "-req", "-days", "2"])
-            .arg("-in")
-            .arg(p("server.csr"))
-            .arg("-CA")
-            .arg(p("ca.crt"))
-            .arg("-CAkey")
-            .arg(p("ca.key"))
-            .arg("-CAcreateserial")
-            .arg("-out")
-            .arg(p("server.crt"))
-            .arg("-extfile")
-            .arg(p("ext.cnf")),
-    );
+    let certs = distlock_testkit::certs::make(dir).unwrap_or_else(|e| panic!("{e:?}"));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -247,11 +200,11 @@ fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
         ])
         .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
         .arg("--tls-cert-file")
-        .arg(p("server.crt"))
+        .arg(&certs.server_cert)
         .arg("--tls-key-file")
-        .arg(p("server.key"))
+        .arg(&certs.server_key)
         .arg("--tls-ca-cert-file")
-        .arg(p("ca.crt"))
+        .arg(&certs.ca)
         .args(["--requirepass", password])
         .arg("--dir")
         .arg(dir)
@@ -261,7 +214,7 @@ fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
     let server = TlsRedis {
         child,
         port,
-        ca: p("ca.crt"),
+        ca: certs.ca,
     };
     for _ in 0..500 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -24,6 +24,7 @@
 //! it marked not applicable, and the run says so.
 
 pub mod cases;
+pub mod certs;
 pub mod child;
 pub mod fenced;
 pub mod history;

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
-use distlock_testkit::servers::start_etcd;
+use distlock_testkit::servers::{start_etcd, start_etcd_cluster, start_etcd_tls};
 use distlock_testkit::suite::PRIVATE_SESSION_TTL;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -81,6 +81,11 @@ fn main() -> std::process::ExitCode {
         .case(
             "etcd::semaphore_counts_permits",
             cases::semaphore_counts_permits,
+        )
+        .case("etcd::user_and_password", user_and_password)
+        .case(
+            "etcd::tls_with_a_client_certificate",
+            tls_with_a_client_certificate,
         )
         .run()
 }
@@ -302,5 +307,104 @@ async fn writer_cannot_also_read(ctx: Ctx) -> Outcome {
         read.map(|g| g.map(|g| g.fencing_token()))
     );
     check!(writer.release().await?, "the writer lost its lock");
+    Ok(())
+}
+
+/// Connects to `url`, again for up to 15 s while it fails with a connection error (a private
+/// etcd electing itself).
+async fn connect_soon(url: &str) -> Result<distlock::Client, distlock::Error> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match distlock::connect(url).await {
+            Err(e) if e.kind() == ErrorKind::Connection && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// etcd with authentication on (a private one): the right user and password take and release
+/// a lock; a wrong password is refused at connect without showing it; no credentials, no lock.
+async fn user_and_password(_ctx: Ctx) -> Outcome {
+    let cluster = tokio::task::block_in_place(|| start_etcd_cluster(1))?;
+    tokio::task::block_in_place(|| {
+        cluster.etcdctl(&["user", "add", "root:r00t-Pw"])?;
+        cluster.etcdctl(&["auth", "enable"])
+    })?;
+    let plain = cluster.member_url(0, 3);
+    let with = |userinfo: &str| plain.replacen("etcd://", &format!("etcd://{userinfo}@"), 1);
+    let client = connect_soon(&with("root:r00t-Pw")).await?;
+    let guard = client
+        .lock("authenticated")
+        .acquire_timeout(Duration::from_secs(10))
+        .await?;
+    check!(
+        guard.release().await?,
+        "the authenticated holder lost its lock"
+    );
+    let wrong = distlock::connect(&with("root:hunter2")).await;
+    match wrong {
+        Ok(_) => return Err(Failure("a wrong password was accepted".into())),
+        Err(e) => {
+            let shown = format!("{e} {}", distlock::error::chain(&e));
+            check!(!shown.contains("hunter2"), "the password shows: {shown}");
+            check!(
+                shown.contains("etcd"),
+                "the error does not name etcd: {shown}"
+            );
+        }
+    }
+    let anonymous = match distlock::connect(&plain).await {
+        Ok(client) => client
+            .lock("authenticated")
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .map(|g| g.fencing_token()),
+        Err(e) => Err(e),
+    };
+    check!(
+        anonymous.is_err(),
+        "a client without credentials took a lock: {anonymous:?}"
+    );
+    Ok(())
+}
+
+/// `etcds://` against an etcd that serves TLS only and wants client certificates: with the CA
+/// and a client certificate a lock works; without the certificate, or without the CA (the
+/// server's certificate is then unknown), nothing does.
+async fn tls_with_a_client_certificate(_ctx: Ctx) -> Outcome {
+    let dir = tempfile::tempdir()?;
+    let certs = distlock_testkit::certs::make(dir.path())?;
+    let server = tokio::task::block_in_place(|| start_etcd_tls(&certs))?;
+    let base = format!("etcds://localhost:{}", server.port);
+    let full = format!(
+        "{base}?cacert={}&cert={}&key={}",
+        certs.ca.display(),
+        certs.client_cert.display(),
+        certs.client_key.display()
+    );
+    let client = connect_soon(&full).await?;
+    let guard = client
+        .lock("over-tls")
+        .acquire_timeout(Duration::from_secs(10))
+        .await?;
+    check!(guard.fencing_token().get() > 0, "no fencing token over TLS");
+    check!(guard.release().await?, "the TLS holder lost its lock");
+    let no_cert = format!("{base}?cacert={}", certs.ca.display());
+    for (what, url) in [
+        ("without a client certificate", no_cert),
+        ("without the CA", base),
+    ] {
+        let attempt = match distlock::connect(&url).await {
+            Ok(client) => client
+                .lock("over-tls")
+                .acquire_timeout(Duration::from_secs(3))
+                .await
+                .map(|g| g.fencing_token()),
+            Err(e) => Err(e),
+        };
+        check!(attempt.is_err(), "a client {what} took a lock: {attempt:?}");
+    }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, log_tail};
+use super::{accepts, free_port, log_tail};
 use crate::Failure;
 
 /// How long a new cluster, or a member started again, may take to answer as healthy.
@@ -366,4 +366,66 @@ impl super::PrivateStore for PrivateEtcd {
     fn start_again(&mut self) -> Result<(), Failure> {
         self.cluster.start_again(0)
     }
+}
+
+/// A one-member etcd that serves clients over TLS only and wants a client certificate signed by
+/// the test CA (`--client-cert-auth`). Killed on drop.
+pub struct TlsEtcd {
+    child: Child,
+    /// The client port (TLS).
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a [`TlsEtcd`] with `certs` and waits until its port accepts connections (it may still
+/// be electing itself for a moment: connect with retries).
+pub fn start_etcd_tls(certs: &crate::certs::TestCerts) -> Result<TlsEtcd, Failure> {
+    let dir = tempfile::tempdir()?;
+    let (port, peer) = (free_port()?, free_port()?);
+    let client = format!("https://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let log = std::fs::File::create(dir.path().join("etcd.log"))?;
+    let child = Command::new("etcd")
+        .arg("--name=tls")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=tls={peer_url}"))
+        .arg("--cert-file")
+        .arg(&certs.server_cert)
+        .arg("--key-file")
+        .arg(&certs.server_key)
+        .arg("--trusted-ca-file")
+        .arg(&certs.ca)
+        .arg("--client-cert-auth")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Failure(format!("etcd could not start ({e}); {INSTALL}")))?;
+    let server = TlsEtcd {
+        child,
+        port,
+        _dir: dir,
+    };
+    let started = Instant::now();
+    while !accepts(port) {
+        if started.elapsed() > Duration::from_secs(15) {
+            return Err(Failure(format!(
+                "the TLS etcd on port {port} did not accept connections within 15 s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(server)
 }

@@ -11,7 +11,7 @@ mod mariadb;
 mod postgres;
 mod redis;
 
-pub use etcd::{EtcdCluster, PrivateEtcd, start_etcd, start_etcd_cluster};
+pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster, start_etcd_tls};
 pub use mariadb::start_mariadb;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
