@@ -194,6 +194,22 @@ pub enum LockKind {
     },
 }
 
+impl LockKind {
+    /// Whether this is one of the five flavours distlock has (lock, fair lock, read, write,
+    /// permit): what a store that implements every flavour answers in
+    /// [`Backend::supports`](crate::backend::Backend::supports).
+    pub fn is_any_flavour(self) -> bool {
+        matches!(
+            self,
+            LockKind::Mutex
+                | LockKind::Fair
+                | LockKind::Read
+                | LockKind::Write
+                | LockKind::Permit { .. }
+        )
+    }
+}
+
 impl fmt::Display for LockKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

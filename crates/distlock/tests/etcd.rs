@@ -14,41 +14,11 @@ use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-fn flavours() -> Vec<Flavour> {
-    vec![
-        Flavour::mutex(),
-        Flavour {
-            name: "fair",
-            make: |c, n| c.fair_lock(n),
-            self_exclusive: true,
-            contender: |c, n| c.fair_lock(n),
-        },
-        Flavour {
-            name: "write",
-            make: |c, n| c.rw_lock(n).write(),
-            self_exclusive: true,
-            contender: |c, n| c.rw_lock(n).write(),
-        },
-        Flavour {
-            name: "read",
-            make: |c, n| c.rw_lock(n).read(),
-            self_exclusive: false,
-            contender: |c, n| c.rw_lock(n).write(),
-        },
-        Flavour {
-            name: "semaphore1",
-            make: |c, n| c.semaphore(n, 1),
-            self_exclusive: true,
-            contender: |c, n| c.semaphore(n, 1),
-        },
-    ]
-}
-
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_ETCD_URL")
         .unwrap_or_else(|_| "etcd://127.0.0.1:2379?ttl=3".to_string());
     Suite::new("etcd", "etcd", url)
-        .flavours(flavours())
+        .flavours(Flavour::every())
         // The session TTL of the URL above: a stopped or killed holder's lease ends by then.
         .session_expiry(Duration::from_secs(3))
         // etcd keeps keys and leases across a restart (and gives leases a fresh TTL then).

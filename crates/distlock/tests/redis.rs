@@ -12,41 +12,11 @@ use distlock_testkit::servers::{Persistence, start_redis, start_redis_with_args}
 use distlock_testkit::sockets::tcp_connections;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
-fn flavours() -> Vec<Flavour> {
-    vec![
-        Flavour::mutex(),
-        Flavour {
-            name: "fair",
-            make: |c, n| c.fair_lock(n),
-            self_exclusive: true,
-            contender: |c, n| c.fair_lock(n),
-        },
-        Flavour {
-            name: "write",
-            make: |c, n| c.rw_lock(n).write(),
-            self_exclusive: true,
-            contender: |c, n| c.rw_lock(n).write(),
-        },
-        Flavour {
-            name: "read",
-            make: |c, n| c.rw_lock(n).read(),
-            self_exclusive: false,
-            contender: |c, n| c.rw_lock(n).write(),
-        },
-        Flavour {
-            name: "semaphore1",
-            make: |c, n| c.semaphore(n, 1),
-            self_exclusive: true,
-            contender: |c, n| c.semaphore(n, 1),
-        },
-    ]
-}
-
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
     Suite::new("redis", "Redis", url)
-        .flavours(flavours())
+        .flavours(Flavour::every())
         // As scripts/services.sh runs Redis, and docs.md's promises assume: a restart loses
         // every key, so a holder across it is told and tokens rely on the counter's clock start.
         .private_store(|| start_redis(Persistence::None))

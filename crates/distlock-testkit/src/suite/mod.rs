@@ -74,6 +74,39 @@ impl Flavour {
             contender: |c, n| c.lock(n),
         }
     }
+
+    /// Every flavour distlock has, for a store that supports them all: the lock, the fair lock,
+    /// each side of the read-write lock (readers compete with the write side) and a one-permit
+    /// semaphore.
+    pub fn every() -> Vec<Self> {
+        vec![
+            Flavour::mutex(),
+            Flavour {
+                name: "fair",
+                make: |c, n| c.fair_lock(n),
+                self_exclusive: true,
+                contender: |c, n| c.fair_lock(n),
+            },
+            Flavour {
+                name: "write",
+                make: |c, n| c.rw_lock(n).write(),
+                self_exclusive: true,
+                contender: |c, n| c.rw_lock(n).write(),
+            },
+            Flavour {
+                name: "read",
+                make: |c, n| c.rw_lock(n).read(),
+                self_exclusive: false,
+                contender: |c, n| c.rw_lock(n).write(),
+            },
+            Flavour {
+                name: "semaphore1",
+                make: |c, n| c.semaphore(n, 1),
+                self_exclusive: true,
+                contender: |c, n| c.semaphore(n, 1),
+            },
+        ]
+    }
 }
 
 /// What a case gets.

@@ -402,14 +402,7 @@ impl Backend for EtcdBackend {
     }
 
     fn supports(&self, kind: LockKind) -> bool {
-        matches!(
-            kind,
-            LockKind::Mutex
-                | LockKind::Fair
-                | LockKind::Read
-                | LockKind::Write
-                | LockKind::Permit { .. }
-        )
+        kind.is_any_flavour()
     }
 
     async fn available_permits(&self, req: &LockRequest) -> Result<u32> {

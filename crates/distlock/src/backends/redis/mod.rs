@@ -117,14 +117,7 @@ impl Backend for RedisBackend {
     }
 
     fn supports(&self, kind: LockKind) -> bool {
-        matches!(
-            kind,
-            LockKind::Mutex
-                | LockKind::Fair
-                | LockKind::Read
-                | LockKind::Write
-                | LockKind::Permit { .. }
-        )
+        kind.is_any_flavour()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
