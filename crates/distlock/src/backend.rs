@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::Stream;
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
@@ -72,6 +74,12 @@ pub enum Hold {
     Session {
         /// Resolves when the session that holds the lock has ended.
         ended: Signal,
+        /// For a session that ends by time (an etcd lease, a ZooKeeper session timeout): the
+        /// instant until which the store has confirmed it, counted from the send time of the
+        /// last confirmation, as the store's keep-alive moves it on. The holding is then lost by
+        /// the clock the moment it passes, as a lease is (a process resuming from a pause knows
+        /// before any round trip). `None` for a session that is its connection.
+        valid_until: Option<watch::Receiver<Instant>>,
     },
 }
 

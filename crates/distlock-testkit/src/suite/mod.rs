@@ -369,7 +369,7 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
         (
             "resumed_holder_knows_at_once",
             Each,
-            LEASES,
+            &[Need::Expires],
             case(pause::resumed_holder_knows_at_once),
         ),
         (

@@ -99,7 +99,7 @@ pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
         "a renewed holder reports itself lost: {before}"
     );
     holder.signal(libc::SIGSTOP)?;
-    tokio::time::sleep(lease * 3).await;
+    tokio::time::sleep(ctx.freed_after_crash_within(lease) + lease * 2).await;
     let next = ctx
         .contender(&name)
         .acquire_timeout(Duration::from_secs(10))

@@ -121,6 +121,7 @@ impl<P: SessionPool> Sessions<P> {
                         token: h.token,
                         hold: Hold::Session {
                             ended: h.lost_signal(),
+                            valid_until: None,
                         },
                     });
                 } else {
@@ -177,6 +178,7 @@ impl<P: SessionPool> Sessions<P> {
             token,
             hold: Hold::Session {
                 ended: session_lost,
+                valid_until: None,
             },
         })
     }

@@ -59,6 +59,8 @@ pub(crate) struct HeldLease {
     renewal: Mutex<Option<QueueKey>>,
     /// The task that reports a session hold's end.
     session_watch: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Whether the holding is a session's (its end by the clock is the session's TTL).
+    is_session: bool,
     /// Serialises this owner's takes and releases of the lock (see [`Slot`]).
     pub(crate) slot: Arc<Slot>,
 }
@@ -75,19 +77,25 @@ impl HeldLease {
         hold: Hold,
         slot: Arc<Slot>,
     ) -> Arc<Self> {
-        let (valid_until, session_ended, first_renewal) = match hold {
+        let (valid_until, session, first_renewal) = match hold {
             Hold::Lease { valid_for } => (Some(sent + valid_for), None, Some(sent + valid_for / 3)),
-            Hold::Session { ended } => (None, Some(ended), None),
+            Hold::Session { ended, valid_until } => (
+                valid_until.as_ref().map(|until| *until.borrow()),
+                Some((ended, valid_until)),
+                None,
+            ),
         };
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
             ..LeaseState::default()
         }));
-        let session_watch = session_ended.map(|ended| {
+        let is_session = session.is_some();
+        let session_watch = session.map(|(ended, until)| {
             tokio::spawn(watch_session(
                 backend.name(),
                 req.clone(),
                 ended,
+                until,
                 state.clone(),
             ))
             .abort_handle()
@@ -103,6 +111,7 @@ impl HeldLease {
             renewals: renewals.cloned(),
             renewal: Mutex::new(None),
             session_watch: Mutex::new(session_watch),
+            is_session,
             slot,
         });
         if let (Some(renewals), Some(at)) = (renewals, first_renewal) {
@@ -187,6 +196,16 @@ impl HeldLease {
         let name = self.req.name.clone();
         let lease = self.req.lease.duration();
         let renewed = self.renewed;
+        let is_session = self.is_session;
+        let ended = move |renewal_error: Option<&str>| {
+            if is_session {
+                "its session was not kept alive past its TTL by this process's clock (was the \
+                 process paused, or the store out of reach?)"
+                    .to_string()
+            } else {
+                lease_ended(lease, renewed, renewal_error)
+            }
+        };
         async move {
             let why = loop {
                 let (lost, until, renewal_error) = {
@@ -199,7 +218,7 @@ impl HeldLease {
                 // Past the end already (a process resuming from a pause): ready at once, not at
                 // the timer's next tick.
                 if until.is_some_and(|at| Instant::now() >= at) {
-                    break lease_ended(lease, renewed, renewal_error.as_deref());
+                    break ended(renewal_error.as_deref());
                 }
                 let ends = async {
                     match until {
@@ -214,7 +233,7 @@ impl HeldLease {
                     () = ends => {
                         let s = rx.borrow();
                         if s.is_lost(Instant::now()) {
-                            break lease_ended(lease, renewed, s.renewal_error.as_deref());
+                            break ended(s.renewal_error.as_deref());
                         }
                     }
                 }
@@ -254,6 +273,11 @@ fn lease_ended(lease: Duration, renewed: bool, renewal_error: Option<&str>) -> S
 }
 
 fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, valid_for: Duration) -> bool {
+    confirm_until(state, sent + valid_for)
+}
+
+/// The store confirmed the holding until `until`; see [`HeldLease::confirm`].
+fn confirm_until(state: &watch::Sender<LeaseState>, confirmed: Instant) -> bool {
     let mut taken = false;
     state.send_if_modified(|s| {
         // Judged at the moment of the update: if a guard could already have seen the lease as
@@ -262,7 +286,7 @@ fn confirm(state: &watch::Sender<LeaseState>, sent: Instant, valid_for: Duration
             return false;
         }
         if let Some(until) = s.valid_until.as_mut() {
-            *until = (*until).max(sent + valid_for);
+            *until = (*until).max(confirmed);
         }
         taken = true;
         true
@@ -286,14 +310,30 @@ fn mark_lost(state: &watch::Sender<LeaseState>, why: &str) {
     });
 }
 
-/// Reports the end of a session hold's session.
+/// Reports the end of a session hold's session, and for a session that ends by time moves the
+/// holding's end on with each keep-alive the store confirmed.
 async fn watch_session(
     backend: &'static str,
     req: LockRequest,
     ended: Signal,
+    valid_until: Option<watch::Receiver<Instant>>,
     state: Arc<watch::Sender<LeaseState>>,
 ) {
-    ended.await;
+    let follow = async {
+        if let Some(mut until) = valid_until {
+            while until.changed().await.is_ok() {
+                let confirmed = *until.borrow_and_update();
+                if !confirm_until(&state, confirmed) {
+                    break;
+                }
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = ended => {}
+        () = follow => {}
+    }
     let why = format!("the {backend} session holding the lock ended");
     tracing::warn!(lock = %req.name, backend, "{why}");
     mark_lost(&state, &why);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
+use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest};
 use crate::core::Engine;
 use crate::core::lease::HeldLease;
 use crate::core::wait::{self, Deadline};
@@ -29,6 +29,8 @@ struct FakeBackend {
     extend_fails: AtomicBool,
     extend_hangs: AtomicBool,
     forget_owner: AtomicBool,
+    /// When set, grants are sessions that end by time, confirmed until what this says.
+    session_until: Mutex<Option<tokio::sync::watch::Receiver<tokio::time::Instant>>>,
 }
 
 #[async_trait]
@@ -61,6 +63,15 @@ impl Backend for FakeBackend {
                     req.name.to_string(),
                     (req.owner.as_str().to_string(), token),
                 );
+                if let Some(until) = self.session_until.lock().unwrap().clone() {
+                    return Ok(Attempt::Acquired {
+                        token: FencingToken(token),
+                        hold: Hold::Session {
+                            ended: Box::pin(std::future::pending()),
+                            valid_until: Some(until),
+                        },
+                    });
+                }
                 Ok(Attempt::leased(FencingToken(token), req))
             }
         }
@@ -339,6 +350,32 @@ async fn the_deadline_bounds_a_slow_attempt_and_the_attempt_is_undone() {
         !backend.is_held("slow"),
         "the take that landed after the deadline is released"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_that_ends_by_time_is_lost_by_the_clock_and_stays_lost() {
+    let (engine, backend) = engine();
+    let start = tokio::time::Instant::now();
+    let (confirm, until) = tokio::sync::watch::channel(start + Duration::from_secs(3));
+    *backend.session_until.lock().unwrap() = Some(until);
+    let held = take(&engine, fresh("session", LEASE)).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(!held.is_lost(), "confirmed for 3 s, 2 s in");
+    // A keep-alive confirms it until 5 s.
+    confirm.send_replace(start + Duration::from_secs(5));
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(!held.is_lost(), "confirmed until 5 s, 4 s in");
+    // No keep-alive lands (a pause): lost by the clock alone, before any task has run.
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    assert!(held.is_lost(), "past the confirmed end");
+    // A confirmation that comes after the end does not bring it back.
+    confirm.send_replace(start + Duration::from_secs(60));
+    tokio::task::yield_now().await;
+    assert!(held.is_lost(), "a loss once seen stays");
+    let lost = held.lost().await;
+    assert_eq!(lost.kind(), ErrorKind::LeaseLost);
+    assert!(lost.to_string().contains("session"), "{lost}");
 }
 
 #[tokio::test]

@@ -21,16 +21,25 @@ const RETRY: Duration = Duration::from_millis(200);
 
 /// One lease and its keep-alive task.
 pub(super) struct Session {
-    /// The lease id: keys are `<lock prefix><id in hex>`, as etcd's own mutex names them.
+    /// The lease id: keys are `<lock prefix><id in hex>-<n>`.
     pub(super) id: i64,
     over: watch::Receiver<bool>,
+    /// Until when etcd has confirmed the lease: the send time of the last answered keep-alive
+    /// plus the TTL.
+    valid_until: watch::Receiver<Instant>,
     keep_alive: tokio::task::AbortHandle,
 }
 
 impl Session {
-    /// Whether the session can no longer be assumed alive.
+    /// Whether the session can no longer be assumed alive: said so, or past its confirmed end
+    /// by the clock (before the keep-alive task has even run, after a pause).
     pub(super) fn is_over(&self) -> bool {
-        *self.over.borrow()
+        *self.over.borrow() || Instant::now() >= *self.valid_until.borrow()
+    }
+
+    /// Until when the session is confirmed, as keep-alives move it on.
+    pub(super) fn valid_until(&self) -> watch::Receiver<Instant> {
+        self.valid_until.clone()
     }
 
     /// Resolves when the session is over.
@@ -103,16 +112,18 @@ impl Sessions {
         }
         let ttl = Duration::from_secs(granted.ttl() as u64);
         let (over_tx, over) = watch::channel(false);
+        let (until_tx, valid_until) = watch::channel(sent + ttl);
         let task = tokio::spawn(keep_alive(
             self.client.clone(),
             granted.id(),
             ttl,
-            sent + ttl,
+            until_tx,
             over_tx,
         ));
         Ok(Session {
             id: granted.id(),
             over,
+            valid_until,
             keep_alive: task.abort_handle(),
         })
     }
@@ -158,9 +169,10 @@ async fn keep_alive(
     client: Client,
     id: i64,
     ttl: Duration,
-    mut valid_until: Instant,
+    confirmed: watch::Sender<Instant>,
     over: watch::Sender<bool>,
 ) {
+    let mut valid_until = *confirmed.borrow();
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut next = valid_until - ttl + ttl / 3;
     loop {
@@ -172,6 +184,7 @@ async fn keep_alive(
         match tokio::time::timeout(valid_until - sent, renew(&client, id, &mut stream)).await {
             Ok(Ok(true)) => {
                 valid_until = sent + ttl;
+                confirmed.send_replace(valid_until);
                 next = sent + ttl / 3;
             }
             Ok(Ok(false)) => break,

@@ -242,7 +242,7 @@ impl Waiter for EtcdWaiter {
                     retry_after: Some(Duration::ZERO),
                 });
             }
-            let ended = place.session.ended();
+            let (ended, valid_until) = (place.session.ended(), place.session.valid_until());
             let place = self.place.take().expect("placed");
             self.inner.holdings.hold(
                 revision,
@@ -256,7 +256,10 @@ impl Waiter for EtcdWaiter {
             );
             return Ok(Attempt::Acquired {
                 token: FencingToken(revision as u64),
-                hold: Hold::Session { ended },
+                hold: Hold::Session {
+                    ended,
+                    valid_until: Some(valid_until),
+                },
             });
         }
         self.find_ahead(revision).await?;
