@@ -12,6 +12,10 @@
 --   across a crash (PostgreSQL logs values ahead of use), so tokens strictly increase per name.
 -- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
 --   caller's transaction); never deleted, rows are tiny.
+-- Clients creating the objects at once would race in the catalog ("duplicate key value violates
+-- unique constraint pg_type_typname_nsp_index", IF NOT EXISTS notwithstanding): one at a time,
+-- under a transaction-scoped advisory lock (this string runs as one implicit transaction).
+SELECT pg_advisory_xact_lock(7235441220220052331); -- 'distlock' as a 64-bit key
 CREATE TABLE IF NOT EXISTS distlock_locks (
     name       text COLLATE "C" PRIMARY KEY,
     owner      text NOT NULL,
