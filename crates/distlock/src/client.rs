@@ -50,7 +50,8 @@ pub async fn connect(url: &str) -> Result<Client> {
         feature = "redis",
         feature = "postgres",
         feature = "mysql",
-        feature = "etcd"
+        feature = "etcd",
+        feature = "zookeeper"
     )),
     allow(unused_variables)
 )]
@@ -77,6 +78,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         #[cfg(feature = "etcd")]
         Scheme::Etcd => Ok(Arc::new(
             crate::backends::etcd::EtcdBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        Scheme::ZooKeeper => Ok(Arc::new(
+            crate::backends::zookeeper::ZooKeeperBackend::connect_with(url, options).await?,
         )),
         #[cfg(not(feature = "etcd"))]
         Scheme::Etcd => Err(Error::new(

@@ -311,6 +311,66 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
+/// `%XX` escapes decoded; `None` for a broken escape or a result that is not UTF-8.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// What follows a URL's hosts, taken apart: the user and password (decoded), the path
+/// (decoded, without its outer `/`s) and the query's `key=value` pairs (as written).
+pub(crate) struct AfterHosts<'a> {
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) path: String,
+    pub(crate) query: Vec<(&'a str, &'a str)>,
+}
+
+/// Takes apart what follows the `scheme://` of `url` but the hosts ([`authority`] parses
+/// those). The error says what is wrong without quoting it (it may be part of a password).
+pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'static str> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .ok_or("no \"://\" after the scheme")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let user = match rest[..authority_end].rsplit_once('@') {
+        None => None,
+        Some((userinfo, _)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let user = percent_decode(user).ok_or("a bad %-escape in the user")?;
+            let password = percent_decode(password).ok_or("a bad %-escape in the password")?;
+            if user.is_empty() {
+                return Err("a password without a user");
+            }
+            Some((user, password))
+        }
+    };
+    let after = &rest[authority_end..];
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    if path.contains('#') || query.contains('#') {
+        return Err("a fragment (#…) means nothing here");
+    }
+    let path = percent_decode(path.trim_matches('/')).ok_or("a bad %-escape in the path")?;
+    let query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .collect();
+    Ok(AfterHosts { user, path, query })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,5 +20,11 @@ pub mod postgres;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod queue;
+
 #[cfg(feature = "etcd")]
 pub mod etcd;
+
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;

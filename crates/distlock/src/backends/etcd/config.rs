@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{authority, redact};
+use crate::url::{after_hosts, authority, percent_decode, redact};
 
 use super::NAME;
 
@@ -60,45 +60,19 @@ pub(super) fn parse(url: &str) -> Result<Config> {
         )
         .with_backend(NAME)
     };
-    let (scheme, rest) = url
+    let secure = url
         .split_once("://")
-        .ok_or_else(|| invalid("no \"://\" after the scheme".into()))?;
-    let secure = scheme.eq_ignore_ascii_case("etcds");
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("etcds"));
     let hosts = authority(url, NAME, SHAPE)?.hosts;
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let user = match rest[..authority_end].rsplit_once('@') {
-        None => None,
-        Some((userinfo, _)) => {
-            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            let user =
-                percent_decode(user).ok_or_else(|| invalid("a bad %-escape in the user".into()))?;
-            let password = percent_decode(password)
-                .ok_or_else(|| invalid("a bad %-escape in the password".into()))?;
-            if user.is_empty() {
-                return Err(invalid("a password without a user".into()));
-            }
-            Some((user, password))
-        }
-    };
-    let after = &rest[authority_end..];
-    let (path, query) = match after.split_once('?') {
-        Some((path, query)) => (path, query),
-        None => (after, ""),
-    };
-    if path.contains('#') || query.contains('#') {
-        return Err(invalid("a fragment (#…) means nothing here".into()));
-    }
-    let prefix = match path.trim_matches('/') {
+    let parts = after_hosts(url).map_err(|why| invalid(why.into()))?;
+    let user = parts.user;
+    let prefix = match parts.path.as_str() {
         "" => String::new(),
-        p => format!(
-            "{}/",
-            percent_decode(p).ok_or_else(|| invalid("a bad %-escape in the prefix".into()))?
-        ),
+        p => format!("{p}/"),
     };
     let mut ttl = DEFAULT_TTL;
     let mut tls = Tls::default();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    for (key, value) in parts.query {
         match key {
             "ttl" => {
                 let secs = value.strip_suffix('s').unwrap_or(value);
@@ -155,24 +129,6 @@ pub(super) fn parse(url: &str) -> Result<Config> {
         ttl,
         redacted,
     })
-}
-
-/// `%XX` escapes decoded; `None` for a broken escape or a result that is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

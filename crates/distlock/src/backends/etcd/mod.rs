@@ -12,9 +12,8 @@ mod keys;
 mod session;
 mod waiter;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +28,7 @@ use self::waiter::EtcdWaiter;
 use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
+use crate::types::{FencingToken, LockKind, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
 
@@ -50,71 +49,8 @@ pub(crate) struct Inner {
 }
 
 /// A lock this client holds: its key, found again by the fencing token (its create revision).
-pub(crate) struct Holding {
-    name: LockName,
-    kind: LockKind,
-    owner: OwnerToken,
-    key: String,
-    session: Arc<Session>,
-}
-
-/// This client's holdings by fencing token: release and confirmation name a holding by token,
-/// and the key of each contender is its own.
-#[derive(Default)]
-pub(crate) struct Holdings(Mutex<HashMap<i64, Holding>>);
-
-impl Holdings {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Holding>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn hold(&self, revision: i64, holding: Holding) {
-        self.lock().insert(revision, holding);
-    }
-
-    /// Whether `owner` holds `name` as `kind` in this client.
-    pub(crate) fn holds_as(&self, name: &LockName, owner: &OwnerToken, kind: LockKind) -> bool {
-        self.lock()
-            .values()
-            .any(|h| h.name == *name && h.owner == *owner && h.kind == kind)
-    }
-
-    /// The key and session of `owner`'s holding `revision` of `name`.
-    fn find(
-        &self,
-        name: &LockName,
-        owner: &OwnerToken,
-        revision: i64,
-    ) -> Option<(String, Arc<Session>)> {
-        let held = self.lock();
-        let h = held.get(&revision)?;
-        (h.name == *name && h.owner == *owner).then(|| (h.key.clone(), h.session.clone()))
-    }
-
-    /// Takes `owner`'s holding of `name` out: the one `revision` names, or any when `None`.
-    fn take(
-        &self,
-        name: &LockName,
-        owner: &OwnerToken,
-        revision: Option<i64>,
-    ) -> Option<(i64, String, Arc<Session>)> {
-        let mut held = self.lock();
-        let revision = match revision {
-            Some(r) => r,
-            None => {
-                *held
-                    .iter()
-                    .find(|(_, h)| h.name == *name && h.owner == *owner)?
-                    .0
-            }
-        };
-        let h = held.get(&revision)?;
-        if h.name != *name || h.owner != *owner {
-            return None;
-        }
-        held.remove(&revision).map(|h| (revision, h.key, h.session))
-    }
-}
+type Holding = super::queue::Holding<Session>;
+type Holdings = super::queue::Holdings<Session>;
 
 /// Locks in an etcd cluster. Built by [`crate::connect`] from `etcd://…` or `etcds://…`.
 pub struct EtcdBackend {

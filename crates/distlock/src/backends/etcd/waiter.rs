@@ -19,7 +19,7 @@ use super::{Holding, Inner, NAME, from_etcd};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter};
 use crate::backends::etcd::keys::LockKeys;
 use crate::error::{Error, ErrorKind, Result};
-use crate::types::{FencingToken, LockKind};
+use crate::types::FencingToken;
 
 /// This contender's key, named before it is put (so a put whose answer was lost is found again
 /// and removed), and the create revision etcd gave it (its fencing token once it holds).
@@ -173,41 +173,9 @@ impl Waiter for EtcdWaiter {
             // The session ended while this contender waited: its key goes with the lease.
             self.place = None;
         }
-        if self.req.kind == LockKind::Write
-            && self
-                .inner
-                .holdings
-                .holds_as(&self.req.name, &self.req.owner, LockKind::Read)
-        {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "lock {:?}: this owner holds the read lock; release it before taking the \
-                     write lock (upgrading could deadlock two readers)",
-                    self.req.name
-                ),
-            )
-            .with_backend(NAME));
-        }
-        // A reader queues behind every older writer, its owner's too: it would wait for itself.
-        if self.req.kind == LockKind::Read
-            && self
-                .inner
-                .holdings
-                .holds_as(&self.req.name, &self.req.owner, LockKind::Write)
-        {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "lock {:?}: this owner holds the write lock, which already excludes every \
-                     other reader and writer; on etcd it cannot also take the read lock (a \
-                     younger reader could not keep an older waiting writer out after the \
-                     write lock's release)",
-                    self.req.name
-                ),
-            )
-            .with_backend(NAME));
-        }
+        self.inner
+            .holdings
+            .refuse_mixed_read_write(&self.req, NAME)?;
         let placed = self.place.as_ref().is_some_and(|p| p.revision.is_some());
         let read = if placed {
             self.read_queue().await?

@@ -1,0 +1,116 @@
+//! What the stores whose locks are queues of contender entries held by a session (etcd keys,
+//! ZooKeeper sequential nodes) share: the client's holdings, found again by fencing token, and
+//! the read-write rules such a queue cannot honour.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::backend::LockRequest;
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::{LockKind, LockName, OwnerToken};
+
+/// A lock this client holds: its entry in the store (`key`), held by `session`.
+pub(crate) struct Holding<S> {
+    pub(crate) name: LockName,
+    pub(crate) kind: LockKind,
+    pub(crate) owner: OwnerToken,
+    pub(crate) key: String,
+    pub(crate) session: Arc<S>,
+}
+
+/// This client's holdings by fencing token: release and confirmation name a holding by token,
+/// and each contender's entry is its own.
+pub(crate) struct Holdings<S>(Mutex<HashMap<i64, Holding<S>>>);
+
+impl<S> Default for Holdings<S> {
+    fn default() -> Self {
+        Holdings(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<S> Holdings<S> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Holding<S>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn hold(&self, token: i64, holding: Holding<S>) {
+        self.lock().insert(token, holding);
+    }
+
+    /// Whether `owner` holds `name` as `kind` in this client.
+    pub(crate) fn holds_as(&self, name: &LockName, owner: &OwnerToken, kind: LockKind) -> bool {
+        self.lock()
+            .values()
+            .any(|h| h.name == *name && h.owner == *owner && h.kind == kind)
+    }
+
+    /// The entry and session of `owner`'s holding `token` of `name`.
+    pub(crate) fn find(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        token: i64,
+    ) -> Option<(String, Arc<S>)> {
+        let held = self.lock();
+        let h = held.get(&token)?;
+        (h.name == *name && h.owner == *owner).then(|| (h.key.clone(), h.session.clone()))
+    }
+
+    /// Takes `owner`'s holding of `name` out: the one `token` names, or any when `None`.
+    pub(crate) fn take(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        token: Option<i64>,
+    ) -> Option<(i64, String, Arc<S>)> {
+        let mut held = self.lock();
+        let token = match token {
+            Some(t) => t,
+            None => {
+                *held
+                    .iter()
+                    .find(|(_, h)| h.name == *name && h.owner == *owner)?
+                    .0
+            }
+        };
+        let h = held.get(&token)?;
+        if h.name != *name || h.owner != *owner {
+            return None;
+        }
+        held.remove(&token).map(|h| (token, h.key, h.session))
+    }
+
+    /// Refuses what a queue of contenders in arrival order cannot do without deadlock or a
+    /// broken promise: a holder of the read lock taking the write lock (two readers upgrading
+    /// would wait for each other), and a holder of the write lock taking the read lock (its
+    /// reader entry would queue behind every older waiting writer, so it would wait for itself,
+    /// or, let in, could not keep an older waiting writer out after the write lock's release).
+    pub(crate) fn refuse_mixed_read_write(
+        &self,
+        req: &LockRequest,
+        backend: &'static str,
+    ) -> Result<()> {
+        let (held, why) = match req.kind {
+            LockKind::Write => (
+                LockKind::Read,
+                "this owner holds the read lock; release it before taking the write lock \
+                 (upgrading could deadlock two readers)",
+            ),
+            LockKind::Read => (
+                LockKind::Write,
+                "this owner holds the write lock, which already excludes every other reader \
+                 and writer; it cannot also take the read lock here (a younger reader could \
+                 not keep an older waiting writer out after the write lock's release)",
+            ),
+            _ => return Ok(()),
+        };
+        if self.holds_as(&req.name, &req.owner, held) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("lock {:?}: {why}", req.name),
+            )
+            .with_backend(backend));
+        }
+        Ok(())
+    }
+}

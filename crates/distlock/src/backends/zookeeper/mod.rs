@@ -1,0 +1,286 @@
+//! The ZooKeeper backend: Curator's lock recipe (ephemeral sequential nodes under the lock's
+//! node, the lowest sequence holds, each waiter watches only the node before its own), held by
+//! the client's session and fenced by the holder node's creation zxid.
+//!
+//! * [`nodes`]: where a lock's contenders put their nodes, and the rule for who holds.
+//! * [`session`]: the client's session and its check; its end is every holding's lost signal.
+//! * [`waiter`]: a contender's node in the queue, and the watch on the one before it.
+//!
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod nodes;
+mod session;
+mod waiter;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
+
+use self::session::{Session, Sessions, on_session};
+use self::waiter::ZkWaiter;
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::types::{FencingToken, LockKind};
+
+pub(crate) const NAME: &str = "zk";
+
+/// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request that failed with a connection fault is tried again, unless
+/// [`Options::retry_for`] says otherwise: long enough for the client to find another server.
+const RETRY_FOR: Duration = Duration::from_secs(5);
+/// How long a release or leave that could not delete its node waits between tries in the
+/// background (until it succeeds or the session is over).
+const CLEANUP_EVERY: Duration = Duration::from_millis(500);
+
+/// Contenders' nodes: ephemeral (they go with the session), sequential, open to every client
+/// (as Curator's default ACL provider makes them).
+const CONTENDER: CreateOptions<'static> =
+    CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+/// Lock parents and the chroot: container nodes, which ZooKeeper deletes once their last
+/// child is gone (as Curator's `creatingParentContainersIfNeeded`), so empty locks leave
+/// nothing behind and a create racing the deletion just creates the parent again.
+const PARENT: CreateOptions<'static> = CreateMode::Container.with_acls(Acls::anyone_all());
+
+type Holding = super::queue::Holding<Session>;
+type Holdings = super::queue::Holdings<Session>;
+
+/// What the backend and its waiters share.
+pub(crate) struct Inner {
+    sessions: Sessions,
+    config: Arc<config::Config>,
+    holdings: Holdings,
+    retry_for: Duration,
+}
+
+/// Locks in a ZooKeeper ensemble. Built by [`crate::connect`] from `zk://…`.
+pub struct ZooKeeperBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("url", &self.inner.config.redacted)
+            .field("timeout", &self.inner.config.timeout)
+            .finish()
+    }
+}
+
+/// Maps a client error: a lost or unreachable connection is [`ErrorKind::Connection`], an
+/// ended session [`ErrorKind::LeaseLost`] (see [`session::on_session`]), anything ZooKeeper
+/// refused [`ErrorKind::Backend`]. The client's messages carry no password.
+pub(crate) fn from_zk(what: &str) -> impl FnOnce(zookeeper_client::Error) -> Error + '_ {
+    move |e| {
+        use zookeeper_client::Error as Zk;
+        let kind = match &e {
+            Zk::ConnectionLoss | Zk::Timeout | Zk::NoHosts | Zk::Throttled => ErrorKind::Connection,
+            _ => ErrorKind::Backend,
+        };
+        Error::new(kind, what.to_string())
+            .with_backend(NAME)
+            .with_source(e)
+    }
+}
+
+impl ZooKeeperBackend {
+    /// Connects to the ensemble `url` names (one session, used by every lock of this client).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds connecting,
+    /// `retry_for` how long a request is tried again across connection faults.
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let config = Arc::new(config::parse(url)?);
+        let sessions = Sessions::new(
+            config.clone(),
+            options.connect_timeout.unwrap_or(CONNECT_TIMEOUT),
+        );
+        // Connect now, so a server that is down fails here, naming it.
+        sessions.get().await?;
+        Ok(ZooKeeperBackend {
+            inner: Arc::new(Inner {
+                sessions,
+                config,
+                holdings: Holdings::default(),
+                retry_for: options.retry_for.unwrap_or(RETRY_FOR),
+            }),
+        })
+    }
+
+    /// Ends this client's session: its nodes go at once, so every lock it holds is freed
+    /// (their guards report the loss). The next take starts a new session.
+    pub async fn end_session(&self) {
+        self.inner.sessions.end().await;
+    }
+}
+
+impl Inner {
+    /// Runs one request on `session`, again while it fails with a connection fault, for up to
+    /// `retry_for` (the client finds another server meanwhile). Every request sent this way is
+    /// safe to repeat (reads, and deletes of a node only this contender has).
+    async fn retrying<T, F, Fut>(
+        &self,
+        session: &Session,
+        what: &'static str,
+        mut request: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    {
+        let until = tokio::time::Instant::now() + self.retry_for;
+        let mut nap = Duration::from_millis(10);
+        loop {
+            match request(session.client()?).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => {
+                    let error = on_session(what, e);
+                    if error.kind() != ErrorKind::Connection
+                        || tokio::time::Instant::now() + nap >= until
+                    {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(nap).await;
+                    nap = (nap * 2).min(Duration::from_millis(320));
+                }
+            }
+        }
+    }
+
+    /// Deletes a contender's node (`path`, which only this contender ever has). `Ok(true)` if
+    /// it was there. If that fails, keeps trying in the background until it succeeds or the
+    /// session is over (its nodes then go with it): a node left behind on a live session would
+    /// block the lock for everyone.
+    async fn delete_surely(self: &Arc<Self>, path: String, session: Arc<Session>) -> Result<bool> {
+        let first = self.delete(&path, &session).await;
+        if first.is_err() && !session.is_over() {
+            let inner = self.clone();
+            tokio::spawn(async move {
+                while !session.is_over() {
+                    tokio::time::sleep(CLEANUP_EVERY).await;
+                    match inner.delete(&path, &session).await {
+                        Ok(_) => return,
+                        Err(e) => {
+                            tracing::debug!(path, error = %e, "deleting a contender's node failed; trying again")
+                        }
+                    }
+                }
+            });
+        }
+        first
+    }
+
+    async fn delete(&self, path: &str, session: &Session) -> Result<bool> {
+        let deleted = self
+            .retrying(session, "deleting a contender's node", |client| {
+                let path = path.to_string();
+                async move {
+                    match client.delete(&path, None).await {
+                        Ok(()) => Ok(true),
+                        Err(zookeeper_client::Error::NoNode) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await;
+        match deleted {
+            // Gone with the session: nothing is left to delete.
+            Err(e) if e.kind() == ErrorKind::LeaseLost => Ok(false),
+            other => other,
+        }
+    }
+
+    /// The names of `parent`'s children (none when it does not exist).
+    async fn children(&self, session: &Session, parent: &str) -> Result<Vec<String>> {
+        self.retrying(session, "reading the lock's queue", |client| {
+            let parent = parent.to_string();
+            async move {
+                match client.list_children(&parent).await {
+                    Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                    other => other,
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Backend for ZooKeeperBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::sessions().notifying().queueing()
+    }
+
+    fn supports(&self, kind: LockKind) -> bool {
+        kind.is_any_flavour()
+    }
+
+    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Err(Error::new(ErrorKind::InvalidInput, "not a semaphore").with_backend(NAME));
+        };
+        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, &req.name, req.kind);
+        let session = self.inner.sessions.get().await?;
+        // Waiters have nodes too: permits are free only when no node is beyond them.
+        let taken = self.inner.children(&session, nodes.parent()).await?.len();
+        Ok(permits.saturating_sub(u32::try_from(taken).unwrap_or(u32::MAX)))
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        let mut waiter = ZkWaiter::new(self.inner.clone(), req.clone());
+        let attempt = waiter.poll().await?;
+        if matches!(attempt, Attempt::Held { .. }) {
+            waiter.leave().await?;
+        }
+        Ok(attempt)
+    }
+
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        // A session holding has no lease of its own: this only confirms it.
+        let czxid = token.get() as i64;
+        let Some((path, session)) = self.inner.holdings.find(&req.name, &req.owner, czxid) else {
+            return Ok(None);
+        };
+        if session.is_over() {
+            return Ok(None);
+        }
+        let stat = self
+            .inner
+            .retrying(&session, "confirming a holding", |client| {
+                let path = path.clone();
+                async move { client.check_stat(&path).await }
+            })
+            .await;
+        match stat {
+            Ok(stat) => Ok(stat.filter(|s| s.czxid == czxid).map(|_| Duration::ZERO)),
+            Err(e) if e.kind() == ErrorKind::LeaseLost => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        let czxid = token.map(|t| t.get() as i64);
+        let Some((_, path, session)) = self.inner.holdings.take(&req.name, &req.owner, czxid)
+        else {
+            return Ok(false);
+        };
+        if session.is_over() {
+            return Ok(false);
+        }
+        self.inner.delete_surely(path, session).await
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        Some(Box::new(ZkWaiter::new(self.inner.clone(), req.clone())))
+    }
+}

@@ -1,0 +1,237 @@
+//! Where a lock lives in ZooKeeper, and who holds it: every flavour is a parent node whose
+//! children are the contenders' ephemeral sequential nodes, with a rule over their sequence
+//! order for "do I hold it?" — Curator's layout, so Curator's locks and distlock's on one path
+//! are one lock.
+//!
+//! A contender's node is `<parent>/_c_<id>-<kind><sequence>`: `_c_<id>-` is Curator's
+//! "protection" prefix (`id` is a random UUID-shaped string, one per contender, so a create
+//! whose answer was lost is found again by name), `<kind>` is `lock-` (Curator's
+//! `InterProcessMutex`), `__READ__` or `__WRIT__` (Curator's `InterProcessReadWriteLock`), and
+//! ZooKeeper appends the 10-digit sequence. Like Curator, contenders sort by that sequence alone.
+//!
+//! The lock, the write lock and the read lock of one name share the parent `<chroot>/<name>`
+//! (as Curator's mutex and read-write lock on one path do); the fair lock and the semaphore
+//! live beside it, under `<name>%fair` and `<name>%sem` (a `%` in a name is escaped, so no
+//! name reaches another's parent).
+
+use crate::types::{LockKind, LockName};
+
+/// Curator's kinds of contender node.
+const MUTEX: &str = "lock-";
+const READ: &str = "__READ__";
+const WRITE: &str = "__WRIT__";
+
+/// Who holds, over the children of a parent in sequence order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rule {
+    /// The first child holds; a waiter waits for the child just before its own.
+    Exclusive,
+    /// Holds when no writer (any child but a reader) is before it; waits for the first writer.
+    Shared,
+    /// The first `n` children hold; a waiter waits for any change among the children.
+    Permits(u32),
+}
+
+/// Where a waiter stands in the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// Its node is gone (its session ended, or someone deleted it).
+    Gone,
+    Holds,
+    /// Waits for this child (its name) to go.
+    WaitsFor(String),
+    /// Waits for any change among the children.
+    WaitsForAnyChange,
+}
+
+/// The nodes of one lock of one flavour.
+#[derive(Clone, Debug)]
+pub(super) struct LockNodes {
+    parent: String,
+    kind: &'static str,
+    rule: Rule,
+}
+
+impl LockNodes {
+    /// `prefix` is the URL's chroot (`/services/locks`, or empty).
+    pub(super) fn new(prefix: &str, name: &LockName, kind: LockKind) -> Self {
+        let name = escape(name.as_str());
+        let (suffix, node_kind, rule) = match kind {
+            LockKind::Fair => ("%fair", MUTEX, Rule::Exclusive),
+            LockKind::Read => ("", READ, Rule::Shared),
+            LockKind::Write => ("", WRITE, Rule::Exclusive),
+            LockKind::Permit { permits } => ("%sem", MUTEX, Rule::Permits(permits)),
+            // The lock, and any flavour to come, as Curator's InterProcessMutex.
+            _ => ("", MUTEX, Rule::Exclusive),
+        };
+        LockNodes {
+            parent: format!("{prefix}/{name}{suffix}"),
+            kind: node_kind,
+            rule,
+        }
+    }
+
+    /// The parent whose children are this lock's contenders.
+    pub(super) fn parent(&self) -> &str {
+        &self.parent
+    }
+
+    /// The path to create (ephemeral, sequential) for the contender `id`.
+    pub(super) fn contender(&self, id: &str) -> String {
+        format!("{}/_c_{id}-{}", self.parent, self.kind)
+    }
+
+    /// The child of contender `id` among `children`, if it is there.
+    pub(super) fn find<'a>(&self, children: &'a [String], id: &str) -> Option<&'a str> {
+        children.iter().map(String::as_str).find(|c| {
+            c.strip_prefix("_c_")
+                .and_then(|c| c.strip_prefix(id))
+                .is_some_and(|c| c.starts_with('-'))
+        })
+    }
+
+    /// Where the contender whose node is `mine` stands among `children` (names, any order).
+    pub(super) fn standing(&self, children: &[String], mine: &str) -> Standing {
+        let mut queue: Vec<(u64, &str)> = children
+            .iter()
+            .filter_map(|c| Some((sequence(c)?, c.as_str())))
+            .collect();
+        queue.sort_unstable();
+        let Some(index) = queue.iter().position(|(_, c)| *c == mine) else {
+            return Standing::Gone;
+        };
+        match self.rule {
+            Rule::Exclusive if index == 0 => Standing::Holds,
+            Rule::Exclusive => Standing::WaitsFor(queue[index - 1].1.to_string()),
+            Rule::Shared => match queue[..index].iter().find(|(_, c)| !c.contains(READ)) {
+                None => Standing::Holds,
+                Some((_, writer)) => Standing::WaitsFor(writer.to_string()),
+            },
+            Rule::Permits(n) if index < n as usize => Standing::Holds,
+            Rule::Permits(_) => Standing::WaitsForAnyChange,
+        }
+    }
+}
+
+/// The sequence ZooKeeper appended to a child's name (10 digits, or 19 past 2^31); `None` for a
+/// child that is no contender.
+fn sequence(child: &str) -> Option<u64> {
+    let digits = child.len() - child.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits < 10 {
+        return None;
+    }
+    child[child.len() - digits.min(19)..].parse().ok()
+}
+
+/// A lock name as one node name: any name works, and none can reach another path. `/`, `%`,
+/// the characters ZooKeeper refuses in paths (controls, surrogates, the private-use and
+/// specials blocks) are `%XX`-escaped (UTF-8 bytes), so escaping stays one-to-one and a `%`
+/// after a name always starts a flavour; `.`, `..` and `zookeeper` (ZooKeeper's own node at the
+/// root) get their first character escaped. Plain names (letters, digits, `-_.:`, most
+/// Unicode) stay as written, so Curator needs no escaping to share a lock.
+pub(super) fn escape(name: &str) -> String {
+    let refused = |c: char| matches!(c, '/' | '%' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.chars().enumerate() {
+        let whole_is_special = matches!(name, "." | ".." | "zookeeper");
+        if refused(c) || (i == 0 && whole_is_special) {
+            let mut bytes = [0; 4];
+            for b in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(prefix: &str, name: &str, kind: LockKind) -> LockNodes {
+        LockNodes::new(prefix, &LockName::new(name).unwrap(), kind)
+    }
+
+    #[test]
+    fn curator_layout_and_no_parent_holds_another_lock() {
+        let plain = nodes("/C", "N", LockKind::Mutex);
+        assert_eq!(plain.parent(), "/C/N");
+        assert_eq!(plain.contender("abc"), "/C/N/_c_abc-lock-");
+        assert_eq!(
+            nodes("", "orders:42", LockKind::Mutex).parent(),
+            "/orders:42"
+        );
+        assert_eq!(nodes("", "a/b", LockKind::Mutex).parent(), "/a%2Fb");
+        assert_eq!(nodes("", "a%2Fb", LockKind::Mutex).parent(), "/a%252Fb");
+        assert_eq!(nodes("", "..", LockKind::Mutex).parent(), "/%2E.");
+        assert_eq!(nodes("", ".", LockKind::Mutex).parent(), "/%2E");
+        assert_eq!(
+            nodes("", "zookeeper", LockKind::Mutex).parent(),
+            "/%7Aookeeper"
+        );
+        assert_eq!(nodes("", "x\u{1}y", LockKind::Mutex).parent(), "/x%01y");
+        assert_eq!(
+            nodes("", "\u{e000}", LockKind::Mutex).parent(),
+            "/%EE%80%80"
+        );
+        assert_eq!(nodes("", "ünï", LockKind::Mutex).parent(), "/ünï");
+        // The read-write lock on Curator's path; the others beside it.
+        assert_eq!(
+            nodes("/C", "N", LockKind::Read).contender("i"),
+            "/C/N/_c_i-__READ__"
+        );
+        assert_eq!(
+            nodes("/C", "N", LockKind::Write).contender("i"),
+            "/C/N/_c_i-__WRIT__"
+        );
+        assert_eq!(nodes("/C", "N", LockKind::Fair).parent(), "/C/N%fair");
+        assert_eq!(
+            nodes("/C", "N", LockKind::Permit { permits: 3 }).parent(),
+            "/C/N%sem"
+        );
+    }
+
+    #[test]
+    fn rules_over_sequence_order() {
+        let children: Vec<String> = [
+            "_c_w2-__WRIT__0000000004",
+            "_c_r1-__READ__0000000002",
+            "_c_r0-__READ__0000000001",
+            "_c_r3-__READ__0000000005",
+            "junk",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let read = nodes("", "n", LockKind::Read);
+        assert_eq!(read.standing(&children, &children[2]), Standing::Holds);
+        assert_eq!(read.standing(&children, &children[1]), Standing::Holds);
+        assert_eq!(
+            read.standing(&children, &children[3]),
+            Standing::WaitsFor(children[0].clone())
+        );
+        let write = nodes("", "n", LockKind::Write);
+        assert_eq!(
+            write.standing(&children, &children[0]),
+            Standing::WaitsFor(children[1].clone())
+        );
+        assert_eq!(write.standing(&children, "gone"), Standing::Gone);
+        let sem = nodes("", "n", LockKind::Permit { permits: 2 });
+        assert_eq!(sem.standing(&children, &children[1]), Standing::Holds);
+        assert_eq!(
+            sem.standing(&children, &children[0]),
+            Standing::WaitsForAnyChange
+        );
+        assert_eq!(read.find(&children, "r1"), Some(children[1].as_str()));
+        assert_eq!(read.find(&children, "r"), None);
+        // Past 2^31 ZooKeeper writes 19 digits; order still holds.
+        let big: Vec<String> = vec![
+            "_c_b-lock-2147483648000".into(),
+            "_c_a-lock-0000000009".into(),
+        ];
+        let mutex = nodes("", "n", LockKind::Mutex);
+        assert_eq!(mutex.standing(&big, &big[1]), Standing::Holds);
+    }
+}

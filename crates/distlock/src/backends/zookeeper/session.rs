@@ -1,0 +1,240 @@
+//! The client's session: one ZooKeeper session that every node of this client's locks is tied
+//! to (ephemeral), checked in the background. The session is over when it can no longer be
+//! assumed alive: its timeout has run out, counted from the send time of the last request the
+//! ensemble answered (a paused or cut-off process finds it over as soon as it runs again), or
+//! the client says it expired or closed. Every holding of the session then fires its lost
+//! signal at once, the session is closed for good (were it to reconnect, its nodes would come
+//! back with it), and the next take starts a new session.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zookeeper_client::{Client, SessionState};
+
+use super::config::Config;
+use super::{NAME, from_zk};
+use crate::backend::Signal;
+use crate::error::{Error, ErrorKind, Result};
+
+/// How long a failed check waits before it is tried again (within the timeout).
+const RETRY: Duration = Duration::from_millis(100);
+
+/// One ZooKeeper session and the task that checks it.
+pub(super) struct Session {
+    /// `None` once the session is over: no request goes out on it again, and with the last
+    /// handle gone the client closes the session.
+    client: Arc<Mutex<Option<Client>>>,
+    over: Arc<watch::Sender<bool>>,
+    /// Until when the ensemble has confirmed the session: the send time of the last answered
+    /// request plus the timeout.
+    valid_until: watch::Receiver<Instant>,
+    checker: tokio::task::AbortHandle,
+}
+
+impl Session {
+    /// Whether the session can no longer be assumed alive: said so, or past its confirmed end
+    /// by the clock (before the checking task has even run, after a pause).
+    pub(super) fn is_over(&self) -> bool {
+        *self.over.borrow() || Instant::now() >= *self.valid_until.borrow()
+    }
+
+    /// The client of this session, unless it is over.
+    pub(super) fn client(&self) -> Result<Client> {
+        if self.is_over() {
+            return Err(session_over());
+        }
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(session_over)
+    }
+
+    /// Until when the session is confirmed, as checks move it on.
+    pub(super) fn valid_until(&self) -> watch::Receiver<Instant> {
+        self.valid_until.clone()
+    }
+
+    /// Resolves when the session is over.
+    pub(super) fn ended(&self) -> Signal {
+        let mut over = self.over.subscribe();
+        Box::pin(async move {
+            let _ = over.wait_for(|o| *o).await;
+        })
+    }
+
+    /// Closes the session: its nodes go at once when the ensemble is reachable (the client sends
+    /// the close when its last handle is dropped).
+    fn close(&self) {
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.checker.abort();
+        self.over.send_replace(true);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.checker.abort();
+    }
+}
+
+/// The error for a request on a session that is over.
+pub(super) fn session_over() -> Error {
+    Error::new(
+        ErrorKind::LeaseLost,
+        "the ZooKeeper session ended (expired, closed, or not confirmed within its timeout): \
+         every lock it held or waited for is gone",
+    )
+    .with_backend(NAME)
+}
+
+/// The client's current session, started on first use and again after one is over.
+pub(super) struct Sessions {
+    config: Arc<Config>,
+    connect_timeout: Duration,
+    current: tokio::sync::Mutex<Option<Arc<Session>>>,
+}
+
+impl Sessions {
+    pub(super) fn new(config: Arc<Config>, connect_timeout: Duration) -> Self {
+        Sessions {
+            config,
+            connect_timeout,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The live session, started if there is none.
+    pub(super) async fn get(&self) -> Result<Arc<Session>> {
+        let mut current = self.current.lock().await;
+        if let Some(s) = current.as_ref().filter(|s| !s.is_over()) {
+            return Ok(s.clone());
+        }
+        if let Some(old) = current.take() {
+            old.close();
+        }
+        let session = Arc::new(self.start().await?);
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Connects a new session.
+    pub(super) async fn start(&self) -> Result<Session> {
+        let config = &self.config;
+        let unreachable = |why: String| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("cannot reach ZooKeeper at {}: {why}", config.redacted),
+            )
+            .with_backend(NAME)
+        };
+        let mut connector = Client::connector()
+            .with_session_timeout(config.timeout)
+            .with_fail_eagerly();
+        if let Some((user, password)) = &config.user {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let sent = Instant::now();
+        let client = tokio::time::timeout(self.connect_timeout, connector.connect(&config.servers))
+            .await
+            .map_err(|_| unreachable(format!("no session within {:?}", self.connect_timeout)))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        let timeout = client.session_timeout();
+        let over = Arc::new(watch::channel(false).0);
+        let (until_tx, valid_until) = watch::channel(sent + timeout);
+        let shared = Arc::new(Mutex::new(Some(client.clone())));
+        let checker = tokio::spawn(check(
+            client,
+            shared.clone(),
+            timeout,
+            until_tx,
+            over.clone(),
+        ));
+        Ok(Session {
+            client: shared,
+            over,
+            valid_until,
+            checker: checker.abort_handle(),
+        })
+    }
+
+    /// Ends the current session: its nodes go at once, so every lock it held is free (their
+    /// guards report the loss). The next take starts a new session.
+    pub(super) async fn end(&self) {
+        if let Some(session) = self.current.lock().await.take() {
+            session.close();
+        }
+    }
+}
+
+/// Checks the session every third of its timeout with a one-node read; the answer's send time
+/// plus the timeout is how long the session is sure to live (the ensemble expires a session
+/// only a full timeout after it last heard from it). A failed check is tried again until that
+/// has run out; then, or when the client reports the session expired or closed, it is over.
+async fn check(
+    client: Client,
+    shared: Arc<Mutex<Option<Client>>>,
+    timeout: Duration,
+    confirmed: watch::Sender<Instant>,
+    over: Arc<watch::Sender<bool>>,
+) {
+    let mut valid_until = *confirmed.borrow();
+    let mut next = valid_until - timeout + timeout / 3;
+    let mut states = client.state_watcher();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            state = states.changed() => {
+                if terminal(state) {
+                    break;
+                }
+                continue;
+            }
+        }
+        let sent = Instant::now();
+        if sent >= valid_until {
+            break;
+        }
+        match tokio::time::timeout(valid_until - sent, client.check_stat("/")).await {
+            Ok(Ok(_)) => {
+                valid_until = sent + timeout;
+                confirmed.send_replace(valid_until);
+                next = sent + timeout / 3;
+            }
+            Ok(Err(e)) if terminal_error(&e) => break,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "ZooKeeper session check failed; trying again");
+                next = Instant::now() + RETRY;
+            }
+            Err(_) => next = Instant::now(),
+        }
+    }
+    // Closed for good: were it to reconnect, its nodes would keep the locks it lost.
+    shared.lock().unwrap_or_else(|p| p.into_inner()).take();
+    over.send_replace(true);
+}
+
+fn terminal(state: SessionState) -> bool {
+    matches!(
+        state,
+        SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+    )
+}
+
+fn terminal_error(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    matches!(
+        e,
+        Zk::SessionExpired | Zk::ClientClosed | Zk::AuthFailed | Zk::SessionMoved
+    )
+}
+
+/// Maps a client error met on `session`'s requests.
+pub(super) fn on_session(what: &'static str, e: zookeeper_client::Error) -> Error {
+    if terminal_error(&e) {
+        return session_over().with_source(e);
+    }
+    from_zk(what)(e)
+}

@@ -1,0 +1,266 @@
+//! A contender's place in a lock's queue: its ephemeral sequential node. The first poll creates
+//! it (and the lock's parent, if need be); every poll reads the children and applies the
+//! flavour's rule. A contender that does not hold watches the one node it waits for (the one
+//! just before its own, so one release wakes one waiter) and polls again when it goes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::nodes::{LockNodes, Standing};
+use super::session::{Session, on_session, session_over};
+use super::{CONTENDER, Holding, Inner, NAME, PARENT};
+use crate::backend::{Attempt, Hold, LockRequest, Waiter};
+use crate::error::{ErrorKind, Result};
+use crate::types::FencingToken;
+
+/// This contender's node: named by a random id before it is created, so a create whose answer
+/// was lost is found again by name (Curator's "protection").
+struct Place {
+    session: Arc<Session>,
+    id: String,
+    /// The node's name under the parent, and its creation zxid (the fencing token once it
+    /// holds); `None` until an answer showed the node.
+    node: Option<(String, i64)>,
+}
+
+pub(super) struct ZkWaiter {
+    inner: Arc<Inner>,
+    req: LockRequest,
+    nodes: LockNodes,
+    place: Option<Place>,
+    /// What the last poll found this contender waiting for, and the children it saw.
+    waits: Option<(Standing, Vec<String>)>,
+}
+
+impl ZkWaiter {
+    pub(super) fn new(inner: Arc<Inner>, req: LockRequest) -> Self {
+        let nodes = LockNodes::new(&inner.config.prefix, &req.name, req.kind);
+        ZkWaiter {
+            inner,
+            req,
+            nodes,
+            place: None,
+            waits: None,
+        }
+    }
+
+    /// Creates this contender's node (and the lock's parent, if it is missing), or finds it if
+    /// an earlier create's answer was lost.
+    async fn take_place(&mut self) -> Result<()> {
+        let place = match self.place.take() {
+            Some(p) if !p.session.is_over() => p,
+            _ => Place {
+                session: self.inner.sessions.get().await?,
+                id: contender_id(),
+                node: None,
+            },
+        };
+        let session = place.session.clone();
+        let id = place.id.clone();
+        self.place = Some(place);
+        let path = self.nodes.contender(&id);
+        let mut tries = 0;
+        let node = loop {
+            tries += 1;
+            let client = session.client()?;
+            match client.create(&path, &[], &CONTENDER).await {
+                Ok((stat, sequence)) => {
+                    let name = path.rsplit('/').next().unwrap_or_default();
+                    break (format!("{name}{sequence}"), stat.czxid);
+                }
+                Err(zookeeper_client::Error::NoNode) if tries < 10 => {
+                    // The parent is missing (never made, or reaped as an empty container).
+                    match client.mkdir(self.nodes.parent(), &PARENT).await {
+                        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => {
+                            return Err(on_session("creating the lock's node", e));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let error = on_session("taking a place in the lock's queue", e);
+                    if error.kind() != ErrorKind::Connection || tries >= 10 {
+                        return Err(error);
+                    }
+                    // The create may have landed with its answer lost: look for it by name.
+                    if let Some(found) = self.find_own(&session, &id).await? {
+                        break found;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10 * tries)).await;
+                }
+            }
+        };
+        if let Some(place) = self.place.as_mut() {
+            place.node = Some(node);
+        }
+        Ok(())
+    }
+
+    /// This contender's node and its creation zxid, if a create of it landed.
+    async fn find_own(&self, session: &Session, id: &str) -> Result<Option<(String, i64)>> {
+        let children = self.inner.children(session, self.nodes.parent()).await?;
+        let Some(name) = self.nodes.find(&children, id) else {
+            return Ok(None);
+        };
+        let path = format!("{}/{name}", self.nodes.parent());
+        let stat = self
+            .inner
+            .retrying(session, "finding the contender's node", |client| {
+                let path = path.clone();
+                async move { client.check_stat(&path).await }
+            })
+            .await?;
+        Ok(stat.map(|s| (name.to_string(), s.czxid)))
+    }
+
+    fn path(&self, child: &str) -> String {
+        format!("{}/{child}", self.nodes.parent())
+    }
+}
+
+/// A new contender's id: 128 random bits, shaped as a UUID like Curator's protection ids.
+fn contender_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the operating system's random source failed");
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[async_trait]
+impl Waiter for ZkWaiter {
+    async fn poll(&mut self) -> Result<Attempt> {
+        self.waits = None;
+        self.inner
+            .holdings
+            .refuse_mixed_read_write(&self.req, NAME)?;
+        if let Some(place) = &self.place
+            && place.session.is_over()
+        {
+            let queued = place.node.is_some();
+            self.place = None;
+            if queued {
+                // Its node went with the session: the place in the queue is lost.
+                return Err(session_over());
+            }
+        }
+        if self.place.as_ref().is_none_or(|p| p.node.is_none()) {
+            self.take_place().await?;
+        }
+        let place = self.place.as_ref().expect("placed");
+        let (mine, czxid) = place.node.clone().expect("placed");
+        let session = place.session.clone();
+        let children = self.inner.children(&session, self.nodes.parent()).await?;
+        match self.nodes.standing(&children, &mine) {
+            Standing::Gone if session.is_over() => {
+                self.place = None;
+                Err(session_over())
+            }
+            Standing::Gone => {
+                // Deleted by hand: queue again.
+                self.place = None;
+                Ok(Attempt::Held {
+                    retry_after: Some(Duration::ZERO),
+                })
+            }
+            Standing::Holds => {
+                // The read showed our node, so the session was alive then; our clock must agree
+                // that it still is.
+                if session.is_over() {
+                    self.place = None;
+                    return Err(session_over());
+                }
+                self.place = None;
+                let (ended, valid_until) = (session.ended(), session.valid_until());
+                self.inner.holdings.hold(
+                    czxid,
+                    Holding {
+                        name: self.req.name.clone(),
+                        kind: self.req.kind,
+                        owner: self.req.owner.clone(),
+                        key: self.path(&mine),
+                        session,
+                    },
+                );
+                Ok(Attempt::Acquired {
+                    token: FencingToken(czxid as u64),
+                    hold: Hold::Session {
+                        ended,
+                        valid_until: Some(valid_until),
+                    },
+                })
+            }
+            waiting => {
+                self.waits = Some((waiting, children));
+                Ok(Attempt::Held { retry_after: None })
+            }
+        }
+    }
+
+    async fn changed(&mut self) -> Result<()> {
+        let (Some((standing, seen)), Some(place)) = (self.waits.take(), self.place.as_ref()) else {
+            return Ok(());
+        };
+        let session = place.session.clone();
+        let client = session.client()?;
+        let watcher = match standing {
+            Standing::WaitsFor(child) => {
+                let what = "watching the contender ahead";
+                match client.check_and_watch_stat(&self.path(&child)).await {
+                    // Gone already: poll again.
+                    Ok((None, _)) => return Ok(()),
+                    Ok((Some(_), watcher)) => watcher,
+                    Err(e) => return Err(on_session(what, e)),
+                }
+            }
+            _ => {
+                let what = "watching the lock's queue";
+                match client.get_and_watch_children(self.nodes.parent()).await {
+                    Ok((children, _, _)) if children != seen => return Ok(()),
+                    Ok((_, _, watcher)) => watcher,
+                    Err(zookeeper_client::Error::NoNode) => return Ok(()),
+                    Err(e) => return Err(on_session(what, e)),
+                }
+            }
+        };
+        drop(client);
+        // The deletion, a session event, or the session over: either way, poll again.
+        tokio::select! {
+            _ = watcher.changed() => {}
+            _ = session.ended() => {}
+        }
+        Ok(())
+    }
+
+    async fn leave(&mut self) -> Result<()> {
+        self.waits = None;
+        let Some(place) = self.place.take() else {
+            return Ok(());
+        };
+        if place.session.is_over() {
+            return Ok(());
+        }
+        // Without an answer, a create may still have landed: the node goes if it is there.
+        let node = match place.node {
+            Some((name, _)) => Some(name),
+            None => self
+                .find_own(&place.session, &place.id)
+                .await?
+                .map(|(name, _)| name),
+        };
+        if let Some(name) = node {
+            self.inner
+                .delete_surely(self.path(&name), place.session)
+                .await?;
+        }
+        Ok(())
+    }
+}

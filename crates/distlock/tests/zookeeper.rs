@@ -1,0 +1,347 @@
+//! The conformance suite against the real ZooKeeper (DISTLOCK_ZK_URL, default
+//! zk://127.0.0.1:2181/distlock-test?timeout=3s: a short session timeout so the crash cases
+//! wait seconds, not ten), then the cases only ZooKeeper has (`zk::…`): the node layout Curator
+//! shares, FIFO with one watcher per node, a killed waiter skipped, an ended session.
+
+use std::time::Duration;
+
+use distlock::ErrorKind;
+use distlock_testkit::child::{ChildProcess, Role};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
+use zookeeper_client::Client as Zk;
+
+fn main() -> std::process::ExitCode {
+    let url = std::env::var("DISTLOCK_ZK_URL")
+        .unwrap_or_else(|_| "zk://127.0.0.1:2181/distlock-test?timeout=3s".to_string());
+    Suite::new("zk", "ZooKeeper", url)
+        .flavours(Flavour::every())
+        // The session timeout of the URL above: a stopped or killed holder's session ends by
+        // then (ZooKeeper expires sessions in ticks: allow one more).
+        .session_expiry(Duration::from_secs(5))
+        .case(
+            "zk::curator_layout_in_the_chroot",
+            curator_layout_in_the_chroot,
+        )
+        .case(
+            "zk::hundred_waiters_fifo_one_watch_each",
+            hundred_waiters_fifo_one_watch_each,
+        )
+        .case(
+            "zk::killed_middle_waiter_is_skipped",
+            killed_middle_waiter_is_skipped,
+        )
+        .case("zk::ended_session_fires_lost", ended_session_fires_lost)
+        .case(
+            "zk::readers_share_writers_exclude",
+            cases::readers_share_writers_exclude,
+        )
+        .case(
+            "zk::waiting_writer_holds_back_new_readers",
+            cases::writer_preference,
+        )
+        .case(
+            "zk::read_to_write_upgrade_is_refused",
+            cases::upgrade_is_refused,
+        )
+        .case(
+            "zk::semaphore_counts_permits",
+            cases::semaphore_counts_permits,
+        )
+        .case("zk::password_never_shown", password_never_shown)
+        .run()
+}
+
+/// `host:port,…` and the chroot of the suite's URL.
+fn servers_and_chroot(ctx: &Ctx) -> (String, String) {
+    let rest = ctx.url.split_once("://").map_or(&*ctx.url, |(_, r)| r);
+    let rest = rest.split('?').next().unwrap_or_default();
+    let (hosts, chroot) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
+    (hosts.to_string(), format!("/{chroot}"))
+}
+
+/// A plain ZooKeeper client on the suite's servers, to look at the tree.
+async fn zk(ctx: &Ctx) -> Result<(Zk, String), Failure> {
+    let (servers, chroot) = servers_and_chroot(ctx);
+    let client = Zk::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&servers)
+        .await
+        .map_err(|e| Failure(format!("cannot reach ZooKeeper at {servers}: {e}")))?;
+    Ok((client, chroot))
+}
+
+async fn children(zk: &Zk, path: &str) -> Result<Vec<String>, Failure> {
+    match zk.list_children(path).await {
+        Ok(c) => Ok(c),
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(Failure(format!("listing {path}: {e}"))),
+    }
+}
+
+/// A lock name a Curator user writes as a path segment as it is (the suite's names hold `/`,
+/// which distlock escapes).
+fn plain_name(ctx: &Ctx, what: &str) -> String {
+    ctx.unique_name(what).replace('/', "-")
+}
+
+/// The holder's node is Curator's: `<chroot>/<name>/_c_<uuid>-lock-<10 digits>`, ephemeral to
+/// the client's session, and its creation zxid is the fencing token; an awkward name stays one
+/// node under the chroot.
+async fn curator_layout_in_the_chroot(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    let (zk, chroot) = zk(&ctx).await?;
+    let name = plain_name(&ctx, "layout");
+    let held = ctx.lock(&name).acquire().await?;
+    let nodes = children(&zk, &format!("{chroot}/{name}")).await?;
+    check!(nodes.len() == 1, "one holder, nodes {nodes:?}");
+    let node = &nodes[0];
+    let uuid = node
+        .strip_prefix("_c_")
+        .and_then(|n| n.split_once("-lock-"))
+        .map(|(id, seq)| (id.len(), seq.len(), seq.bytes().all(|b| b.is_ascii_digit())));
+    check!(
+        uuid == Some((36, 10, true)),
+        "node {node:?} is not _c_<uuid>-lock-<10 digits>"
+    );
+    let path = format!("{chroot}/{name}/{node}");
+    let stat = zk
+        .check_stat(&path)
+        .await
+        .map_err(|e| Failure(format!("{path}: {e}")))?
+        .ok_or_else(|| Failure(format!("{path} vanished")))?;
+    check!(
+        stat.ephemeral_owner != 0,
+        "the holder's node is not ephemeral"
+    );
+    check!(
+        stat.czxid as u64 == held.fencing_token().get(),
+        "token {} is not the node's creation zxid {}",
+        held.fencing_token(),
+        stat.czxid
+    );
+    check!(held.release().await?, "release");
+    let after = children(&zk, &format!("{chroot}/{name}")).await?;
+    check!(after.is_empty(), "release left {after:?}");
+    // Names that would be other paths stay one node under the chroot.
+    for awkward in ["..", ".", "zookeeper", "a/../../b", "x\u{1}y"] {
+        let before = children(&zk, &chroot).await?;
+        let held = ctx.lock(awkward).acquire().await?;
+        let now = children(&zk, &chroot).await?;
+        let added: Vec<&String> = now.iter().filter(|n| !before.contains(n)).collect();
+        check!(
+            added.len() <= 1 && added.iter().all(|n| !n.contains('/')),
+            "{awkward:?} made {added:?} under {chroot}"
+        );
+        check!(held.release().await?, "release {awkward:?}");
+    }
+    Ok(())
+}
+
+/// 100 waiters on one lock, queued one after another across 10 clients, are served in the
+/// order they queued, and while they wait each contender's node is watched by exactly one
+/// session (its successor's): a release wakes one waiter, not the herd.
+async fn hundred_waiters_fifo_one_watch_each(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    const WAITERS: usize = 100;
+    let (zk, chroot) = zk(&ctx).await?;
+    let name = plain_name(&ctx, "fifo");
+    let parent = format!("{chroot}/{name}");
+    let mut clients = Vec::new();
+    for _ in 0..10 {
+        clients.push(distlock::connect(&ctx.url).await?);
+    }
+    let held = ctx.lock(&name).acquire().await?;
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let lock = clients[i % clients.len()].lock(&name);
+        let order = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire_timeout(Duration::from_secs(120)).await?;
+            let _ = order.send(i);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            guard.release().await?;
+            Ok::<_, distlock::Error>(())
+        }));
+        // Queued once its node is there: the next one queues behind it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while children(&zk, &parent).await?.len() < i + 2 {
+            check!(
+                tokio::time::Instant::now() < deadline,
+                "waiter {i} did not queue within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    // Every waiter watches one node, and no node has two watchers.
+    let watches = watches_by_path(&ctx, &parent).await?;
+    let nodes = children(&zk, &parent).await?;
+    let watched: usize = watches.iter().map(|(_, sessions)| *sessions).sum();
+    check!(
+        watches.iter().all(|(_, sessions)| *sessions == 1),
+        "a node has more than one watcher: {watches:?}"
+    );
+    check!(
+        watched == WAITERS,
+        "{watched} watches on {} nodes for {WAITERS} waiters: {watches:?}",
+        nodes.len()
+    );
+    check!(held.release().await?, "release");
+    drop(order_tx);
+    let mut served = Vec::new();
+    while let Some(i) = order_rx.recv().await {
+        served.push(i);
+    }
+    for t in tasks {
+        t.await.map_err(|e| Failure(e.to_string()))??;
+    }
+    let expected: Vec<usize> = (0..WAITERS).collect();
+    check!(
+        served == expected,
+        "waiters were not served in the order they queued: {served:?}"
+    );
+    Ok(())
+}
+
+/// ZooKeeper's own count of watches per node under `parent` (the `wchp` command): (node,
+/// sessions watching it).
+async fn watches_by_path(ctx: &Ctx, parent: &str) -> Result<Vec<(String, usize)>, Failure> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (servers, _) = servers_and_chroot(ctx);
+    let first = servers.split(',').next().unwrap_or_default().to_string();
+    let mut stream = tokio::net::TcpStream::connect(&first).await?;
+    stream.write_all(b"wchp").await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    if answer.contains("not in the whitelist") || answer.contains("not executed") {
+        return Err(Failure(format!(
+            "ZooKeeper at {first} refuses the wchp command ({}): scripts/services.sh zk \
+             starts it with wchp allowed",
+            answer.trim()
+        )));
+    }
+    // Paths at the start of a line, then one session id per line, indented.
+    let mut watches: Vec<(String, usize)> = Vec::new();
+    for line in answer.lines() {
+        if line.starts_with('/') {
+            watches.push((line.to_string(), 0));
+        } else if line.trim_start().starts_with("0x")
+            && let Some(last) = watches.last_mut()
+        {
+            last.1 += 1;
+        }
+    }
+    watches.retain(|(path, _)| path.starts_with(&format!("{parent}/")));
+    Ok(watches)
+}
+
+/// A waiter in another process, queued between two others, is SIGKILLed: once its session
+/// expires its node goes and the waiter behind it gets the lock — the queue does not stall.
+async fn killed_middle_waiter_is_skipped(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    let (zk, chroot) = zk(&ctx).await?;
+    let name = plain_name(&ctx, "skip");
+    let parent = format!("{chroot}/{name}");
+    let held = ctx.lock(&name).acquire().await?;
+    let first_token = held.fencing_token();
+    let middle = ChildProcess::spawn(&ctx.spec(Role::Hold {
+        name: name.clone(),
+        lease_ms: 3_000,
+    }))?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while children(&zk, &parent).await?.len() < 2 {
+        check!(
+            tokio::time::Instant::now() < deadline,
+            "the middle waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = distlock::connect(&ctx.url).await?;
+    let last = tokio::spawn({
+        let lock = other.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
+    });
+    while children(&zk, &parent).await?.len() < 3 {
+        check!(
+            tokio::time::Instant::now() < deadline,
+            "the last waiter did not queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    middle.signal(libc::SIGKILL)?;
+    check!(held.release().await?, "release");
+    let next = tokio::time::timeout(Duration::from_secs(20), last)
+        .await
+        .map_err(|_| Failure("the last waiter was not served within 20 s of the kill".into()))?
+        .map_err(|e| Failure(e.to_string()))??;
+    check!(
+        next.fencing_token() > first_token,
+        "token {} is not above {first_token}",
+        next.fencing_token()
+    );
+    check!(next.release().await?, "release");
+    Ok(())
+}
+
+/// The client's session ended (closed on purpose, as an expiry would end it): every guard of
+/// that session reports the loss, another client gets the lock, and the first client takes it
+/// again on a new session.
+async fn ended_session_fires_lost(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    let backend = std::sync::Arc::new(
+        distlock::backends::zookeeper::ZooKeeperBackend::connect(&ctx.url).await?,
+    );
+    let client = distlock::Client::from_backend(backend.clone());
+    let name = plain_name(&ctx, "ended");
+    let a = client.lock(&name).acquire().await?;
+    let b = client.lock(&format!("{name}-2")).acquire().await?;
+    backend.end_session().await;
+    for guard in [&a, &b] {
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .map_err(|_| Failure("lost() did not fire when the session ended".into()))?;
+    }
+    let other = ctx.lock(&name).acquire_timeout(Duration::from_secs(5)).await?;
+    check!(
+        other.fencing_token() > a.fencing_token(),
+        "the next holder's token is not larger"
+    );
+    check!(other.release().await?, "release");
+    let stale = a.release().await;
+    check!(!matches!(stale, Ok(true)), "a lost guard released something");
+    let again = client.lock(&name).acquire_timeout(Duration::from_secs(5)).await?;
+    check!(again.release().await?, "release on the new session");
+    Ok(())
+}
+
+/// A password in the URL reaches ZooKeeper's digest scheme and never an error or `Debug`.
+async fn password_never_shown(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    let (servers, chroot) = servers_and_chroot(&ctx);
+    let url = format!("zk://app:hunter2@{servers}{chroot}?timeout=3s");
+    let client = distlock::connect(&url).await?;
+    check!(
+        !format!("{:?}", client.backend()).contains("hunter2"),
+        "Debug shows the password"
+    );
+    let guard = client.lock(&plain_name(&ctx, "auth")).acquire().await?;
+    check!(guard.release().await?, "release");
+    let bad = distlock::connect("zk://app:hunter2@127.0.0.1:1/x?timeout=1s").await;
+    let e = bad.err().ok_or_else(|| Failure("connected to port 1".into()))?;
+    check!(
+        e.kind() == ErrorKind::Connection && !distlock::error::chain(&e).contains("hunter2"),
+        "{e}"
+    );
+    Ok(())
+}
