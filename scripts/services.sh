@@ -164,10 +164,11 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
 EOF
-    # Debian's jar has no SLF4J binding: the log stays empty; ask `ruok`/`srvr` instead.
+    # Debian's jar has no SLF4J binding and would log nothing: slf4j-simple (libslf4j-java, a
+    # dependency of the package) sends the log to stderr.
     # Empty container nodes (lock parents) are reaped after a second, not a minute.
     (java -Xmx256m -Dznode.container.checkIntervalMs=1000 \
-      -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar \
+      -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
       org.apache.zookeeper.server.ZooKeeperServerMain "$D/zk/zoo.cfg" >"$D/zk/zk.log" 2>&1 &
       echo $! >"$D/zk/zk.pid")
   fi
