@@ -3,7 +3,8 @@
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
 //! also used by `distlock bench`), private servers a test may stop and start ([`servers`]),
 //! this process's connections ([`sockets`]), to have the server end exactly a client's sessions,
-//! and a critical-section protocol that catches any two holders inside at once ([`section`]).
+//! and Apache Curator as another holder of a ZooKeeper lock ([`curator`]) running a
+//! critical-section protocol that catches any two holders inside at once ([`section`]).
 //!
 //! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
 //!
@@ -27,6 +28,7 @@
 pub mod cases;
 pub mod certs;
 pub mod child;
+pub mod curator;
 pub mod fenced;
 pub mod history;
 pub mod section;

@@ -16,7 +16,10 @@ pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster
 pub use mariadb::start_mariadb;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
-pub use zookeeper::{ZkEnsemble, start_zookeeper, start_zookeeper_ensemble, zk_command};
+pub use zookeeper::{
+    SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
+    zk_command,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -53,6 +53,24 @@ pub fn zk_command(port: u16, command: &str) -> Result<String, Failure> {
     Ok(answer)
 }
 
+/// The shared ZooKeeper that scripts/services.sh starts.
+pub const SHARED_ZOOKEEPER: &str = "127.0.0.1:2181";
+
+/// Fails, naming scripts/services.sh zk, unless the shared ZooKeeper on 127.0.0.1:2181 serves
+/// clients; returns its address (a Curator connect string).
+pub fn shared_zookeeper() -> Result<&'static str, Failure> {
+    match zk_command(2181, "srvr") {
+        Ok(answer) if answer.contains("Mode: ") => Ok(SHARED_ZOOKEEPER),
+        Ok(answer) => Err(Failure(format!(
+            "ZooKeeper at {SHARED_ZOOKEEPER} does not serve ({}); run scripts/services.sh zk",
+            answer.trim()
+        ))),
+        Err(Failure(e)) => Err(Failure(format!(
+            "ZooKeeper not reachable at {SHARED_ZOOKEEPER} ({e}); run scripts/services.sh zk"
+        ))),
+    }
+}
+
 /// What `srvr` says the server on `port` is (`standalone`, `leader`, `follower`, `observer`),
 /// or `None` if it does not serve clients (yet, or without a quorum) or does not answer.
 fn mode(port: u16) -> Option<String> {
