@@ -4,7 +4,7 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd)
+#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd, zk)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -13,13 +13,16 @@ set -euo pipefail
 D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd)
+[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd zk)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
 apt_updated=0
-need_pkg() { # need_pkg COMMAND PACKAGE...
-  command -v "$1" >/dev/null 2>&1 && return 0
+need_pkg() { # need_pkg COMMAND|/FILE PACKAGE...
+  case "$1" in
+    /*) [ -e "$1" ] && return 0 ;;
+    *) command -v "$1" >/dev/null 2>&1 && return 0 ;;
+  esac
   shift
   if [ $apt_updated -eq 0 ]; then
     log "apt-get update"
@@ -134,12 +137,51 @@ ensure_etcd() {
   wait_for etcd 30 etcd_up
 }
 
+# Answers the four-letter word $2 sent to 127.0.0.1:$1 (ZooKeeper's admin commands over TCP).
+zk_4lw() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"; printf %s "$1" >&3; cat <&3' "$1" "$2"; }
+# `ruok` answers imok as soon as the process listens; `srvr` tells its mode only once it serves.
+zk_running() { [ "$(zk_4lw 2181 ruok 2>/dev/null)" = imok ]; }
+zk_up() { zk_4lw 2181 srvr 2>/dev/null | grep -q '^Mode: '; }
+
+ensure_zk() {
+  need_pkg java default-jre-headless
+  need_pkg /usr/share/java/zookeeper.jar zookeeper
+  # The Curator interoperability tests compile a small Java holder against Debian's Curator.
+  need_pkg javac default-jdk-headless
+  need_pkg /usr/share/java/curator-recipes.jar libcurator-recipes-java
+  if ! zk_running; then
+    log "starting zookeeper on 127.0.0.1:2181"
+    mkdir -p "$D/zk/data"
+    # maxSessionTimeout: clients may ask for sessions up to 2 min (the default stops at 40 s);
+    # minSessionTimeout: down to one tick (the default is two), for short crash tests.
+    cat >"$D/zk/zoo.cfg" <<EOF
+tickTime=2000
+minSessionTimeout=2000
+maxSessionTimeout=120000
+dataDir=$D/zk/data
+clientPort=2181
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+EOF
+    # Debian's jar has no SLF4J binding and would log nothing: slf4j-simple (libslf4j-java, a
+    # dependency of the package) sends the log to stderr.
+    # Empty container nodes (lock parents) are reaped after a second, not a minute.
+    (java -Xmx256m -Dznode.container.checkIntervalMs=1000 \
+      -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+      org.apache.zookeeper.server.ZooKeeperServerMain "$D/zk/zoo.cfg" >"$D/zk/zk.log" 2>&1 &
+      echo $! >"$D/zk/zk.pid")
+  fi
+  wait_for zookeeper 30 zk_up
+}
+
 for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
     pg|postgres) ensure_pg ;;
     mysql|mariadb) ensure_mysql ;;
     etcd) ensure_etcd ;;
-    *) log "unknown service $s (known: redis, pg, mysql, etcd)"; exit 2 ;;
+    zk|zookeeper) ensure_zk ;;
+    *) log "unknown service $s (known: redis, pg, mysql, etcd, zk)"; exit 2 ;;
   esac
 done

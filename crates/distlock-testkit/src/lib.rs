@@ -1,8 +1,10 @@
 //! The conformance suite every distlock backend runs against its real store, and the tools it
 //! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
-//! also used by `distlock bench`), private servers a test may stop and start ([`servers`]), and
-//! this process's connections ([`sockets`]), to have the server end exactly a client's sessions.
+//! also used by `distlock bench`), private servers a test may stop and start ([`servers`]),
+//! this process's connections ([`sockets`]), to have the server end exactly a client's sessions,
+//! and Apache Curator as another holder of a ZooKeeper lock ([`curator`]) running a
+//! critical-section protocol that catches any two holders inside at once ([`section`]).
 //!
 //! A backend's test file is a few lines (with `harness = false` in Cargo.toml):
 //!
@@ -26,8 +28,10 @@
 pub mod cases;
 pub mod certs;
 pub mod child;
+pub mod curator;
 pub mod fenced;
 pub mod history;
+pub mod section;
 pub mod servers;
 pub mod sockets;
 pub mod suite;

@@ -10,14 +10,19 @@ mod etcd;
 mod mariadb;
 mod postgres;
 mod redis;
+mod zookeeper;
 
 pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster, start_etcd_tls};
 pub use mariadb::start_mariadb;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
+pub use zookeeper::{
+    SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
+    zk_command,
+};
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::Failure;
@@ -136,6 +141,38 @@ impl PrivateServer {
         }
         Ok(())
     }
+
+    /// Kills the server (SIGKILL, paused or not) and waits for it: a crash, no clean shutdown.
+    /// [`start_again`](PrivateStore::start_again) brings it back on the same port and data.
+    pub fn kill(&mut self) -> Result<(), Failure> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Whether it runs: started, and neither stopped nor killed since (a paused server runs).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// How the server exited, if it exited on its own; it then no longer runs.
+    pub(crate) fn exited(&mut self) -> Result<Option<ExitStatus>, Failure> {
+        let status = match self.child.as_mut() {
+            Some(child) => child.try_wait()?,
+            None => None,
+        };
+        if status.is_some() {
+            self.child = None;
+        }
+        Ok(status)
+    }
+
+    /// The end of its log, for failure messages.
+    pub(crate) fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
 }
 
 impl PrivateStore for PrivateServer {
@@ -196,8 +233,10 @@ impl PrivateStore for PrivateServer {
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
         unsafe { libc::kill(child.id() as libc::pid_t, self.launch.stop_signal) };
         let status = child.wait()?;
-        // A clean shutdown exits with 0; anything else is worth seeing when a case fails later.
-        if !status.success() {
+        // A clean shutdown exits with 0, or, for a JVM (ZooKeeper), with 128 + the signal once
+        // its shutdown hooks ran; anything else is worth seeing when a case fails later.
+        let jvm_clean = status.code() == Some(128 + self.launch.stop_signal);
+        if !status.success() && !jvm_clean {
             return Err(Failure(format!(
                 "the private {} did not shut down cleanly ({status}): {}",
                 self.launch.name,
@@ -222,6 +261,14 @@ pub(crate) fn free_port() -> Result<u16, Failure> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// The program `name` as found on `PATH`, if it is there.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Whether something accepts TCP connections on the loopback `port`.

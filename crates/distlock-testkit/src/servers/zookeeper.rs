@@ -1,0 +1,369 @@
+//! A private ZooKeeper: one standalone server, or an ensemble of quorum peers, each a JVM child
+//! running Debian's zookeeper.jar on its own data directory and loopback ports, so a test can
+//! restart the store, or kill, pause and start again one member at a time (a leader killed while
+//! locks are held, a member paused past a session's timeout), without touching the shared
+//! server of scripts/services.sh.
+//!
+//! Whether a server is up is asked over TCP with ZooKeeper's four-letter words, never read from
+//! its log: `ruok` answers `imok` as soon as the process listens, but only `srvr` tells whether
+//! it serves clients (`Mode: standalone`, `leader` or `follower`; a member without a quorum
+//! answers "This ZooKeeper instance is not currently serving requests").
+//!
+//! Ticks are short (500 ms), so an election after a leader dies takes about a second and a
+//! follower cut off from its leader notices within two seconds. Clients may ask for sessions of
+//! 1 s to 60 s.
+//!
+//! Its methods block (they wait for a JVM): call them from `tokio::task::block_in_place` in
+//! async code.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{Launch, PrivateServer, PrivateStore, find_program, free_port};
+use crate::Failure;
+
+/// Debian's ZooKeeper (package `zookeeper`); its manifest names the jars it needs.
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+/// An SLF4J binding that logs to stderr (package `libslf4j-java`, which ZooKeeper depends on):
+/// Debian's jar comes without one and would log nothing at all.
+const LOG_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
+const INSTALL: &str = "run scripts/services.sh zk to install it";
+/// ZooKeeper's unit of time; session timeouts, sync and election limits count in ticks.
+const TICK_MS: u64 = 500;
+/// How long a new ensemble, or a member started again, may take to serve clients.
+const SERVING_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a leader election may take before [`ZkEnsemble::leader`] gives up.
+const ELECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends the four-letter word `command` (`ruok`, `srvr`, `stat`, `mntr`, `cons`) to the
+/// ZooKeeper on the loopback `port` and returns its answer (the server closes the connection
+/// after it). Times out after a second, so a paused server fails rather than hangs.
+pub fn zk_command(port: u16, command: &str) -> Result<String, Failure> {
+    let timeout = Duration::from_secs(1);
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(command.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// The shared ZooKeeper that scripts/services.sh starts.
+pub const SHARED_ZOOKEEPER: &str = "127.0.0.1:2181";
+
+/// Fails, naming scripts/services.sh zk, unless the shared ZooKeeper on 127.0.0.1:2181 serves
+/// clients; returns its address (a Curator connect string).
+pub fn shared_zookeeper() -> Result<&'static str, Failure> {
+    match zk_command(2181, "srvr") {
+        Ok(answer) if answer.contains("Mode: ") => Ok(SHARED_ZOOKEEPER),
+        Ok(answer) => Err(Failure(format!(
+            "ZooKeeper at {SHARED_ZOOKEEPER} does not serve ({}); run scripts/services.sh zk",
+            answer.trim()
+        ))),
+        Err(Failure(e)) => Err(Failure(format!(
+            "ZooKeeper not reachable at {SHARED_ZOOKEEPER} ({e}); run scripts/services.sh zk"
+        ))),
+    }
+}
+
+/// What `srvr` says the server on `port` is (`standalone`, `leader`, `follower`, `observer`),
+/// or `None` if it does not serve clients (yet, or without a quorum) or does not answer.
+fn mode(port: u16) -> Option<String> {
+    let answer = zk_command(port, "srvr").ok()?;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_string())
+}
+
+/// Serves clients: a standalone server, or an ensemble member in a quorum.
+fn serves(port: u16) -> bool {
+    mode(port).is_some()
+}
+
+/// The process listens (quorum or not).
+fn answers(port: u16) -> bool {
+    zk_command(port, "ruok").is_ok_and(|answer| answer == "imok")
+}
+
+/// Fails, naming ZooKeeper and how to install it, unless java and the jar are there.
+fn installed() -> Result<(), Failure> {
+    if !Path::new(JAR).is_file() {
+        return Err(Failure(format!(
+            "ZooKeeper is not installed ({JAR} is missing); {INSTALL}"
+        )));
+    }
+    if find_program("java").is_none() {
+        return Err(Failure(format!(
+            "ZooKeeper needs java, which is not on PATH; {INSTALL}"
+        )));
+    }
+    Ok(())
+}
+
+/// `zoo.cfg` for a server in `dir` with client port `client_port`; `peers` (quorum port,
+/// election port) for each member of an ensemble, empty for a standalone server.
+fn config(dir: &Path, client_port: u16, peers: &[(u16, u16)]) -> String {
+    let mut cfg = format!(
+        "tickTime={TICK_MS}\n\
+         # A follower gets 5 s to sync with a new leader; one that has not heard from the leader\n\
+         # for 2 s starts an election, and a leader without a quorum for 2 s steps down.\n\
+         initLimit=10\n\
+         syncLimit=4\n\
+         minSessionTimeout=1000\n\
+         maxSessionTimeout=60000\n\
+         dataDir={data}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n",
+        data = dir.join("data").display(),
+    );
+    for (i, (quorum, election)) in peers.iter().enumerate() {
+        cfg.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1));
+    }
+    cfg
+}
+
+/// The JVM running ZooKeeper's `main` class on the configuration `cfg`.
+fn java(main: &str, cfg: &Path) -> Command {
+    let mut command = Command::new("java");
+    command
+        // Small and single-threaded where it can be: three of these share two cores.
+        .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+        // Empty container nodes (lock parents) are deleted after about a second, not a minute.
+        .arg("-Dznode.container.checkIntervalMs=1000")
+        // A member that cannot reach a peer (paused) gives up on it after a second, not five;
+        // one without a quorum asks the others again at least every second, not every minute.
+        .arg("-Dzookeeper.cnxTimeout=1000")
+        .arg("-Dzookeeper.fastleader.maxNotificationInterval=1000")
+        .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
+        .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
+        .arg("-cp")
+        .arg(format!("{JAR}:{LOG_BINDING}"))
+        .arg(main)
+        .arg(cfg);
+    command
+}
+
+/// Starts a private standalone ZooKeeper on a free loopback port, its data in a fresh
+/// directory, and waits until it serves. [`PrivateStore::stop`] shuts it down cleanly (SIGTERM;
+/// client connections end); started again on the same port and data, it keeps its znodes and
+/// sessions, so an ephemeral node outlives a restart shorter than its session timeout. Its URL
+/// is `zk://127.0.0.1:PORT`.
+pub fn start_zookeeper() -> Result<PrivateServer, Failure> {
+    installed()?;
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let cfg = dir.path().join("zoo.cfg");
+    std::fs::create_dir(dir.path().join("data"))?;
+    std::fs::write(&cfg, config(dir.path(), port, &[]))?;
+    PrivateServer::start(Launch {
+        name: "ZooKeeper",
+        dir,
+        port,
+        url: format!("zk://127.0.0.1:{port}"),
+        keeps_data: true,
+        command: Box::new(move || java("org.apache.zookeeper.server.ZooKeeperServerMain", &cfg)),
+        ready: serves,
+        stop_signal: libc::SIGTERM,
+    })
+}
+
+/// A private ZooKeeper ensemble: quorum peers as our child processes, each with its own data
+/// directory and loopback client, quorum and election ports, all killed (SIGKILL) on drop.
+/// Member `i` has server id `i + 1`.
+pub struct ZkEnsemble {
+    members: Vec<PrivateServer>,
+    /// Paused with SIGSTOP: it would not answer, so [`leader`](Self::leader) leaves it out.
+    paused: Vec<bool>,
+}
+
+/// Starts an ensemble of `members` ZooKeeper quorum peers on free loopback ports and waits
+/// until every one serves clients (a leader was elected and the others follow it).
+pub fn start_zookeeper_ensemble(members: usize) -> Result<ZkEnsemble, Failure> {
+    installed()?;
+    let mut ports: Vec<u16> = Vec::new();
+    // free_port only says nobody listens now: two calls may hand out the same port.
+    while ports.len() < 3 * members {
+        let port = free_port()?;
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    let peers: Vec<(u16, u16)> = ports[members..].chunks(2).map(|p| (p[0], p[1])).collect();
+    let mut ensemble = ZkEnsemble {
+        members: Vec::new(),
+        paused: vec![false; members],
+    };
+    for (i, &client_port) in ports[..members].iter().enumerate() {
+        let dir = tempfile::tempdir()?;
+        let cfg = dir.path().join("zoo.cfg");
+        std::fs::create_dir(dir.path().join("data"))?;
+        std::fs::write(dir.path().join("data/myid"), format!("{}\n", i + 1))?;
+        std::fs::write(&cfg, config(dir.path(), client_port, &peers))?;
+        // Listening is enough here: a member serves only once a quorum has started.
+        let member = PrivateServer::start(Launch {
+            name: "ZooKeeper ensemble member",
+            dir,
+            port: client_port,
+            url: format!("zk://127.0.0.1:{client_port}"),
+            keeps_data: true,
+            command: Box::new(move || {
+                java("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg)
+            }),
+            ready: answers,
+            stop_signal: libc::SIGTERM,
+        })?;
+        ensemble.members.push(member);
+    }
+    let all: Vec<usize> = (0..members).collect();
+    ensemble.wait_serving(&all)?;
+    Ok(ensemble)
+}
+
+impl ZkEnsemble {
+    /// The URL of the whole ensemble, every member, with session timeout `session_timeout`
+    /// (`zk://127.0.0.1:P1,127.0.0.1:P2,…?timeout=4000ms`).
+    pub fn url(&self, session_timeout: Duration) -> String {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        self.members_url(&all, session_timeout)
+    }
+
+    /// The URL of member `i` alone: a client that can reach the ensemble only through it.
+    pub fn member_url(&self, i: usize, session_timeout: Duration) -> String {
+        self.members_url(&[i], session_timeout)
+    }
+
+    /// The URL of the members `which`, with session timeout `session_timeout` in whole
+    /// milliseconds.
+    pub fn members_url(&self, which: &[usize], session_timeout: Duration) -> String {
+        let hosts: Vec<String> = which
+            .iter()
+            .map(|&i| format!("127.0.0.1:{}", self.client_port(i)))
+            .collect();
+        format!(
+            "zk://{}?timeout={}ms",
+            hosts.join(","),
+            session_timeout.as_millis()
+        )
+    }
+
+    /// The loopback client port of member `i` (for [`zk_command`]).
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].port()
+    }
+
+    /// How many members the ensemble has (running or not).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether it has no members at all.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Which member leads, once every running member (not killed, not paused) serves and
+    /// exactly one of them leads (waits out an election).
+    pub fn leader(&self) -> Result<usize, Failure> {
+        let started = Instant::now();
+        loop {
+            let modes: Vec<(usize, Option<String>)> = self
+                .running()
+                .into_iter()
+                .map(|i| (i, mode(self.client_port(i))))
+                .collect();
+            let leaders: Vec<usize> = modes
+                .iter()
+                .filter(|(_, m)| matches!(m.as_deref(), Some("leader" | "standalone")))
+                .map(|&(i, _)| i)
+                .collect();
+            if leaders.len() == 1 && modes.iter().all(|(_, m)| m.is_some()) {
+                return Ok(leaders[0]);
+            }
+            if started.elapsed() > ELECTION_TIMEOUT {
+                return Err(Failure(format!(
+                    "the private ZooKeeper ensemble agreed on no leader within \
+                     {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
+    pub fn kill(&mut self, i: usize) -> Result<(), Failure> {
+        self.paused[i] = false;
+        self.members[i].kill()
+    }
+
+    /// Shuts member `i` down cleanly (SIGTERM) and waits until it has exited.
+    pub fn shut_down(&mut self, i: usize) -> Result<(), Failure> {
+        if self.paused[i] {
+            self.cont(i)?;
+        }
+        self.members[i].stop()
+    }
+
+    /// Pauses member `i` (SIGSTOP): its connections stay open but nothing is answered, as a
+    /// member that stalls or is cut off.
+    pub fn stop(&mut self, i: usize) -> Result<(), Failure> {
+        self.members[i].signal(libc::SIGSTOP)?;
+        self.paused[i] = true;
+        Ok(())
+    }
+
+    /// Lets member `i` run again (SIGCONT) after [`stop`](Self::stop).
+    pub fn cont(&mut self, i: usize) -> Result<(), Failure> {
+        self.members[i].signal(libc::SIGCONT)?;
+        self.paused[i] = false;
+        Ok(())
+    }
+
+    /// Starts member `i` again after [`kill`](Self::kill) or [`shut_down`](Self::shut_down),
+    /// on the same ports and data (it rejoins from its own log), and waits until it serves.
+    pub fn start_again(&mut self, i: usize) -> Result<(), Failure> {
+        self.members[i].start_again()?;
+        self.paused[i] = false;
+        self.wait_serving(&[i])
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.members[i].is_running() && !self.paused[i])
+            .collect()
+    }
+
+    /// Waits until every member of `which` serves clients, failing early if one exits.
+    fn wait_serving(&mut self, which: &[usize]) -> Result<(), Failure> {
+        let started = Instant::now();
+        loop {
+            if which.iter().all(|&i| serves(self.client_port(i))) {
+                return Ok(());
+            }
+            for &i in which {
+                if let Some(status) = self.members[i].exited()? {
+                    return Err(Failure(format!(
+                        "ZooKeeper ensemble member {i} exited ({status}) before it served: {}",
+                        self.members[i].log_tail()
+                    )));
+                }
+            }
+            if started.elapsed() > SERVING_TIMEOUT {
+                let tails: Vec<String> =
+                    which.iter().map(|&i| self.members[i].log_tail()).collect();
+                return Err(Failure(format!(
+                    "the private ZooKeeper ensemble did not serve within {SERVING_TIMEOUT:?}: {}",
+                    tails.join("\n")
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
