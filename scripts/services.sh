@@ -142,6 +142,9 @@ zk_4lw() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"; printf %s "$1" >&
 # `ruok` answers imok as soon as the process listens; `srvr` tells its mode only once it serves.
 zk_running() { [ "$(zk_4lw 2181 ruok 2>/dev/null)" = imok ]; }
 zk_up() { zk_4lw 2181 srvr 2>/dev/null | grep -q '^Mode: '; }
+# The tests count watches per node (wchp): a server started with an older configuration that
+# refuses it is started again.
+zk_current() { ! zk_4lw 2181 wchp 2>/dev/null | grep -q 'whitelist'; }
 
 ensure_zk() {
   need_pkg java default-jre-headless
@@ -149,6 +152,11 @@ ensure_zk() {
   # The Curator interoperability tests compile a small Java holder against Debian's Curator.
   need_pkg javac default-jdk-headless
   need_pkg /usr/share/java/curator-recipes.jar libcurator-recipes-java
+  if zk_running && ! zk_current && [ -f "$D/zk/zk.pid" ]; then
+    log "restarting zookeeper (its configuration predates this script's)"
+    kill "$(cat "$D/zk/zk.pid")" 2>/dev/null || true
+    for _ in $(seq 1 100); do zk_running || break; sleep 0.1; done
+  fi
   if ! zk_running; then
     log "starting zookeeper on 127.0.0.1:2181"
     mkdir -p "$D/zk/data"
@@ -162,7 +170,7 @@ dataDir=$D/zk/data
 clientPort=2181
 clientPortAddress=127.0.0.1
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchp,wchc
 EOF
     # Debian's jar has no SLF4J binding and would log nothing: slf4j-simple (libslf4j-java, a
     # dependency of the package) sends the log to stderr.

@@ -121,7 +121,7 @@ fn config(dir: &Path, client_port: u16, peers: &[(u16, u16)]) -> String {
          clientPort={client_port}\n\
          clientPortAddress=127.0.0.1\n\
          admin.enableServer=false\n\
-         4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n",
+         4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,wchp,wchc\n",
         data = dir.join("data").display(),
     );
     for (i, (quorum, election)) in peers.iter().enumerate() {

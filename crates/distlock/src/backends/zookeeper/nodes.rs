@@ -124,13 +124,14 @@ fn sequence(child: &str) -> Option<u64> {
 }
 
 /// A lock name as one node name: any name works, and none can reach another path. `/`, `%`,
-/// the characters ZooKeeper refuses in paths (controls, surrogates, the private-use and
-/// specials blocks) are `%XX`-escaped (UTF-8 bytes), so escaping stays one-to-one and a `%`
+/// the characters ZooKeeper refuses in paths (controls, the private-use and specials blocks,
+/// and every character beyond the BMP: Java sees those as surrogate pairs, which it refuses
+/// too) are `%XX`-escaped (UTF-8 bytes), so escaping stays one-to-one and a `%`
 /// after a name always starts a flavour; `.`, `..` and `zookeeper` (ZooKeeper's own node at the
 /// root) get their first character escaped. Plain names (letters, digits, `-_.:`, most
 /// Unicode) stay as written, so Curator needs no escaping to share a lock.
 pub(super) fn escape(name: &str) -> String {
-    let refused = |c: char| matches!(c, '/' | '%' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    let refused = |c: char| matches!(c, '/' | '%' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..);
     let mut out = String::with_capacity(name.len());
     for (i, c) in name.chars().enumerate() {
         let whole_is_special = matches!(name, "." | ".." | "zookeeper");
@@ -177,6 +178,7 @@ mod tests {
             "/%EE%80%80"
         );
         assert_eq!(nodes("", "ünï", LockKind::Mutex).parent(), "/ünï");
+        assert_eq!(nodes("", "🚀", LockKind::Mutex).parent(), "/%F0%9F%9A%80");
         // The read-write lock on Curator's path; the others beside it.
         assert_eq!(
             nodes("/C", "N", LockKind::Read).contender("i"),
