@@ -324,7 +324,7 @@ async fn ended_session_fires_lost(ctx: Ctx) -> Outcome {
     let client = distlock::Client::from_backend(backend.clone());
     let name = plain_name(&ctx, "ended");
     let a = client.lock(&name).acquire().await?;
-    let b = client.lock(&format!("{name}-2")).acquire().await?;
+    let b = client.lock(format!("{name}-2")).acquire().await?;
     backend.end_session().await;
     for guard in [&a, &b] {
         tokio::time::timeout(Duration::from_secs(5), guard.lost())
@@ -365,7 +365,7 @@ async fn password_never_shown(ctx: Ctx) -> Outcome {
         !format!("{:?}", client.backend()).contains("hunter2"),
         "Debug shows the password"
     );
-    let guard = client.lock(&plain_name(&ctx, "auth")).acquire().await?;
+    let guard = client.lock(plain_name(&ctx, "auth")).acquire().await?;
     check!(guard.release().await?, "release");
     let bad = distlock::connect("zk://app:hunter2@127.0.0.1:1/x?timeout=1s").await;
     let e = bad
