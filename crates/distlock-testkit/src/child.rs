@@ -4,6 +4,10 @@
 //! A child is the test binary itself, started again with [`CHILD_ENV`] set to a JSON [`Spec`];
 //! [`crate::Suite::run`] sees the variable and runs the role instead of the tests. The child
 //! reports events as JSON lines on stdout and takes commands as lines on stdin.
+//!
+//! A test file on libtest's own harness (no `main` of its own) starts its children with
+//! [`ChildProcess::spawn_test`] instead: the child runs just the named test, which calls
+//! [`run_if_child`] first.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -71,13 +75,28 @@ pub struct ChildProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
+    /// Started under libtest's harness, which writes lines of its own on stdout (`running 1
+    /// test`, `test NAME ... ` before the child's first event): events are read from the first
+    /// `{` of a line, and lines without one are skipped.
+    under_libtest: bool,
 }
 
 impl ChildProcess {
     /// Starts this test binary again as a child doing `spec`.
     pub fn spawn(spec: &Spec) -> Result<Self, Failure> {
+        Self::start(spec, &[])
+    }
+
+    /// Starts this test binary again, a test file on libtest's harness, running only the test
+    /// `test` (which calls [`run_if_child`] first) as a child doing `spec`.
+    pub fn spawn_test(spec: &Spec, test: &str) -> Result<Self, Failure> {
+        Self::start(spec, &[test, "--exact", "--nocapture", "--test-threads=1"])
+    }
+
+    fn start(spec: &Spec, args: &[&str]) -> Result<Self, Failure> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
+            .args(args)
             .env(CHILD_ENV, serde_json::to_string(spec)?)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -90,21 +109,31 @@ impl ChildProcess {
             child,
             stdin,
             stdout: BufReader::new(stdout).lines(),
+            under_libtest: !args.is_empty(),
         })
     }
 
     /// The child's next event, waiting at most `within`.
     pub async fn event(&mut self, within: Duration) -> Result<Value, Failure> {
-        match tokio::time::timeout(within, self.stdout.next_line()).await {
-            Err(_) => Err(Failure(format!("child sent nothing within {within:?}"))),
-            Ok(Err(e)) => Err(e.into()),
-            Ok(Ok(None)) => Err(Failure("child exited without a report".into())),
-            Ok(Ok(Some(line))) => {
-                let v: Value = serde_json::from_str(&line)?;
-                if v["event"] == "error" {
-                    return Err(Failure(format!("child failed: {}", v["message"])));
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.stdout.next_line()).await {
+                Err(_) => return Err(Failure(format!("child sent nothing within {within:?}"))),
+                Ok(Err(e)) => return Err(e.into()),
+                Ok(Ok(None)) => return Err(Failure("child exited without a report".into())),
+                Ok(Ok(Some(line))) => {
+                    let line = match line.find('{') {
+                        Some(at) if self.under_libtest => &line[at..],
+                        // libtest's own line.
+                        None if self.under_libtest => continue,
+                        _ => &line[..],
+                    };
+                    let v: Value = serde_json::from_str(line)?;
+                    if v["event"] == "error" {
+                        return Err(Failure(format!("child failed: {}", v["message"])));
+                    }
+                    return Ok(v);
                 }
-                Ok(v)
             }
         }
     }
@@ -142,6 +171,27 @@ impl ChildProcess {
         }
         Ok(())
     }
+}
+
+/// For a test file on libtest's harness: the body of the (plain, not async) test that
+/// [`ChildProcess::spawn_test`] names. In a child process it runs the role of its spec with
+/// `flavours` and exits the process with the outcome; elsewhere it returns at once.
+pub fn run_if_child(flavours: &[Flavour]) {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let code = match serde_json::from_str::<Spec>(&spec) {
+        Ok(spec) => match child_main(spec, flavours) {
+            code if code == std::process::ExitCode::SUCCESS => 0,
+            _ => 1,
+        },
+        Err(e) => {
+            eprintln!("bad {CHILD_ENV}: {e}");
+            2
+        }
+    };
+    // Before libtest prints its verdict: the child's stdout carries events only.
+    std::process::exit(code);
 }
 
 /// Runs the role in `spec` (called in the child process). Every failure is reported as an
