@@ -1,0 +1,705 @@
+//! The ZooKeeper backend on a private 3-member ensemble of its own, whose members are killed and
+//! paused, and whose clients are paused: a follower killed, the leader killed while locks change
+//! hands, a holder process paused past its session timeout, a holder's only member paused past
+//! it, and a waiter's only member paused past it while the lock is freed. Each test starts its
+//! own ensemble on free ports; at most two run at once (see [`one_at_a_time`]).
+//!
+//! Without java or ZooKeeper every test fails, naming `scripts/services.sh zk`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use distlock::{Client, ErrorKind, connect};
+use distlock_testkit::child::{self, ChildProcess, Role, Spec};
+use distlock_testkit::history::{self, Hold};
+use distlock_testkit::servers::{ZkEnsemble, start_zookeeper_ensemble};
+use distlock_testkit::{Failure, Flavour, Outcome, check, monotonic_ns};
+use tokio::time::Instant;
+use zookeeper_client::Client as Zk;
+
+/// The session timeout of every client here: short, so a cut-off session ends in seconds (the
+/// ensemble's tick is 500 ms, so it is 8 ticks).
+const TIMEOUT: Duration = Duration::from_secs(4);
+/// How much later than the timeout the ensemble may expire a session: it expires sessions in
+/// whole ticks, one more at most.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
+
+/// Ensembles running at once. Each is three JVMs: more than two ensembles at once on a 2-core
+/// machine starve elections and session pings, so timings would measure the machine, not
+/// ZooKeeper and the backend (etcd_cluster.rs runs one at a time for the same reason); two keep
+/// the file well under a minute, most of each case being spent waiting out session timeouts.
+const AT_ONCE: usize = 2;
+static TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ONCE);
+
+async fn one_at_a_time() -> tokio::sync::SemaphorePermit<'static> {
+    TURN.acquire().await.expect("the semaphore is never closed")
+}
+
+/// Runs a blocking ensemble call (starting, killing, pausing, waiting for a leader) without
+/// stalling the runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// A private ensemble of three, serving. Fails without java or ZooKeeper, naming
+/// scripts/services.sh zk.
+fn ensemble() -> Result<ZkEnsemble, Failure> {
+    blocking(|| start_zookeeper_ensemble(3))
+}
+
+/// A distlock error with its causes, for failure messages.
+fn why(e: &distlock::Error) -> String {
+    distlock::error::chain(e)
+}
+
+fn fail(e: distlock::Error) -> Failure {
+    Failure(why(&e))
+}
+
+async fn client(url: &str) -> Result<Client, Failure> {
+    connect(url)
+        .await
+        .map_err(|e| Failure(format!("connecting to {url}: {}", why(&e))))
+}
+
+/// A member that does not lead right now.
+fn follower(ensemble: &ZkEnsemble) -> Result<usize, Failure> {
+    let leader = blocking(|| ensemble.leader())?;
+    Ok((leader + 1) % 3)
+}
+
+fn others(x: usize) -> Vec<usize> {
+    (0..3).filter(|&i| i != x).collect()
+}
+
+/// A plain ZooKeeper client on the members `which`, to look at the tree.
+async fn tree(ensemble: &ZkEnsemble, which: &[usize]) -> Result<Zk, Failure> {
+    let servers: Vec<String> = which
+        .iter()
+        .map(|&i| format!("127.0.0.1:{}", ensemble.client_port(i)))
+        .collect();
+    let servers = servers.join(",");
+    Zk::connector()
+        .with_session_timeout(Duration::from_secs(20))
+        .connect(&servers)
+        .await
+        .map_err(|e| Failure(format!("cannot reach ZooKeeper at {servers}: {e}")))
+}
+
+/// The contenders' nodes of lock `name` (no chroot), as (node name, ephemeral owner session).
+async fn lock_nodes(zk: &Zk, name: &str) -> Result<Vec<(String, i64)>, Failure> {
+    let parent = format!("/{name}");
+    let children = match zk.list_children(&parent).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(Failure(format!("listing {parent}: {e}"))),
+    };
+    let mut nodes = Vec::new();
+    for child in children {
+        let path = format!("{parent}/{child}");
+        match zk.check_stat(&path).await {
+            Ok(Some(stat)) => nodes.push((child, stat.ephemeral_owner)),
+            Ok(None) => {}
+            Err(e) => return Err(Failure(format!("reading {path}: {e}"))),
+        }
+    }
+    Ok(nodes)
+}
+
+/// The test that child processes run (see [`holder`]): in this process, nothing.
+#[test]
+fn child_role() {
+    child::run_if_child(&[Flavour::mutex()]);
+}
+
+/// A child process that takes lock `name` on `url` and holds it (the testkit's `Hold` role:
+/// `check` answers what its guard knows), with the token it got.
+async fn holder(url: &str, name: &str) -> Result<(ChildProcess, u64), Failure> {
+    let spec = Spec {
+        url: url.to_string(),
+        flavour: "mutex".into(),
+        role: Role::Hold {
+            name: name.to_string(),
+            lease_ms: TIMEOUT.as_millis() as u64,
+        },
+    };
+    let mut holder = ChildProcess::spawn_test(&spec, "child_role")?;
+    let acquired = holder.event(Duration::from_secs(20)).await?;
+    let token = acquired["token"]
+        .as_u64()
+        .ok_or_else(|| Failure(format!("the holder process said {acquired}")))?;
+    Ok((holder, token))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_follower_killed_locks_keep_working() -> Outcome {
+    let _turn = one_at_a_time().await;
+    let mut ensemble = ensemble()?;
+    let url = ensemble.url(TIMEOUT);
+    let (holder, a, b, c) = (
+        client(&url).await?,
+        client(&url).await?,
+        client(&url).await?,
+        client(&url).await?,
+    );
+    let held = holder
+        .lock("held")
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .map_err(fail)?;
+    // Every client has a session before the kill (a third of them, on average, on the member
+    // killed: they move to another member within the session).
+    for c in [&a, &b, &c] {
+        let g = c
+            .lock("cycles")
+            .acquire_timeout(Duration::from_secs(5))
+            .await;
+        check!(
+            g.map_err(fail)?.release().await.map_err(fail)?,
+            "a warm-up hold was lost"
+        );
+    }
+
+    let killed = follower(&ensemble)?;
+    blocking(|| ensemble.kill(killed))?;
+    let killed_at = Instant::now();
+
+    // At once, while the clients of the dead member move to another: every failure is noted and
+    // the cycle tried again, so one run shows how many there are; with two members of three up,
+    // there should be none.
+    let clients = [&a, &b, &c];
+    let mut tokens = Vec::new();
+    let mut errors = Vec::new();
+    for i in 0..45 {
+        let c = clients[i % 3];
+        let mut tries = 0;
+        let guard = loop {
+            tries += 1;
+            match c
+                .lock("cycles")
+                .acquire_timeout(Duration::from_secs(5))
+                .await
+            {
+                Ok(guard) => break guard,
+                Err(e) if tries < 5 => errors.push(format!("cycle {i} acquire: {}", why(&e))),
+                Err(e) => {
+                    return Err(Failure(format!(
+                        "cycle {i} failed {tries} times with one follower of three dead ({} \
+                         failed calls in all, the first: {:?}); the last: {}",
+                        errors.len() + 1,
+                        errors.first(),
+                        why(&e),
+                    )));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokens.push(guard.fencing_token().get());
+        match guard.release().await {
+            Ok(true) => {}
+            Ok(false) => return Err(Failure(format!("cycle {i}: the holding was lost"))),
+            Err(e) => errors.push(format!("cycle {i} release: {}", why(&e))),
+        }
+    }
+    check!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens of successive holds do not increase: {tokens:?}"
+    );
+    check!(
+        errors.is_empty(),
+        "{} requests of 45 cycles failed with one follower of three dead; first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+    // More than a whole session timeout since the kill: a session that could not move off the
+    // dead member would have ended by now.
+    let watched = killed_at + TIMEOUT + Duration::from_secs(1);
+    if let Ok(e) = tokio::time::timeout_at(watched, held.lost()).await {
+        return Err(Failure(format!(
+            "the holding was lost {:?} after a follower was killed (2 of 3 members still up): {}",
+            killed_at.elapsed(),
+            why(&e)
+        )));
+    }
+    check!(!held.is_lost(), "is_lost() after a follower was killed");
+    let zk = tree(&ensemble, &others(killed)).await?;
+    let left = lock_nodes(&zk, "cycles").await?;
+    check!(
+        left.is_empty(),
+        "released cycles left nodes behind: {left:?}"
+    );
+    let released = held.release().await.map_err(fail)?;
+    check!(
+        released,
+        "the holding kept through the kill was not ours at release"
+    );
+    Ok(())
+}
+
+/// What one worker of the leader-kill test saw.
+#[derive(Default)]
+struct Seen {
+    holds: Vec<Hold>,
+    /// Holds whose guard reported the loss before release.
+    lost: usize,
+    /// Every failed call and its kind: the election may fail requests (`Connection`), make
+    /// them wait (`Timeout`), or, were it to outlast a session's timeout, end the session
+    /// (`LeaseLost`).
+    errors: Vec<String>,
+    /// Failed calls of any other kind: a broken connection must not look like ZooKeeper's
+    /// refusal.
+    untyped: Vec<String>,
+    /// The longest `acquire_timeout(2 s)` call.
+    longest_acquire: Duration,
+}
+
+impl Seen {
+    fn note(&mut self, call: &str, e: &distlock::Error) {
+        if !matches!(
+            e.kind(),
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::LeaseLost
+        ) {
+            self.untyped.push(format!("{call}: {}", why(e)));
+        }
+        self.errors.push(format!("{call} {:?}", e.kind()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
+    let _turn = one_at_a_time().await;
+    let mut ensemble = ensemble()?;
+    let url = ensemble.url(TIMEOUT);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs(7);
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let client = client(&url).await?;
+        let (inside, max_inside) = (inside.clone(), max_inside.clone());
+        workers.push(tokio::spawn(async move {
+            let lock = client.lock("counter");
+            let mut seen = Seen::default();
+            while Instant::now() < until {
+                let asked = Instant::now();
+                let got = lock.acquire_timeout(Duration::from_secs(2)).await;
+                seen.longest_acquire = seen.longest_acquire.max(asked.elapsed());
+                let guard = match got {
+                    Ok(guard) => guard,
+                    // The election: requests fail or wait; try again.
+                    Err(e) => {
+                        seen.note("acquire", &e);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let start_ns = monotonic_ns();
+                let before = inside.fetch_add(1, Ordering::SeqCst);
+                max_inside.fetch_max(before + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let end_ns = monotonic_ns();
+                let token = guard.fencing_token().get();
+                seen.holds.push(Hold {
+                    start_ns,
+                    end_ns,
+                    token,
+                });
+                seen.lost += usize::from(guard.is_lost());
+                if let Err(e) = guard.release().await {
+                    seen.note("release", &e);
+                }
+            }
+            seen
+        }));
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = blocking(|| ensemble.leader())?;
+    let killed_ns = monotonic_ns();
+    blocking(|| ensemble.kill(leader))?;
+    // Waits out the election.
+    let new_leader = blocking(|| ensemble.leader())?;
+    let elected = Duration::from_nanos(monotonic_ns() - killed_ns);
+    tokio::time::sleep_until(until).await;
+
+    let mut all = Seen::default();
+    for worker in workers {
+        let seen = worker.await.map_err(|e| Failure(e.to_string()))?;
+        all.holds.extend(seen.holds);
+        all.lost += seen.lost;
+        all.errors.extend(seen.errors);
+        all.untyped.extend(seen.untyped);
+        all.longest_acquire = all.longest_acquire.max(seen.longest_acquire);
+    }
+    // What the lock's queue holds as the workers stop: a node nobody deletes shows here.
+    let zk = tree(&ensemble, &others(leader)).await?;
+    let nodes_at_end = lock_nodes(&zk, "counter").await?;
+    check!(
+        new_leader != leader,
+        "no new leader after m{leader} was killed"
+    );
+    let before = all.holds.iter().filter(|h| h.end_ns < killed_ns).count();
+    let after = all.holds.iter().filter(|h| h.start_ns > killed_ns).count();
+    let verdict = history::check(all.holds.iter().copied());
+    let mut errors = std::collections::BTreeMap::new();
+    for e in &all.errors {
+        *errors.entry(e).or_insert(0) += 1;
+    }
+    let summary = format!(
+        "{verdict}; {before} holds before the kill, {after} after; new leader m{new_leader} \
+         within {elected:?}; {} guards lost; errors: {errors:?}; longest acquire_timeout(2 s): \
+         {:?}; nodes (name, session) at the end: {nodes_at_end:?}; first errors of another \
+         kind: {:?}",
+        all.lost,
+        all.longest_acquire,
+        all.untyped.iter().take(2).collect::<Vec<_>>()
+    );
+    eprintln!("leader killed: {summary}");
+    check!(
+        max_inside.load(Ordering::SeqCst) == 1,
+        "{} holders at once: {summary}",
+        max_inside.load(Ordering::SeqCst)
+    );
+    check!(verdict.is_ok(), "{summary}");
+    check!(before >= 10, "too few holds before the kill: {summary}");
+    check!(
+        after >= 20,
+        "too few holds after the leader was killed: {summary}"
+    );
+    check!(
+        nodes_at_end.is_empty(),
+        "nodes left once every worker released: {summary}"
+    );
+    check!(
+        all.untyped.is_empty(),
+        "{} failures were neither Connection, Timeout nor LeaseLost: {:?}",
+        all.untyped.len(),
+        all.untyped.iter().take(3).collect::<Vec<_>>()
+    );
+    // And locks work as before, on the two members left.
+    let fresh = client(&url).await?;
+    let guard = fresh
+        .lock("counter")
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .map_err(fail)?;
+    let last = all.holds.iter().map(|h| h.token).max().unwrap_or(0);
+    check!(
+        guard.fencing_token().get() > last,
+        "a hold after the election has token {} below the last worker's {last}",
+        guard.fencing_token()
+    );
+    check!(
+        guard.release().await.map_err(fail)?,
+        "the last hold was lost"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holder_process_paused_past_session_timeout_loses_lock_to_larger_token() -> Outcome {
+    let _turn = one_at_a_time().await;
+    const NAME: &str = "paused-process";
+    let ensemble = ensemble()?;
+    let url = ensemble.url(TIMEOUT);
+    let (mut paused, token) = holder(&url, NAME).await?;
+    paused.send("check").await?;
+    let before = paused.event(Duration::from_secs(10)).await?;
+    check!(
+        before["is_lost"] == false && before["lost_ready"] == false,
+        "a holder that runs reports itself lost: {before}"
+    );
+    let successor_client = client(&url).await?;
+    let successor = tokio::spawn(async move {
+        let got = successor_client
+            .lock(NAME)
+            .acquire_timeout(Duration::from_secs(20))
+            .await;
+        (Instant::now(), got, successor_client)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check!(
+        !successor.is_finished(),
+        "the successor got a lock the holder process holds"
+    );
+
+    paused.signal(libc::SIGSTOP)?;
+    let stopped = Instant::now();
+    let within = TIMEOUT + EXPIRY_SLACK + Duration::from_secs(2);
+    let waited = tokio::time::timeout(within, successor).await;
+    // Resume the holder whatever happened, so a failure does not leave a stopped process.
+    paused.signal(libc::SIGCONT)?;
+    let (got_at, got, _successor_client) = waited
+        .map_err(|_| {
+            Failure(format!(
+                "the lock of a holder process paused past its session timeout was not free \
+                 within {within:?}"
+            ))
+        })?
+        .map_err(|e| Failure(e.to_string()))?;
+    let guard = got.map_err(|e| Failure(format!("the successor: {}", why(&e))))?;
+    let freed_after = got_at - stopped;
+    check!(
+        freed_after >= TIMEOUT - Duration::from_millis(500),
+        "the successor got the lock {freed_after:?} after the holder was paused: before its \
+         session could have expired"
+    );
+    check!(
+        guard.fencing_token().get() > token,
+        "the successor's token {} is not above the paused holder's {token}",
+        guard.fencing_token()
+    );
+
+    // Resumed, the holder knows at once, by its own clock, before any round trip.
+    paused.send("check").await?;
+    let after = paused.event(Duration::from_secs(10)).await?;
+    check!(
+        after["is_lost"] == true && after["lost_ready"] == true,
+        "right after SIGCONT the paused holder does not know it lost the lock: {after}"
+    );
+    paused.send("lost 3000").await?;
+    let lost = paused.event(Duration::from_secs(10)).await?;
+    check!(
+        lost["lost"] == true,
+        "the paused holder's lost() did not fire after SIGCONT: {lost}"
+    );
+    paused.send("release").await?;
+    let released = paused.event(Duration::from_secs(10)).await?;
+    check!(
+        released["held"] == false,
+        "the paused holder's release claimed the lock: {released}"
+    );
+    paused.finish(Duration::from_secs(10)).await?;
+    check!(
+        !guard.is_lost(),
+        "the successor's guard is lost after the old holder resumed and released"
+    );
+    check!(
+        guard.release().await.map_err(fail)?,
+        "the successor's holding was lost"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_takes_larger_token()
+-> Outcome {
+    let _turn = one_at_a_time().await;
+    const NAME: &str = "paused-member";
+    let mut ensemble = ensemble()?;
+    let x = follower(&ensemble)?;
+    let holder_client = client(&ensemble.member_url(x, TIMEOUT)).await?;
+    let waiter_client = client(&ensemble.members_url(&others(x), TIMEOUT)).await?;
+    let held = Arc::new(
+        holder_client
+            .lock(NAME)
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .map_err(fail)?,
+    );
+    let token = held.fencing_token();
+    let lost = held.lost();
+    let lost = tokio::spawn(async move {
+        let e = lost.await;
+        (Instant::now(), e)
+    });
+    let waiter = tokio::spawn({
+        let held = held.clone();
+        async move {
+            let got = waiter_client
+                .lock(NAME)
+                .acquire_timeout(Duration::from_secs(20))
+                .await;
+            // By the holder's own clock, at the moment the successor has the lock.
+            let holder_knew = held.is_lost();
+            (Instant::now(), got, holder_knew, waiter_client)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check!(!waiter.is_finished(), "the waiter got a held lock");
+
+    blocking(|| ensemble.stop(x))?;
+    let stopped = Instant::now();
+    let within = TIMEOUT + Duration::from_secs(2);
+    let lost = tokio::time::timeout(within, lost).await;
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiter).await;
+    blocking(|| ensemble.cont(x))?;
+    let (lost_at, e) = lost
+        .map_err(|_| {
+            Failure(format!(
+                "lost() did not fire within {within:?} of the holder's only member being paused"
+            ))
+        })?
+        .map_err(|e| Failure(e.to_string()))?;
+    check!(e.kind() == ErrorKind::LeaseLost, "lost() said {}", why(&e));
+    let (got_at, got, holder_knew, _waiter_client) = waited
+        .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
+        .map_err(|e| Failure(e.to_string()))?;
+    let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
+    // The holder's own clock is what counts (is_lost() checks it on every call); when its
+    // lost() task got to run is only reported.
+    check!(
+        holder_knew,
+        "the successor got the lock {:?} after the pause while the holder still believed it held \
+         it (its lost() fired {:?} after the pause)",
+        got_at - stopped,
+        lost_at - stopped
+    );
+    check!(
+        guard.fencing_token() > token,
+        "the successor's token {:?} is not above the lost holder's {token:?}",
+        guard.fencing_token()
+    );
+
+    let held = Arc::try_unwrap(held).map_err(|_| Failure("the guard is still shared".into()))?;
+    let released = held.release().await.map_err(fail)?;
+    check!(
+        !released,
+        "the lost holder's release says it still held the lock"
+    );
+    check!(
+        guard.release().await.map_err(fail)?,
+        "the successor's holding was lost"
+    );
+    // Its member runs again (once it has caught up with the leader: until then it serves no
+    // client): the holder's client starts a new session and takes the lock anew.
+    blocking(|| ensemble.leader())?;
+    let again = holder_client
+        .lock(NAME)
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "the old holder once its member ran again: {}",
+                why(&e)
+            ))
+        })?;
+    check!(
+        again.fencing_token() > token,
+        "the old holder's new token is not larger"
+    );
+    check!(
+        again.release().await.map_err(fail)?,
+        "its new holding was lost"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiter_whose_session_expires_never_gets_lock() -> Outcome {
+    let _turn = one_at_a_time().await;
+    const NAME: &str = "cut-waiter";
+    let mut ensemble = ensemble()?;
+    let x = follower(&ensemble)?;
+    let holder_client = client(&ensemble.members_url(&others(x), TIMEOUT)).await?;
+    let waiter_client = client(&ensemble.member_url(x, TIMEOUT)).await?;
+    let zk = tree(&ensemble, &others(x)).await?;
+    let held = holder_client
+        .lock(NAME)
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .map_err(fail)?;
+    let waiter = tokio::spawn(async move {
+        let got = waiter_client
+            .lock(NAME)
+            .acquire_timeout(Duration::from_secs(30))
+            .await;
+        (Instant::now(), got, waiter_client)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check!(!waiter.is_finished(), "the waiter got a held lock");
+    let queued = lock_nodes(&zk, NAME).await?;
+    check!(
+        queued.len() == 2,
+        "expected the holder's and the waiter's node: {queued:?}"
+    );
+
+    // The waiter's only member stalls: its pings and requests go nowhere.
+    blocking(|| ensemble.stop(x))?;
+    let stopped = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    check!(
+        held.release().await.map_err(fail)?,
+        "the holder's holding was lost"
+    );
+    // The ensemble expires the waiter's session, taking its node: the lock is free and nobody
+    // queues.
+    let deadline = stopped + TIMEOUT + EXPIRY_SLACK + Duration::from_secs(2);
+    loop {
+        let nodes = lock_nodes(&zk, NAME).await?;
+        if nodes.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            blocking(|| ensemble.cont(x))?;
+            return Err(Failure(format!(
+                "the cut-off waiter's node outlived its session's timeout: {nodes:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its acquire ends by its own clock, its member still paused.
+    let waited = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+    blocking(|| ensemble.cont(x))?;
+    let (ended_at, got, waiter_client) = waited
+        .map_err(|_| {
+            Failure("the waiter's acquire did not end while its member was paused".into())
+        })?
+        .map_err(|e| Failure(e.to_string()))?;
+    match got {
+        // Told it failed: the caller knows it has no lock.
+        Err(e) if matches!(e.kind(), ErrorKind::LeaseLost | ErrorKind::Connection) => {
+            eprintln!(
+                "the waiter was told {:?} after the pause that it has no lock: {}",
+                ended_at - stopped,
+                why(&e)
+            );
+        }
+        Err(e) => {
+            return Err(Failure(format!(
+                "the waiter's acquire failed untyped: {}",
+                why(&e)
+            )));
+        }
+        Ok(guard) => {
+            return Err(Failure(format!(
+                "the waiter whose session expired got a lock (token {}, lost: {})",
+                guard.fencing_token(),
+                guard.is_lost()
+            )));
+        }
+    }
+
+    // Its member runs again: nothing of the waiter's is left, and the lock is free for anyone
+    // (the waiter's client too, on a new session).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let nodes = lock_nodes(&zk, NAME).await?;
+    check!(
+        nodes.is_empty(),
+        "nodes under the lock once the waiter's member ran again: {nodes:?}"
+    );
+    let other = holder_client
+        .lock(NAME)
+        .try_acquire()
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| Failure("the lock is taken after the waiter was told it failed".into()))?;
+    check!(other.release().await.map_err(fail)?, "that hold was lost");
+    let again = waiter_client
+        .lock(NAME)
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "the waiter's client once its member ran again: {}",
+                why(&e)
+            ))
+        })?;
+    check!(
+        again.release().await.map_err(fail)?,
+        "its new holding was lost"
+    );
+    Ok(())
+}
