@@ -79,33 +79,18 @@ pub(crate) fn from_zk(what: &str) -> impl FnOnce(zookeeper_client::Error) -> Err
         use zookeeper_client::Error as Zk;
         let kind = match &e {
             Zk::ConnectionLoss | Zk::Timeout | Zk::NoHosts | Zk::Throttled => ErrorKind::Connection,
-            _ if broken_socket(&e) => ErrorKind::Connection,
+            // The client's own faults, never ZooKeeper's answer (those are the typed variants):
+            // a socket that broke under requests in flight (a server killed: the client hands
+            // them the I/O error itself, not ConnectionLoss), a connection that went silent.
+            // Connection faults all the same, which `Inner::retrying` tries again on another
+            // server rather than report as a refusal.
+            Zk::Custom(_) => ErrorKind::Connection,
             _ => ErrorKind::Backend,
         };
         Error::new(kind, what.to_string())
             .with_backend(NAME)
             .with_source(e)
     }
-}
-
-/// Whether the client failed a request because its socket broke under it (a server killed: the
-/// connection reset mid-request). The client hands the requests in flight the I/O error itself,
-/// wrapped as `Error::Custom`, not `ConnectionLoss`; it is a connection fault all the same, which
-/// [`Inner::retrying`] must try again on another server rather than report as ZooKeeper's refusal.
-fn broken_socket(e: &zookeeper_client::Error) -> bool {
-    type Shared = Arc<dyn std::error::Error + Send + Sync>;
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        // The client keeps the I/O error in an `Arc`, which is the cause its error names.
-        let io = c.is::<std::io::Error>()
-            || c.downcast_ref::<Shared>()
-                .is_some_and(|shared| shared.is::<std::io::Error>());
-        if io {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
 }
 
 impl ZooKeeperBackend {
