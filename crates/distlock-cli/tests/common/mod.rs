@@ -8,7 +8,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd, zk.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -30,6 +30,12 @@ const SERVERS: &[(&str, &str, &str)] = &[
     // A short session TTL: a killed holder's lock is free within seconds.
     #[cfg(feature = "etcd")]
     ("etcd", "DISTLOCK_ETCD_URL", "etcd://127.0.0.1:2379?ttl=3"),
+    // A short session timeout, for the same reason.
+    (
+        "zk",
+        "DISTLOCK_ZK_URL",
+        "zk://127.0.0.1:2181/distlock-cli?timeout=3s",
+    ),
 ];
 
 fn skipped(name: &str, what: &str) -> bool {
