@@ -126,9 +126,36 @@ async fn curator_layout_in_the_chroot(ctx: Ctx) -> Outcome {
         held.fencing_token(),
         stat.czxid
     );
+    let first = held.fencing_token();
     check!(held.release().await?, "release");
     let after = children(&zk, &format!("{chroot}/{name}")).await?;
     check!(after.is_empty(), "release left {after:?}");
+    // The lock's node is a container: ZooKeeper deletes it once empty (scripts/services.sh
+    // starts ZooKeeper checking every second), and the next take creates it again.
+    let parent = format!("{chroot}/{name}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while zk
+        .check_stat(&parent)
+        .await
+        .map_err(|e| Failure(format!("{parent}: {e}")))?
+        .is_some()
+    {
+        check!(
+            tokio::time::Instant::now() < deadline,
+            "the empty lock node {parent} was not reaped within 10 s: is ZooKeeper running \
+             with -Dznode.container.checkIntervalMs=1000 (scripts/services.sh zk)?"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = ctx.lock(&name).acquire().await?;
+    check!(
+        again.fencing_token() > first,
+        "the token after the lock node was created again is not larger"
+    );
+    check!(
+        again.release().await?,
+        "release after the lock node came back"
+    );
     // Names that would be other paths stay one node under the chroot.
     for awkward in [
         "..",
