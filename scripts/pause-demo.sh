@@ -5,13 +5,19 @@
 # (DISTLOCK, default target/debug/distlock).
 set -eu
 runs=${1:-10}
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 bin=${DISTLOCK:-target/debug/distlock}
 for lock in sqlite redis; do
     set --
     [ "$lock" = redis ] && set -- --lock-url redis://127.0.0.1:6379
     i=1
     while [ "$i" -le "$runs" ]; do
-        out=$("$bin" demo --scenario pause --requests 300 --json "$@" 2>/dev/null)
+        if ! out=$("$bin" demo --scenario pause --requests 300 --json "$@" 2>"$err"); then
+            echo "$lock run $i: distlock demo failed:" >&2
+            cat "$err" >&2
+            exit 1
+        fi
         verdicts=$(printf '%s\n' "$out" | sed -n 's/.*"strategy":"\([^"]*\)".*"verdict":"\([^"]*\)".*/\1=\2/p' | tr '\n' ' ')
         lost=$(printf '%s\n' "$out" | sed -n 's/.*"strategy":"lock:[^"]*".*"lost_updates":\([0-9-]*\).*/\1/p')
         echo "$lock run $i: $verdicts(plain lock: $lost updates lost)"

@@ -150,18 +150,33 @@ impl WriterThread {
             {
                 batch.push(job);
             }
-            self.run_batch(&turn, batch);
+            let answered = self.run_batch(&turn, batch);
+            // The flock goes before anyone hears back: a caller may run on at once and its
+            // process be stopped (a GC pause, SIGSTOP) right after taking a lock, and a stopped
+            // process must not keep every other process's writer waiting (it held up a whole
+            // pause scenario of the demo for the length of the stop when this thread was slow
+            // to get back to the unlock after answering).
+            drop(turn);
+            for (job, answer) in answered {
+                let _ = job.answer.send(answer);
+            }
         }
     }
 
-    fn run_batch(&mut self, turn: &WritersLock<'_>, batch: Vec<Job>) {
+    /// Runs `batch` and tells waiters of the locks it freed; the answers go out after the
+    /// writers' lock is given back.
+    fn run_batch(
+        &mut self,
+        turn: &WritersLock<'_>,
+        batch: Vec<Job>,
+    ) -> Vec<(Job, Result<Answer, Failure>)> {
         // Skip ops nobody waits for any more: their callers already reported a failure.
         let batch: Vec<Job> = batch
             .into_iter()
             .filter(|job| !job.answer.is_closed() && job.queued.elapsed() < self.busy_timeout)
             .collect();
         if batch.is_empty() {
-            return;
+            return Vec::new();
         }
         let ops: Vec<&Op> = batch.iter().map(|job| &job.op).collect();
         let answers = match self.transaction(&ops) {
@@ -172,19 +187,17 @@ impl WriterThread {
                 .collect(),
             Err(failure) => vec![Err(failure)],
         };
-        let mut freed = Vec::new();
-        for (job, answer) in batch.into_iter().zip(answers) {
-            if let (Op::Release { name, .. }, Ok(Answer::Done(true))) = (&job.op, &answer) {
-                freed.push(slot_of(name));
-            }
-            let _ = job.answer.send(answer);
-        }
+        let answered: Vec<(Job, Result<Answer, Failure>)> =
+            batch.into_iter().zip(answers).collect();
         // After the commit, so a woken waiter finds the lock free.
-        for slot in freed {
-            if let Err(e) = turn.bump(slot) {
+        for (job, answer) in &answered {
+            if let (Op::Release { name, .. }, Ok(Answer::Done(true))) = (&job.op, answer)
+                && let Err(e) = turn.bump(slot_of(name))
+            {
                 tracing::debug!("release notice not written, waiters fall back on timers: {e}");
             }
         }
+        answered
     }
 
     /// Runs `ops` in one write transaction: all of them commit, or none.
