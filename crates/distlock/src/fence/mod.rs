@@ -19,6 +19,14 @@
 //! * Accepted means *above*: a token equal to the last accepted one is refused too, so one
 //!   holding writes once per check. Check once per transaction, which may hold many writes.
 //! * A refused writer must stop: a newer holder has written. Its transaction should roll back.
+//! * Read what you write back inside the checked transaction, after [`SqlFence::check`]. A
+//!   fence shows a newer holder only once that holder has *written*: a stale holder whose
+//!   late write lands between a newer holder's read and that holder's write is accepted, and
+//!   the newer write then overwrites it from a read that missed it. Inside the checked
+//!   transaction the fence row is locked, so the newer holder's check waits for the commit
+//!   and reads after it. (The demo's pause scenario reads before its check; its newer holders
+//!   read and write within milliseconds of taking the lock, seconds before the stopped holder
+//!   resumes.)
 //! * Fences are never deleted; a fence that were reset would let an old token in again.
 //!
 //! Cost: SQL, one `UPDATE` of a primary-key row per transaction (an `INSERT` on a resource's
