@@ -21,9 +21,9 @@ pub enum Scheme {
     Postgres,
     /// `mysql://`, `mariadb://`.
     Mysql,
-    /// `zk://h1:p1,…[/chroot]` (to come).
+    /// `zk://h1:p1,…[/chroot]`.
     ZooKeeper,
-    /// `etcd://`, `etcds://` (to come).
+    /// `etcd://`, `etcds://` (TLS).
     Etcd,
     /// `memcached://` (to come).
     Memcached,
