@@ -229,7 +229,7 @@ mod tests {
         let err = connect("ftp://u:hunter2@h").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidUrl);
         assert!(!err.to_string().contains("hunter2"), "{err}");
-        let err = connect("zk://127.0.0.1:2181").await.unwrap_err();
+        let err = connect("memcached://127.0.0.1:11211").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported);
     }
 }

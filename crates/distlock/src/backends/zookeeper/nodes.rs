@@ -40,6 +40,9 @@ pub(super) enum Standing {
     Holds,
     /// Waits for this child (its name) to go.
     WaitsFor(String),
+    /// Waits for the first child (its name) to go, and holds once it has: no child can come
+    /// before this one any more (new ones get larger sequences).
+    NextAfter(String),
     /// Waits for any change among the children.
     WaitsForAnyChange,
 }
@@ -102,6 +105,7 @@ impl LockNodes {
         };
         match self.rule {
             Rule::Exclusive if index == 0 => Standing::Holds,
+            Rule::Exclusive if index == 1 => Standing::NextAfter(queue[0].1.to_string()),
             Rule::Exclusive => Standing::WaitsFor(queue[index - 1].1.to_string()),
             Rule::Shared => match queue[..index].iter().find(|(_, c)| !c.contains(READ)) {
                 None => Standing::Holds,
@@ -172,7 +176,7 @@ mod tests {
             nodes("", "zookeeper", LockKind::Mutex).parent(),
             "/%7Aookeeper"
         );
-        assert_eq!(nodes("", "x\u{1}y", LockKind::Mutex).parent(), "/x%01y");
+        assert_eq!(nodes("", "x\u{fff5}y", LockKind::Mutex).parent(), "/x%EF%BF%B5y");
         assert_eq!(
             nodes("", "\u{e000}", LockKind::Mutex).parent(),
             "/%EE%80%80"
@@ -218,6 +222,10 @@ mod tests {
         assert_eq!(
             write.standing(&children, &children[0]),
             Standing::WaitsFor(children[1].clone())
+        );
+        assert_eq!(
+            write.standing(&children, &children[1]),
+            Standing::NextAfter(children[2].clone())
         );
         assert_eq!(write.standing(&children, "gone"), Standing::Gone);
         let sem = nodes("", "n", LockKind::Permit { permits: 2 });
