@@ -153,6 +153,9 @@ pub struct Capabilities {
     pub lease: LeaseModel,
     /// Waiters hold a place in a queue in the store, which their [`Waiter::leave`] must clear.
     pub queues: bool,
+    /// A release hands the lock to a waiter of the same client itself (the backend's
+    /// [`Waiter`]), so the core does not also wake one of them to try again.
+    pub hands_over: bool,
 }
 
 impl Capabilities {
@@ -164,6 +167,7 @@ impl Capabilities {
                 granularity: Duration::from_millis(1),
             },
             queues: false,
+            hands_over: false,
         }
     }
 
@@ -179,6 +183,14 @@ impl Capabilities {
     pub fn notifying(self) -> Self {
         Capabilities {
             notifies: true,
+            ..self
+        }
+    }
+
+    /// The same, with releases handing the lock to this client's waiters themselves.
+    pub fn handing_over(self) -> Self {
+        Capabilities {
+            hands_over: true,
             ..self
         }
     }

@@ -135,11 +135,14 @@ impl OwnerToken {
         let mut bytes = [0u8; 16];
         // The OS random source failing is not something a lock library can recover from.
         getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-        let mut hex = String::with_capacity(32);
-        for b in bytes {
-            hex.push_str(&format!("{b:02x}"));
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 32];
+        for (i, b) in bytes.iter().enumerate() {
+            hex[2 * i] = DIGITS[usize::from(b >> 4)];
+            hex[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
         }
-        OwnerToken(hex.into())
+        // Hex digits are ASCII.
+        OwnerToken(std::str::from_utf8(&hex).unwrap_or_default().into())
     }
 
     /// The token as stored in the backend. Treat it as a secret.

@@ -5,11 +5,13 @@
 //!
 //! A holding leaves the queue when its last guard goes or it is dropped ([`Renewals::cancel`]),
 //! so the queue holds only live holdings; one lost meanwhile is skipped when it comes up.
-//! Queueing costs a lock and, only when the new entry is due before everything queued, a
-//! wake-up of the task.
+//! Queueing costs a lock and, only when the new entry is due before the task would look again by
+//! itself, a wake-up of the task (a client taking lock after lock queues each new lease behind
+//! the ones before, and wakes nothing).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -19,6 +21,10 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::core::lease::{HeldLease, Renewed, renew_once};
 
+/// How long the task keeps looking by itself after the queue empties (see
+/// [`Renewals::next_look`]).
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
 /// Where a renewal sits in the queue: when it is due, ties broken by queueing order.
 pub(crate) type QueueKey = (Instant, u64);
 
@@ -26,6 +32,9 @@ pub(crate) type QueueKey = (Instant, u64);
 struct Queue {
     due: BTreeMap<QueueKey, Weak<HeldLease>>,
     next_seq: u64,
+    /// When the task will look at the queue next by itself (`None`: only when told). A renewal
+    /// due no earlier needs no wake-up: the task will find it then.
+    task_wakes_at: Option<Instant>,
 }
 
 /// The renewals of one client's holdings.
@@ -63,7 +72,12 @@ impl Renewals {
         self.start();
         let (key, first) = {
             let mut queue = self.queue();
-            let first = queue.due.first_key_value().is_none_or(|(k, _)| at < k.0);
+            // Only a renewal due before the task's own wake-up needs it woken: queueing the
+            // next lease of a busy client (always later than the ones queued) costs no wake-up.
+            let first = queue.task_wakes_at.is_none_or(|wakes| at < wakes);
+            if first {
+                queue.task_wakes_at = Some(at);
+            }
             let key = (at, queue.next_seq);
             queue.next_seq += 1;
             queue.due.insert(key, Arc::downgrade(lease));
@@ -112,8 +126,20 @@ impl Renewals {
         self.queue().due.len()
     }
 
-    fn next_due(&self) -> Option<Instant> {
-        self.queue().due.first_key_value().map(|(k, _)| k.0)
+    /// When the task is to look again: at the earliest renewal queued; with none queued, after
+    /// [`IDLE_LOOK`] (a client taking lock after lock empties the queue between two holdings,
+    /// and would otherwise wake the task for each), or only when told once a whole
+    /// [`IDLE_LOOK`] went by with nothing queued. `quiet_since` is what the last look returned:
+    /// the queueing count when it found the queue empty.
+    fn next_look(&self, now: Instant, quiet_since: Option<u64>) -> (Option<Instant>, Option<u64>) {
+        let mut queue = self.queue();
+        let (next, quiet) = match queue.due.first_key_value() {
+            Some((k, _)) => (Some(k.0), None),
+            None if quiet_since == Some(queue.next_seq) => (None, quiet_since),
+            None => (Some(now + IDLE_LOOK), Some(queue.next_seq)),
+        };
+        queue.task_wakes_at = next;
+        (next, quiet)
     }
 }
 
@@ -128,6 +154,7 @@ impl Drop for Renewals {
 /// The task: while the client lives, renew what is due.
 async fn run(renewals: Weak<Renewals>, earlier: Arc<Notify>) {
     let mut running = FuturesUnordered::new();
+    let mut quiet_since = None;
     loop {
         let Some(this) = renewals.upgrade() else {
             return;
@@ -142,7 +169,8 @@ async fn run(renewals: Weak<Renewals>, earlier: Arc<Notify>) {
                 (lease, renewed)
             });
         }
-        let next = this.next_due();
+        let next;
+        (next, quiet_since) = this.next_look(Instant::now(), quiet_since);
         // Not held across the wait: the client may go away meanwhile.
         drop(this);
         let sleep = async {

@@ -102,11 +102,15 @@ pub(crate) async fn acquire(
         acquired: false,
     };
     let mut backoff = Backoff::default();
-    let local = engine.local.subscribe(&req.name);
+    // A backend that hands the lock over to this client's waiters itself needs no second
+    // wake-up: it would only send a take that finds the lock handed to another.
+    let local = (!caps.hands_over).then(|| engine.local.subscribe(&req.name));
     loop {
-        let local_release = local.notified();
+        let local_release = local.as_ref().map(|local| local.notified());
         tokio::pin!(local_release);
-        local_release.as_mut().enable();
+        if let Some(notified) = local_release.as_mut().as_pin_mut() {
+            notified.enable();
+        }
 
         let attempt = waiting.attempt();
         let taken = match deadline {
@@ -147,7 +151,12 @@ pub(crate) async fn acquire(
         }
         tokio::select! {
             changed = waiting.changed() => changed?,
-            () = &mut local_release => {}
+            () = async {
+                match local_release.as_mut().as_pin_mut() {
+                    Some(notified) => notified.await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             () = tokio::time::sleep(nap) => {}
         }
     }

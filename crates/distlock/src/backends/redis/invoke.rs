@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{FromRedisValue, RedisError, Script};
+use ::redis::{Cmd, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use super::config;
 use super::subscriber::Subscriber;
@@ -73,24 +73,44 @@ impl Server {
         args: &[&str],
         what: &str,
     ) -> Result<T> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(*arg);
-        }
+        // The EVALSHA command is packed once, straight from the borrowed keys and arguments
+        // (redis-rs' `ScriptInvocation` copies each into a vector of its own first).
+        let size: usize = keys.iter().map(String::len).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>()
+            + script.get_hash().len()
+            + 8;
+        let mut evalsha = Cmd::with_capacity(3 + keys.len() + args.len(), size);
+        evalsha
+            .arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
         let mut conn = self.conn.clone();
         let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
+        let mut loaded = false;
         loop {
-            match invocation.invoke_async(&mut conn).await {
+            let failed = match evalsha.query_async(&mut conn).await {
                 Ok(value) => return Ok(value),
-                Err(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
+                // A server that does not know the script (restarted, or flushed): load it and
+                // ask again, once.
+                Err(e)
+                    if e.kind() == ::redis::ErrorKind::Server(ServerErrorKind::NoScript)
+                        && !loaded =>
+                {
+                    loaded = true;
+                    script.load_async(&mut conn).await.err()
+                }
+                Err(e) => Some(e),
+            };
+            match failed {
+                None => {}
+                Some(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Err(e) => return Err(from_redis(what, e)),
+                Some(e) => return Err(from_redis(what, e)),
             }
         }
     }
@@ -140,7 +160,7 @@ impl std::error::Error for SourceText {}
 /// A redis-rs error as a distlock error: transport trouble is `Connection`, the rest `Backend`.
 /// redis-rs messages carry no URL, so no password can leak through them.
 pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
-    use ::redis::{ErrorKind as Redis, ServerErrorKind};
+    use ::redis::ErrorKind as Redis;
     if matches!(
         e.kind(),
         Redis::AuthenticationFailed | Redis::Server(ServerErrorKind::NoPerm)

@@ -19,23 +19,28 @@ impl Keys {
             _ => "lock",
         };
         // Escape the braces so the tag is always the whole name (and `%` so it stays 1:1).
-        let mut tag = String::with_capacity(name.as_str().len());
-        for c in name.as_str().chars() {
+        let name = name.as_str();
+        let mut base = String::with_capacity("distlock:rw:{}".len() + name.len() + 8);
+        base.push_str("distlock:");
+        base.push_str(family);
+        base.push_str(":{");
+        for c in name.chars() {
             match c {
-                '%' => tag.push_str("%25"),
-                '{' => tag.push_str("%7B"),
-                '}' => tag.push_str("%7D"),
-                c => tag.push(c),
+                '%' => base.push_str("%25"),
+                '{' => base.push_str("%7B"),
+                '}' => base.push_str("%7D"),
+                c => base.push(c),
             }
         }
-        Keys {
-            kind,
-            base: format!("distlock:{family}:{{{tag}}}"),
-        }
+        base.push('}');
+        Keys { kind, base }
     }
 
     fn key(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.base)
+        let mut key = String::with_capacity(self.base.len() + suffix.len());
+        key.push_str(&self.base);
+        key.push_str(suffix);
+        key
     }
 
     fn keys(&self, suffixes: &[&str]) -> Vec<String> {

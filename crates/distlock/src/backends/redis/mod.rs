@@ -124,18 +124,18 @@ impl Backend for RedisBackend {
         let k = Keys::new(req.kind, &req.name);
         let owner = req.owner.as_str();
         let lease = req.lease.as_millis().to_string();
-        let waiter_ttl = WAITER_TTL.as_millis().to_string();
+        let waiter_ttl = || WAITER_TTL.as_millis().to_string();
         let script = &SCRIPTS.ops(req.kind).acquire;
         let answer: (i64, i64) = match req.kind {
             // A one-off attempt never joins the fair lock's queue (its waiter does).
             LockKind::Fair => {
-                let channel = k.channel();
+                let (channel, waiter_ttl) = (k.channel(), waiter_ttl());
                 let args = [owner, &lease, &waiter_ttl, &channel, "0"];
                 let what = "taking a fair lock";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
             LockKind::Read | LockKind::Write => {
-                let args = [owner, &lease, mode(req.kind), &waiter_ttl];
+                let args = [owner, &lease, mode(req.kind), &waiter_ttl()];
                 let what = "taking a read-write lock";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }

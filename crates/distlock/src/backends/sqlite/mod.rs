@@ -6,7 +6,8 @@
 //! * this file: [`SqliteBackend`], the [`Backend`] methods as `writer::Op`s;
 //! * `writer.rs`: the thread that owns the connection and runs the ops, several per
 //!   transaction (group commit), each take one `BEGIN IMMEDIATE` transaction with its fencing
-//!   token;
+//!   token; a release hands the lock to a waiter of its process in the same transaction;
+//! * `waiter.rs`: a waiter: takes, parks with the writer, wakes on a grant or a notice;
 //! * `sidecar.rs`: the `PATH-distlock` file: its flock queues writers of all processes in the
 //!   kernel, its release counters are bumped by every release;
 //! * `notices.rs`: inotify on those counters, the waiters' notices;
@@ -19,6 +20,7 @@ mod clock;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod notices;
 mod sidecar;
+mod waiter;
 mod writer;
 
 use std::path::PathBuf;
@@ -29,7 +31,7 @@ use async_trait::async_trait;
 
 use self::sidecar::Sidecar;
 use self::writer::{Answer, Failure, Op, Writer};
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::types::FencingToken;
@@ -54,7 +56,7 @@ pub struct SqliteBackend {
     path: PathBuf,
     /// `None` where inotify is missing: waiters then poll with the core's backoff.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    notices: Option<notices::Notices>,
+    notices: Option<Arc<notices::Notices>>,
 }
 
 impl std::fmt::Debug for SqliteBackend {
@@ -117,9 +119,37 @@ impl SqliteBackend {
             #[cfg(any(target_os = "linux", target_os = "android"))]
             notices: notices::Notices::start(sidecar)
                 .inspect_err(|e| tracing::debug!("no release notices, waiters will poll: {e}"))
-                .ok(),
+                .ok()
+                .map(Arc::new),
         })
     }
+}
+
+/// One take: the lock, or the lease its holder has left.
+async fn take(writer: &Writer, req: &LockRequest) -> Result<Attempt> {
+    let op = Op::Take {
+        name: req.name.as_str().to_string(),
+        owner: req.owner.as_str().to_string(),
+        lease_ms: req.lease.as_millis() as i64,
+    };
+    match writer.run(op).await.map_err(err("taking the lock"))? {
+        Answer::Taken(token) => Ok(Attempt::leased(FencingToken(token as u64), req)),
+        Answer::Held(left) => Ok(Attempt::Held {
+            retry_after: Some(left),
+        }),
+        Answer::Done(_) => unreachable!("a take answers Taken or Held"),
+    }
+}
+
+/// Frees the owner's holding (the one with `token`, when given).
+async fn release(writer: &Writer, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+    let op = Op::Release {
+        name: req.name.as_str().to_string(),
+        owner: req.owner.as_str().to_string(),
+        token: token.map(|t| t.get() as i64),
+    };
+    let done = writer.run(op).await.map_err(err("freeing the lock"))?;
+    Ok(matches!(done, Answer::Done(true)))
 }
 
 #[async_trait]
@@ -131,24 +161,13 @@ impl Backend for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if self.notices.is_some() {
-            return Capabilities::leases().notifying();
+            return Capabilities::leases().notifying().handing_over();
         }
-        Capabilities::leases()
+        Capabilities::leases().handing_over()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        let op = Op::Take {
-            name: req.name.as_str().to_string(),
-            owner: req.owner.as_str().to_string(),
-            lease_ms: req.lease.as_millis() as i64,
-        };
-        match self.writer.run(op).await.map_err(err("taking the lock"))? {
-            Answer::Taken(token) => Ok(Attempt::leased(FencingToken(token as u64), req)),
-            Answer::Held(left) => Ok(Attempt::Held {
-                retry_after: Some(left),
-            }),
-            Answer::Done(_) => unreachable!("a take answers Taken or Held"),
-        }
+        take(&self.writer, req).await
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
@@ -167,13 +186,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let op = Op::Release {
-            name: req.name.as_str().to_string(),
-            owner: req.owner.as_str().to_string(),
-            token: token.map(|t| t.get() as i64),
-        };
-        let done = self.writer.run(op).await.map_err(err("freeing the lock"))?;
-        Ok(matches!(done, Answer::Done(true)))
+        release(&self.writer, req, token).await
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
@@ -185,5 +198,14 @@ impl Backend for SqliteBackend {
         }
         let _ = req;
         Ok(Box::pin(futures_util::stream::pending()))
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        Some(Box::new(waiter::SqliteWaiter::new(
+            self.writer.clone(),
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            self.notices.clone(),
+            req.clone(),
+        )))
     }
 }

@@ -10,7 +10,14 @@
 //! in one `BEGIN IMMEDIATE` transaction. Each op is still atomic (a transaction is), and the
 //! batch shares one lock hand-off and one commit. If the batch fails, each op is run again in a
 //! transaction of its own, so one op's error is never another's.
+//!
+//! Hand-over: a waiter of this process that found the lock held parks with the writer
+//! ([`Op::Park`]). A release of that lock then takes it for the first parked waiter in the
+//! release's own transaction (a new holding with a new fencing token) and hands the waiter the
+//! grant, instead of freeing the lock, notifying every process and letting them race for it. At
+//! most [`MAX_HANDOVERS`] in a row per lock: the next release frees it for all processes.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -24,6 +31,10 @@ use super::sidecar::{Sidecar, WritersLock, slot_of};
 
 /// The most ops one transaction carries, so one batch never keeps the file for long.
 const MAX_BATCH: usize = 64;
+
+/// The most times in a row a lock is handed to a waiter of this process in its release's
+/// transaction; the release after that frees it, so waiters in other processes get their turn.
+pub(super) const MAX_HANDOVERS: u32 = 8;
 
 /// One change to the lock table, as asked by [`super::SqliteBackend`].
 #[derive(Debug)]
@@ -48,6 +59,51 @@ pub(super) enum Op {
         owner: String,
         token: Option<i64>,
     },
+    /// A waiter of this process found the lock held: the next release of it in this process
+    /// may take it for this owner and send the [`Grant`] (replaces the owner's earlier place).
+    Park {
+        name: String,
+        owner: String,
+        lease_ms: i64,
+        grant: oneshot::Sender<Grant>,
+    },
+    /// The waiter gives up its place; once answered, no grant for it will be sent.
+    Unpark { name: String, owner: String },
+}
+
+/// A lock taken for a parked waiter: its fencing token, and an instant no later than the start
+/// of the transaction that took it (its lease counts from there).
+#[derive(Debug)]
+pub(super) struct Grant {
+    pub(super) token: i64,
+    pub(super) at: Instant,
+}
+
+/// A parked waiter.
+struct Parked {
+    owner: String,
+    lease_ms: i64,
+    grant: oneshot::Sender<Grant>,
+}
+
+/// What the writer sends once a batch has committed and the writers' lock is given back.
+enum Reply {
+    /// An op's answer.
+    Answer(Job, Result<Answer, Failure>),
+    /// A lock taken for a parked waiter of lock `name`.
+    Grant {
+        to: Parked,
+        name: String,
+        grant: Grant,
+    },
+}
+
+/// A release whose transaction took the lock for a parked waiter.
+struct HandedOver {
+    /// Which op of the batch.
+    release: usize,
+    to: Parked,
+    token: i64,
 }
 
 /// What an [`Op`] did.
@@ -80,8 +136,8 @@ struct Job {
     answer: oneshot::Sender<Result<Answer, Failure>>,
 }
 
-/// The caller's side of the writer thread. The thread ends when this is dropped.
-#[derive(Debug)]
+/// The caller's side of the writer thread. The thread ends when the last clone is dropped.
+#[derive(Clone, Debug)]
 pub(super) struct Writer {
     jobs: mpsc::Sender<Job>,
     busy_timeout: Duration,
@@ -101,6 +157,8 @@ impl Writer {
             sidecar,
             boot_id,
             busy_timeout,
+            parked: HashMap::new(),
+            streaks: HashMap::new(),
         };
         std::thread::Builder::new()
             .name("distlock-sqlite".into())
@@ -123,6 +181,17 @@ impl Writer {
             Err(_) => Err(Failure::Busy(self.busy_timeout)),
         }
     }
+
+    /// Queues `op` without waiting for its answer (parking: the writer only notes it).
+    pub(super) fn send(&self, op: Op) -> Result<(), Failure> {
+        let (answer, _) = oneshot::channel();
+        let job = Job {
+            op,
+            queued: Instant::now(),
+            answer,
+        };
+        self.jobs.send(job).map_err(|_| Failure::Stopped)
+    }
 }
 
 struct WriterThread {
@@ -130,12 +199,20 @@ struct WriterThread {
     sidecar: Arc<Sidecar>,
     boot_id: String,
     busy_timeout: Duration,
+    /// Waiters of this process, by lock name, in the order they parked.
+    parked: HashMap<String, VecDeque<Parked>>,
+    /// Hand-overs in a row, by lock name.
+    streaks: HashMap<String, u32>,
 }
 
 impl WriterThread {
     fn run(mut self, queue: mpsc::Receiver<Job>) {
         let sidecar = self.sidecar.clone();
         while let Ok(first) = queue.recv() {
+            // Parking needs no transaction: noted here, in arrival order.
+            let Some(first) = self.intake(first) else {
+                continue;
+            };
             let turn = match sidecar.lock_writers() {
                 Ok(turn) => turn,
                 Err(e) => {
@@ -148,28 +225,85 @@ impl WriterThread {
             while batch.len() < MAX_BATCH
                 && let Ok(job) = queue.try_recv()
             {
-                batch.push(job);
+                if let Some(job) = self.intake(job) {
+                    batch.push(job);
+                }
             }
-            let answered = self.run_batch(&turn, batch);
+            let replies = self.run_batch(&turn, batch);
             // The flock goes before anyone hears back: a caller may run on at once and its
             // process be stopped (a GC pause, SIGSTOP) right after taking a lock, and a stopped
             // process must not keep every other process's writer waiting (it held up a whole
             // pause scenario of the demo for the length of the stop when this thread was slow
             // to get back to the unlock after answering).
             drop(turn);
-            for (job, answer) in answered {
-                let _ = job.answer.send(answer);
+            for reply in replies {
+                match reply {
+                    Reply::Answer(job, answer) => {
+                        let _ = job.answer.send(answer);
+                    }
+                    Reply::Grant { to, name, grant } => {
+                        let token = grant.token;
+                        if to.grant.send(grant).is_err() {
+                            // The waiter left since the commit: free what was taken for it.
+                            match sidecar.lock_writers() {
+                                Ok(turn) => self.release_orphan(&turn, &name, to.owner, token),
+                                Err(e) => tracing::debug!(
+                                    "a grant nobody took stays until its lease ends: {e}"
+                                ),
+                            }
+                        }
+                    }
+                }
             }
         }
     }
 
-    /// Runs `batch` and tells waiters of the locks it freed; the answers go out after the
-    /// writers' lock is given back.
-    fn run_batch(
-        &mut self,
-        turn: &WritersLock<'_>,
-        batch: Vec<Job>,
-    ) -> Vec<(Job, Result<Answer, Failure>)> {
+    /// Notes parkings; hands every other op back for the next transaction.
+    fn intake(&mut self, job: Job) -> Option<Job> {
+        let unpark = |parked: &mut HashMap<String, VecDeque<Parked>>, name: &str, owner: &str| {
+            if let Some(queue) = parked.get_mut(name) {
+                queue.retain(|p| p.owner != owner && !p.grant.is_closed());
+                if queue.is_empty() {
+                    parked.remove(name);
+                }
+            }
+        };
+        match job.op {
+            Op::Park {
+                name,
+                owner,
+                lease_ms,
+                grant,
+            } => {
+                unpark(&mut self.parked, &name, &owner);
+                self.parked.entry(name).or_default().push_back(Parked {
+                    owner,
+                    lease_ms,
+                    grant,
+                });
+                None
+            }
+            Op::Unpark { name, owner } => {
+                unpark(&mut self.parked, &name, &owner);
+                let _ = job.answer.send(Ok(Answer::Done(true)));
+                None
+            }
+            // A waiter trying again itself gives up its place: no grant may follow its take.
+            Op::Take {
+                ref name,
+                ref owner,
+                ..
+            } => {
+                unpark(&mut self.parked, name, owner);
+                Some(job)
+            }
+            _ => Some(job),
+        }
+    }
+
+    /// Runs `batch` and tells waiters in other processes of the locks it freed; the answers
+    /// and grants go out once the writers' lock is given back.
+    fn run_batch(&mut self, turn: &WritersLock<'_>, batch: Vec<Job>) -> Vec<Reply> {
         // Skip ops nobody waits for any more: their callers already reported a failure.
         let batch: Vec<Job> = batch
             .into_iter()
@@ -179,39 +313,183 @@ impl WriterThread {
             return Vec::new();
         }
         let ops: Vec<&Op> = batch.iter().map(|job| &job.op).collect();
-        let answers = match self.transaction(&ops) {
+        let started = Instant::now();
+        let mut handed = Vec::new();
+        let answers = match self.transaction(&ops, &mut handed) {
             Ok(answers) => answers.into_iter().map(Ok).collect(),
-            Err(_) if batch.len() > 1 => ops
-                .iter()
-                .map(|op| self.transaction(&[op]).map(|mut one| one.remove(0)))
-                .collect(),
+            Err(_) if batch.len() > 1 => {
+                let mut answers = Vec::with_capacity(ops.len());
+                for (i, op) in ops.iter().enumerate() {
+                    let mut one_handed = Vec::new();
+                    answers.push(
+                        self.transaction(&[op], &mut one_handed)
+                            .map(|mut one| one.remove(0)),
+                    );
+                    handed.extend(
+                        one_handed
+                            .into_iter()
+                            .map(|h| HandedOver { release: i, ..h }),
+                    );
+                }
+                answers
+            }
             Err(failure) => vec![Err(failure)],
         };
-        let answered: Vec<(Job, Result<Answer, Failure>)> =
-            batch.into_iter().zip(answers).collect();
-        // After the commit, so a woken waiter finds the lock free.
-        for (job, answer) in &answered {
-            if let (Op::Release { name, .. }, Ok(Answer::Done(true))) = (&job.op, answer)
-                && let Err(e) = turn.bump(slot_of(name))
+        let handed_names: Vec<String> = handed.iter().map(|h| ops_name(ops[h.release])).collect();
+        drop(ops);
+        let mut freed = Vec::new();
+        let mut replies = Vec::with_capacity(batch.len() + handed.len());
+        for (i, (job, answer)) in batch.into_iter().zip(answers).enumerate() {
+            if let (Op::Release { name, .. }, Ok(Answer::Done(true))) = (&job.op, &answer)
+                && !handed.iter().any(|h| h.release == i)
             {
+                freed.push(slot_of(name));
+            }
+            replies.push(Reply::Answer(job, answer));
+        }
+        for (h, name) in handed.into_iter().zip(handed_names) {
+            if h.to.grant.is_closed() {
+                // The waiter left meanwhile: free what was taken for it.
+                self.release_orphan(turn, &name, h.to.owner, h.token);
+            } else {
+                let grant = Grant {
+                    token: h.token,
+                    at: started,
+                };
+                replies.push(Reply::Grant {
+                    to: h.to,
+                    name,
+                    grant,
+                });
+            }
+        }
+        // After the commit, so a woken waiter finds the lock free.
+        for slot in freed {
+            if let Err(e) = turn.bump(slot) {
                 tracing::debug!("release notice not written, waiters fall back on timers: {e}");
             }
         }
-        answered
+        replies
     }
 
-    /// Runs `ops` in one write transaction: all of them commit, or none.
-    fn transaction(&mut self, ops: &[&Op]) -> Result<Vec<Answer>, Failure> {
+    /// Frees a holding taken for a waiter that was gone when it was handed over.
+    fn release_orphan(&mut self, turn: &WritersLock<'_>, name: &str, owner: String, token: i64) {
+        let op = Op::Release {
+            name: name.to_string(),
+            owner,
+            token: Some(token),
+        };
+        self.streaks.remove(name);
+        match self.transaction(&[&op], &mut Vec::new()) {
+            Ok(_) => {
+                if let Err(e) = turn.bump(slot_of(name)) {
+                    tracing::debug!("release notice not written: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(lock = %name, "freeing a lock handed to a waiter that left failed (its lease will end): {e}")
+            }
+        }
+    }
+
+    /// Runs `ops` in one write transaction: all of them commit, or none. A release that frees a
+    /// lock with a waiter parked takes it for that waiter in the same transaction (listed in
+    /// `handed`, by op index), unless the lock was handed over [`MAX_HANDOVERS`] times in a row.
+    fn transaction(
+        &mut self,
+        ops: &[&Op],
+        handed: &mut Vec<HandedOver>,
+    ) -> Result<Vec<Answer>, Failure> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut answers = Vec::with_capacity(ops.len());
-        for op in ops {
-            answers.push(apply(&tx, &self.boot_id, op)?);
+        let outcome = (|| {
+            for (i, op) in ops.iter().enumerate() {
+                let answer = apply(&tx, &self.boot_id, op)?;
+                if let (Op::Release { name, .. }, Answer::Done(true)) = (op, &answer)
+                    && let Some(to) = next_parked(&mut self.parked, &mut self.streaks, name)
+                {
+                    let take = Op::Take {
+                        name: name.clone(),
+                        owner: to.owner.clone(),
+                        lease_ms: to.lease_ms,
+                    };
+                    handed.push(HandedOver {
+                        release: i,
+                        to,
+                        token: 0,
+                    });
+                    match apply(&tx, &self.boot_id, &take)? {
+                        Answer::Taken(token) => {
+                            handed.last_mut().expect("just pushed").token = token
+                        }
+                        // The row was deleted in this transaction: the take cannot find it held.
+                        _ => {
+                            let back = handed.pop().expect("just pushed").to;
+                            self.parked
+                                .entry(name.clone())
+                                .or_default()
+                                .push_front(back);
+                        }
+                    }
+                }
+                answers.push(answer);
+            }
+            Ok::<_, Failure>(())
+        })();
+        let committed = outcome.and_then(|()| tx.commit().map_err(Failure::from));
+        if let Err(failure) = committed {
+            // Nothing was taken: the waiters keep their places, first in line again.
+            for h in handed.drain(..).rev() {
+                let name = ops_name(ops[h.release]);
+                self.parked.entry(name).or_default().push_front(h.to);
+            }
+            return Err(failure);
         }
-        tx.commit()?;
         Ok(answers)
     }
+}
+
+/// The lock name an op is about.
+fn ops_name(op: &Op) -> String {
+    match op {
+        Op::Take { name, .. }
+        | Op::Extend { name, .. }
+        | Op::Release { name, .. }
+        | Op::Park { name, .. }
+        | Op::Unpark { name, .. } => name.clone(),
+    }
+}
+
+/// The first waiter still waiting for `name`, if the lock may be handed over once more; counts
+/// the streak (a release with nobody parked, or past the limit, ends it).
+fn next_parked(
+    parked: &mut HashMap<String, VecDeque<Parked>>,
+    streaks: &mut HashMap<String, u32>,
+    name: &str,
+) -> Option<Parked> {
+    let streak = streaks.get(name).copied().unwrap_or(0);
+    let Some(waiting) = parked.get_mut(name) else {
+        streaks.remove(name);
+        return None;
+    };
+    if streak >= MAX_HANDOVERS {
+        streaks.remove(name);
+        return None;
+    }
+    while let Some(next) = waiting.pop_front() {
+        if !next.grant.is_closed() {
+            if waiting.is_empty() {
+                parked.remove(name);
+            }
+            *streaks.entry(name.to_string()).or_default() += 1;
+            return Some(next);
+        }
+    }
+    parked.remove(name);
+    streaks.remove(name);
+    None
 }
 
 /// One op inside the batch's transaction.
@@ -265,6 +543,8 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
                 .execute(params![name, owner, token])?;
             Ok(Answer::Done(deleted == 1))
         }
+        // Noted by the thread (`intake`), never run in a transaction.
+        Op::Park { .. } | Op::Unpark { .. } => Ok(Answer::Done(false)),
     }
 }
 

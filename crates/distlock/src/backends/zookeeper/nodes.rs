@@ -176,7 +176,10 @@ mod tests {
             nodes("", "zookeeper", LockKind::Mutex).parent(),
             "/%7Aookeeper"
         );
-        assert_eq!(nodes("", "x\u{fff5}y", LockKind::Mutex).parent(), "/x%EF%BF%B5y");
+        assert_eq!(
+            nodes("", "x\u{fff5}y", LockKind::Mutex).parent(),
+            "/x%EF%BF%B5y"
+        );
         assert_eq!(
             nodes("", "\u{e000}", LockKind::Mutex).parent(),
             "/%EE%80%80"

@@ -6,8 +6,8 @@
 --
 -- Returns 1 if that holding is still the owner's (its lease now restarts), 0 otherwise (the
 -- lease ended, someone else holds it, or it is a newer holding: nothing is changed).
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
-    and same_holding(redis.call('HGET', KEYS[1], '#fence'), ARGV[3]) then
+local held = redis.call('HMGET', KEYS[1], ARGV[1], '#fence')
+if held[1] and same_holding(held[2], ARGV[3]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -4,15 +4,19 @@
 -- ARGV[1]  owner token; ARGV[2] the lock's pub/sub channel; ARGV[3] the holding's fencing token,
 --          or '' for whatever holding the owner has (release by owner token).
 --
--- Returns 1  freed: the key is deleted and '' is published on the channel in the same script, so
---            a waiter that subscribed before its retry cannot miss it. '' means "wake one
---            waiter" to each subscribed client.
+-- Returns 1  freed: the key is deleted and, if a waiter found this holding held ('#w', set by
+--            acquire.lua in the script that answered it), '' is published on the channel in the
+--            same script, so a waiter that subscribed before its retry cannot miss it. '' means
+--            "wake one waiter" to each subscribed client. A holding nobody waited for publishes
+--            nothing (the uncontended cycle sends no message).
 --         0  that holding is not there: nothing changed (someone else's lock, or a newer holding
 --            of the same owner, is safe).
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
-    or not same_holding(redis.call('HGET', KEYS[1], '#fence'), ARGV[3]) then
+local held = redis.call('HMGET', KEYS[1], ARGV[1], '#fence', '#w')
+if not held[1] or not same_holding(held[2], ARGV[3]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '')
+if held[3] then
+  redis.call('PUBLISH', ARGV[2], '')
+end
 return 1
