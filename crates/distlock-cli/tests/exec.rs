@@ -451,7 +451,10 @@ fn a_wait_too_long_for_the_clock_waits_forever() {
 }
 
 /// Issue #8, item 6: `kill -9` of distlock must not leave COMMAND, or what COMMAND started,
-/// running without the lock. The shell and both its `sleep`s must be gone within two seconds.
+/// running without the lock. The shell and both its `sleep`s must be gone: at once on an idle
+/// machine; the test allows ten seconds because the watcher that kills them is a process the
+/// scheduler must first run, and the test suite runs several test binaries side by side (one
+/// run on a load average of 16 took over two).
 #[test]
 fn killing_distlock_kills_command_and_its_children() {
     for store in common::every_store("kill -9 of exec") {
@@ -480,7 +483,7 @@ fn killing_distlock_kills_command_and_its_children() {
         assert!(pids.iter().all(|&p| common::running(p)), "{backend}");
         signal(holder.id(), libc::SIGKILL);
         holder.wait().unwrap();
-        let gone = common::eventually(Duration::from_secs(2), || {
+        let gone = common::eventually(Duration::from_secs(10), || {
             pids.iter().all(|&p| !common::running(p))
         });
         let left: Vec<i32> = pids

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs every test binary of the workspace (all features), several at once.
+#
+# Most of the time of the suite is spent waiting (leases running out, sessions expiring, servers
+# restarting), one case after another inside each backend's binary, and `cargo test` runs the
+# binaries one after another too. Different binaries talk to different servers (or to private
+# servers on their own ports), so they can wait side by side: this builds everything once, then
+# runs the binaries in $DISTLOCK_TEST_LANES lanes (default 3), the longest first, each binary
+# still running its own cases as it chooses. DISTLOCK_TEST_LANES=1 gives the old one-by-one run.
+#
+# Each binary's output goes to a log; a binary that fails has its whole log printed, and the run
+# ends with a table of every binary, its verdict and its wall time, then fails if any failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lanes=${DISTLOCK_TEST_LANES:-3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/distlock-tests.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+command -v jq >/dev/null 2>&1 || {
+  echo "run-tests: installing jq" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
+}
+
+cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
+  >"$work/build.json"
+
+# One line per test binary: NAME<TAB>PACKAGE_DIR<TAB>EXECUTABLE. Unit tests of a crate are named
+# after the crate.
+jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+       | [(.target.kind[0] as $k | if $k == "test" then .target.name else "\(.target.name) (\($k))" end),
+          (.manifest_path | sub("/Cargo.toml$"; "")), .executable] | @tsv' \
+  "$work/build.json" >"$work/binaries.tsv"
+
+# The slowest binaries first (seconds of the last full run, roughly), so no lane is left with a
+# long one at the end; binaries not listed run after them, in name order.
+weight() {
+  case "$1" in
+    etcd) echo 400 ;;
+    zookeeper) echo 270 ;;
+    redis) echo 120 ;;
+    secrets) echo 100 ;;
+    *) echo 0 ;;
+  esac
+}
+while IFS=$'\t' read -r name dir exe; do
+  printf '%s\t%s\t%s\t%s\n' "$(weight "$name")" "$name" "$dir" "$exe"
+done <"$work/binaries.tsv" | sort -t$'\t' -k1,1nr -k2,2 >"$work/queue.tsv"
+
+run_one() { # run_one NAME DIR EXE: runs one binary, records verdict and time
+  local name=$1 dir=$2 exe=$3 log start status
+  log="$work/log.$(basename "$exe")"
+  start=$(date +%s)
+  set +e
+  (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe") >"$log" 2>&1 </dev/null
+  status=$?
+  set -e
+  local took=$(($(date +%s) - start))
+  if [ $status -eq 0 ]; then
+    printf 'ok\t%s\t%ss\n' "$name" "$took" >>"$work/results"
+    echo "run-tests: ok     $name (${took}s)" >&2
+  else
+    printf 'FAILED\t%s\t%ss\n' "$name" "$took" >>"$work/results"
+    echo "run-tests: FAILED $name (${took}s, exit $status); its output:" >&2
+    cat "$log" >&2
+  fi
+}
+export -f run_one
+export work
+
+echo "run-tests: $(wc -l <"$work/queue.tsv") test binaries in $lanes lanes" >&2
+cut -f2- "$work/queue.tsv" | tr '\t\n' '\0\0' |
+  xargs -0 -n 3 -P "$lanes" bash -c 'run_one "$@"' _
+
+# Doc tests are compiled and run by cargo itself.
+doc_status=0
+cargo test --workspace --all-features --doc || doc_status=$?
+
+echo
+echo "run-tests: results"
+sort -t$'\t' -k2 "$work/results" | while IFS=$'\t' read -r verdict name took; do
+  printf '  %-7s %-32s %6s\n' "$verdict" "$name" "$took"
+done
+failed=$(grep -c '^FAILED' "$work/results" || true)
+if [ "$failed" -ne 0 ] || [ $doc_status -ne 0 ]; then
+  echo "run-tests: $failed test binaries failed; doc tests exit $doc_status" >&2
+  exit 1
+fi
+echo "run-tests: every test binary passed"
