@@ -29,6 +29,7 @@ pub mod cases;
 pub mod certs;
 pub mod child;
 pub mod curator;
+pub mod failover;
 pub mod fenced;
 pub mod history;
 pub mod section;

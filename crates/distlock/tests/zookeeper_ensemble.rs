@@ -7,12 +7,11 @@
 //! Without java or ZooKeeper every test fails, naming `scripts/services.sh zk`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock::{Client, ErrorKind, connect};
+use distlock::ErrorKind;
 use distlock_testkit::child::{self, ChildProcess, Role, Spec};
-use distlock_testkit::history::{self, Hold};
+use distlock_testkit::failover::{self, blocking, client, fail, why};
 use distlock_testkit::servers::{ZkEnsemble, start_zookeeper_ensemble};
 use distlock_testkit::{Failure, Flavour, Outcome, check, monotonic_ns};
 use tokio::time::Instant;
@@ -36,31 +35,10 @@ async fn one_at_a_time() -> tokio::sync::SemaphorePermit<'static> {
     TURN.acquire().await.expect("the semaphore is never closed")
 }
 
-/// Runs a blocking ensemble call (starting, killing, pausing, waiting for a leader) without
-/// stalling the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 /// A private ensemble of three, serving. Fails without java or ZooKeeper, naming
 /// scripts/services.sh zk.
 fn ensemble() -> Result<ZkEnsemble, Failure> {
     blocking(|| start_zookeeper_ensemble(3))
-}
-
-/// A distlock error with its causes, for failure messages.
-fn why(e: &distlock::Error) -> String {
-    distlock::error::chain(e)
-}
-
-fn fail(e: distlock::Error) -> Failure {
-    Failure(why(&e))
-}
-
-async fn client(url: &str) -> Result<Client, Failure> {
-    connect(url)
-        .await
-        .map_err(|e| Failure(format!("connecting to {url}: {}", why(&e))))
 }
 
 /// A member that does not lead right now.
@@ -165,53 +143,12 @@ async fn one_follower_killed_locks_keep_working() -> Outcome {
     blocking(|| ensemble.kill(killed))?;
     let killed_at = Instant::now();
 
-    // At once, while the clients of the dead member move to another: every failure is noted and
-    // the cycle tried again, so one run shows how many there are; with two members of three up,
-    // there should be none.
-    let clients = [&a, &b, &c];
-    let mut tokens = Vec::new();
-    let mut errors = Vec::new();
-    for i in 0..45 {
-        let c = clients[i % 3];
-        let mut tries = 0;
-        let guard = loop {
-            tries += 1;
-            match c
-                .lock("cycles")
-                .acquire_timeout(Duration::from_secs(5))
-                .await
-            {
-                Ok(guard) => break guard,
-                Err(e) if tries < 5 => errors.push(format!("cycle {i} acquire: {}", why(&e))),
-                Err(e) => {
-                    return Err(Failure(format!(
-                        "cycle {i} failed {tries} times with one follower of three dead ({} \
-                         failed calls in all, the first: {:?}); the last: {}",
-                        errors.len() + 1,
-                        errors.first(),
-                        why(&e),
-                    )));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        tokens.push(guard.fencing_token().get());
-        match guard.release().await {
-            Ok(true) => {}
-            Ok(false) => return Err(Failure(format!("cycle {i}: the holding was lost"))),
-            Err(e) => errors.push(format!("cycle {i} release: {}", why(&e))),
-        }
-    }
-    check!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "tokens of successive holds do not increase: {tokens:?}"
-    );
-    check!(
-        errors.is_empty(),
-        "{} requests of 45 cycles failed with one follower of three dead; first: {:?}",
-        errors.len(),
-        errors.first()
-    );
+    // At once, while the clients of the dead member move to another: with two members of
+    // three up, no call should fail.
+    let during = "with one follower of three dead";
+    failover::cycles(&[&a, &b, &c], "cycles", 45, during)
+        .await?
+        .check_clean(during)?;
     // More than a whole session timeout since the kill: a session that could not move off the
     // dead member would have ended by now.
     let watched = killed_at + TIMEOUT + Duration::from_secs(1);
@@ -237,83 +174,25 @@ async fn one_follower_killed_locks_keep_working() -> Outcome {
     Ok(())
 }
 
-/// What one worker of the leader-kill test saw.
-#[derive(Default)]
-struct Seen {
-    holds: Vec<Hold>,
-    /// Holds whose guard reported the loss before release.
-    lost: usize,
-    /// Every failed call and its kind: the election may fail requests (`Connection`), make
-    /// them wait (`Timeout`), or, were it to outlast a session's timeout, end the session
-    /// (`LeaseLost`).
-    errors: Vec<String>,
-    /// Failed calls of any other kind: a broken connection must not look like ZooKeeper's
-    /// refusal.
-    untyped: Vec<String>,
-    /// The longest `acquire_timeout(2 s)` call.
-    longest_acquire: Duration,
-}
-
-impl Seen {
-    fn note(&mut self, call: &str, e: &distlock::Error) {
-        if !matches!(
-            e.kind(),
-            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::LeaseLost
-        ) {
-            self.untyped.push(format!("{call}: {}", why(e)));
-        }
-        self.errors.push(format!("{call} {:?}", e.kind()));
-    }
-}
+/// The election may fail requests (`Connection`), make them wait (`Timeout`), or, were it to
+/// outlast a session's timeout, end the session (`LeaseLost`); nothing else.
+const FAILOVER_ERRORS: &[ErrorKind] = &[
+    ErrorKind::Connection,
+    ErrorKind::Timeout,
+    ErrorKind::LeaseLost,
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
     let _turn = one_at_a_time().await;
     let mut ensemble = ensemble()?;
     let url = ensemble.url(TIMEOUT);
-    let inside = Arc::new(AtomicUsize::new(0));
-    let max_inside = Arc::new(AtomicUsize::new(0));
-    let until = Instant::now() + Duration::from_secs(7);
-    let mut workers = Vec::new();
+    let mut clients = Vec::new();
     for _ in 0..3 {
-        let client = client(&url).await?;
-        let (inside, max_inside) = (inside.clone(), max_inside.clone());
-        workers.push(tokio::spawn(async move {
-            let lock = client.lock("counter");
-            let mut seen = Seen::default();
-            while Instant::now() < until {
-                let asked = Instant::now();
-                let got = lock.acquire_timeout(Duration::from_secs(2)).await;
-                seen.longest_acquire = seen.longest_acquire.max(asked.elapsed());
-                let guard = match got {
-                    Ok(guard) => guard,
-                    // The election: requests fail or wait; try again.
-                    Err(e) => {
-                        seen.note("acquire", &e);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let start_ns = monotonic_ns();
-                let before = inside.fetch_add(1, Ordering::SeqCst);
-                max_inside.fetch_max(before + 1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                let end_ns = monotonic_ns();
-                let token = guard.fencing_token().get();
-                seen.holds.push(Hold {
-                    start_ns,
-                    end_ns,
-                    token,
-                });
-                seen.lost += usize::from(guard.is_lost());
-                if let Err(e) = guard.release().await {
-                    seen.note("release", &e);
-                }
-            }
-            seen
-        }));
+        clients.push(client(&url).await?);
     }
+    let until = Instant::now() + Duration::from_secs(7);
+    let contention = failover::contend(clients, "counter", until, FAILOVER_ERRORS);
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let leader = blocking(|| ensemble.leader())?;
@@ -322,17 +201,7 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
     // Waits out the election.
     let new_leader = blocking(|| ensemble.leader())?;
     let elected = Duration::from_nanos(monotonic_ns() - killed_ns);
-    tokio::time::sleep_until(until).await;
-
-    let mut all = Seen::default();
-    for worker in workers {
-        let seen = worker.await.map_err(|e| Failure(e.to_string()))?;
-        all.holds.extend(seen.holds);
-        all.lost += seen.lost;
-        all.errors.extend(seen.errors);
-        all.untyped.extend(seen.untyped);
-        all.longest_acquire = all.longest_acquire.max(seen.longest_acquire);
-    }
+    let contended = contention.finish().await?;
     // What the lock's queue holds as the workers stop: a node nobody deletes shows here.
     let zk = tree(&ensemble, &others(leader)).await?;
     let nodes_at_end = lock_nodes(&zk, "counter").await?;
@@ -340,43 +209,16 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
         new_leader != leader,
         "no new leader after m{leader} was killed"
     );
-    let before = all.holds.iter().filter(|h| h.end_ns < killed_ns).count();
-    let after = all.holds.iter().filter(|h| h.start_ns > killed_ns).count();
-    let verdict = history::check(all.holds.iter().copied());
-    let mut errors = std::collections::BTreeMap::new();
-    for e in &all.errors {
-        *errors.entry(e).or_insert(0) += 1;
-    }
-    let summary = format!(
-        "{verdict}; {before} holds before the kill, {after} after; new leader m{new_leader} \
-         within {elected:?}; {} guards lost; errors: {errors:?}; longest acquire_timeout(2 s): \
-         {:?}; nodes (name, session) at the end: {nodes_at_end:?}; first errors of another \
-         kind: {:?}",
-        all.lost,
-        all.longest_acquire,
-        all.untyped.iter().take(2).collect::<Vec<_>>()
+    let more = format!(
+        "new leader m{new_leader} within {elected:?}; nodes (name, session) at the end: \
+         {nodes_at_end:?}"
     );
-    eprintln!("leader killed: {summary}");
-    check!(
-        max_inside.load(Ordering::SeqCst) == 1,
-        "{} holders at once: {summary}",
-        max_inside.load(Ordering::SeqCst)
-    );
-    check!(verdict.is_ok(), "{summary}");
-    check!(before >= 10, "too few holds before the kill: {summary}");
-    check!(
-        after >= 20,
-        "too few holds after the leader was killed: {summary}"
-    );
+    eprintln!("leader killed: {}", contended.summary(killed_ns, &more));
+    contended.check(killed_ns, (10, 20), &more)?;
     check!(
         nodes_at_end.is_empty(),
-        "nodes left once every worker released: {summary}"
-    );
-    check!(
-        all.untyped.is_empty(),
-        "{} failures were neither Connection, Timeout nor LeaseLost: {:?}",
-        all.untyped.len(),
-        all.untyped.iter().take(3).collect::<Vec<_>>()
+        "nodes left once every worker released: {}",
+        contended.summary(killed_ns, &more)
     );
     // And locks work as before, on the two members left.
     let fresh = client(&url).await?;
@@ -385,7 +227,7 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
         .acquire_timeout(Duration::from_secs(5))
         .await
         .map_err(fail)?;
-    let last = all.holds.iter().map(|h| h.token).max().unwrap_or(0);
+    let last = contended.last_token();
     check!(
         guard.fencing_token().get() > last,
         "a hold after the election has token {} below the last worker's {last}",

@@ -1,0 +1,301 @@
+//! Workloads for the tests that kill and pause members of a replicated store (an etcd cluster, a
+//! ZooKeeper ensemble, Redlock's masters): lock cycles that must keep working while a minority is
+//! down ([`cycles`]), and workers contending for one lock while the leader dies ([`contend`]),
+//! whose holds are checked for overlaps and token order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use distlock::{Client, ErrorKind};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::history::{self, Hold, Verdict};
+use crate::{Failure, Outcome, check, monotonic_ns};
+
+/// A distlock error with its causes, for failure messages.
+pub fn why(e: &distlock::Error) -> String {
+    distlock::error::chain(e)
+}
+
+/// A distlock error as a failure, with its causes.
+pub fn fail(e: distlock::Error) -> Failure {
+    Failure(why(&e))
+}
+
+/// A client of `url`, or a failure naming it.
+pub async fn client(url: &str) -> Result<Client, Failure> {
+    distlock::connect(url)
+        .await
+        .map_err(|e| Failure(format!("connecting to {url}: {}", why(&e))))
+}
+
+/// Runs a blocking call (starting, killing or pausing a member, asking who leads) without
+/// stalling the runtime.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// What [`cycles`] saw.
+pub struct Cycles {
+    /// The token of each cycle's hold, in order.
+    pub tokens: Vec<u64>,
+    /// Every failed call (retried), in order.
+    pub errors: Vec<String>,
+}
+
+/// `count` cycles of acquire and release of lock `name`, by `clients` in turn. A failed acquire is
+/// noted and tried again, up to five times, so one run shows how many calls fail; a cycle that
+/// fails five times, or whose holding is lost by its release, fails the test. `during` says what
+/// is wrong with the store, for messages ("with one follower of three dead").
+pub async fn cycles(
+    clients: &[&Client],
+    name: &str,
+    count: usize,
+    during: &str,
+) -> Result<Cycles, Failure> {
+    let mut seen = Cycles {
+        tokens: Vec::new(),
+        errors: Vec::new(),
+    };
+    for i in 0..count {
+        let c = clients[i % clients.len()];
+        let mut tries = 0;
+        let guard = loop {
+            tries += 1;
+            match c.lock(name).acquire_timeout(Duration::from_secs(5)).await {
+                Ok(guard) => break guard,
+                Err(e) if tries < 5 => seen.errors.push(format!("cycle {i} acquire: {}", why(&e))),
+                Err(e) => {
+                    return Err(Failure(format!(
+                        "cycle {i} failed {tries} times {during} ({} failed calls in all, the \
+                         first: {:?}); the last: {}",
+                        seen.errors.len() + 1,
+                        seen.errors.first(),
+                        why(&e),
+                    )));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        seen.tokens.push(guard.fencing_token().get());
+        match guard.release().await {
+            Ok(true) => {}
+            Ok(false) => return Err(Failure(format!("cycle {i}: the holding was lost"))),
+            Err(e) => seen.errors.push(format!("cycle {i} release: {}", why(&e))),
+        }
+    }
+    Ok(seen)
+}
+
+impl Cycles {
+    /// Fails unless the tokens increase and no call failed.
+    pub fn check_clean(&self, during: &str) -> Outcome {
+        check!(
+            self.tokens.windows(2).all(|w| w[0] < w[1]),
+            "tokens of successive holds do not increase: {:?}",
+            self.tokens
+        );
+        check!(
+            self.errors.is_empty(),
+            "{} requests of {} cycles failed {during}; first: {:?}",
+            self.errors.len(),
+            self.tokens.len(),
+            self.errors.first()
+        );
+        Ok(())
+    }
+}
+
+/// What the workers of [`contend`] saw.
+#[derive(Default)]
+pub struct Seen {
+    /// Every hold, as the holder timed it.
+    pub holds: Vec<Hold>,
+    /// Holds whose guard reported the loss before release.
+    pub lost: usize,
+    /// Every failed call and its kind.
+    pub errors: Vec<String>,
+    /// Failed calls of a kind the store's failover should not give (a broken connection must
+    /// not look like the store's refusal).
+    pub untyped: Vec<String>,
+    /// The longest `acquire_timeout(2 s)` call.
+    pub longest_acquire: Duration,
+}
+
+impl Seen {
+    fn note(&mut self, call: &str, e: &distlock::Error, expected: &[ErrorKind]) {
+        if !expected.contains(&e.kind()) {
+            self.untyped.push(format!("{call}: {}", why(e)));
+        }
+        self.errors.push(format!("{call} {:?}", e.kind()));
+    }
+
+    fn add(&mut self, other: Seen) {
+        self.holds.extend(other.holds);
+        self.lost += other.lost;
+        self.errors.extend(other.errors);
+        self.untyped.extend(other.untyped);
+        self.longest_acquire = self.longest_acquire.max(other.longest_acquire);
+    }
+}
+
+/// Workers contending for one lock until an instant: see [`contend`].
+pub struct Contention {
+    workers: Vec<JoinHandle<Seen>>,
+    max_inside: Arc<AtomicUsize>,
+    until: Instant,
+}
+
+/// One worker per client, each looping until `until`: acquire lock `name` (waiting at most 2 s),
+/// hold it 2 ms while counting the holders inside, release. Failed calls are noted and tried
+/// again; those of a kind not in `expected` are noted apart ([`Seen::untyped`]).
+pub fn contend(
+    clients: Vec<Client>,
+    name: &str,
+    until: Instant,
+    expected: &'static [ErrorKind],
+) -> Contention {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let workers = clients
+        .into_iter()
+        .map(|client| {
+            let (inside, max_inside) = (inside.clone(), max_inside.clone());
+            let lock = client.lock(name);
+            tokio::spawn(async move {
+                let _client = client;
+                let mut seen = Seen::default();
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let got = lock.acquire_timeout(Duration::from_secs(2)).await;
+                    seen.longest_acquire = seen.longest_acquire.max(asked.elapsed());
+                    let guard = match got {
+                        Ok(guard) => guard,
+                        // A failover: requests fail or wait; try again.
+                        Err(e) => {
+                            seen.note("acquire", &e, expected);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let start_ns = monotonic_ns();
+                    let before = inside.fetch_add(1, Ordering::SeqCst);
+                    max_inside.fetch_max(before + 1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let end_ns = monotonic_ns();
+                    seen.holds.push(Hold {
+                        start_ns,
+                        end_ns,
+                        token: guard.fencing_token().get(),
+                    });
+                    seen.lost += usize::from(guard.is_lost());
+                    if let Err(e) = guard.release().await {
+                        seen.note("release", &e, expected);
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    Contention {
+        workers,
+        max_inside,
+        until,
+    }
+}
+
+/// What [`Contention::finish`] gathered from every worker.
+pub struct Contended {
+    /// Every worker's holds and failures together.
+    pub seen: Seen,
+    /// The most holders inside at once (1 when the lock held).
+    pub max_inside: usize,
+    /// The holds checked for overlaps and token order.
+    pub verdict: Verdict,
+}
+
+impl Contention {
+    /// Waits for the workers to stop (at the instant given to [`contend`]) and gathers what they
+    /// saw.
+    pub async fn finish(self) -> Result<Contended, Failure> {
+        tokio::time::sleep_until(self.until).await;
+        let mut seen = Seen::default();
+        for worker in self.workers {
+            seen.add(worker.await.map_err(|e| Failure(e.to_string()))?);
+        }
+        let verdict = history::check(seen.holds.iter().copied());
+        Ok(Contended {
+            seen,
+            max_inside: self.max_inside.load(Ordering::SeqCst),
+            verdict,
+        })
+    }
+}
+
+impl Contended {
+    /// Holds that ended before, and holds that started after, the instant `fault_ns`.
+    pub fn around(&self, fault_ns: u64) -> (usize, usize) {
+        let holds = &self.seen.holds;
+        (
+            holds.iter().filter(|h| h.end_ns < fault_ns).count(),
+            holds.iter().filter(|h| h.start_ns > fault_ns).count(),
+        )
+    }
+
+    /// The largest token any worker held.
+    pub fn last_token(&self) -> u64 {
+        self.seen.holds.iter().map(|h| h.token).max().unwrap_or(0)
+    }
+
+    /// One line for messages: the verdict, holds around the fault at `fault_ns`, lost guards,
+    /// failures by kind, the longest wait, and `more` (what the store held at the end, …).
+    pub fn summary(&self, fault_ns: u64, more: &str) -> String {
+        let (before, after) = self.around(fault_ns);
+        let mut errors = BTreeMap::new();
+        for e in &self.seen.errors {
+            *errors.entry(e).or_insert(0) += 1;
+        }
+        format!(
+            "{}; {before} holds before the fault, {after} after; {} guards lost; errors: \
+             {errors:?}; longest acquire_timeout(2 s): {:?}; {more}; first errors of another \
+             kind: {:?}",
+            self.verdict,
+            self.seen.lost,
+            self.seen.longest_acquire,
+            self.seen.untyped.iter().take(2).collect::<Vec<_>>()
+        )
+    }
+
+    /// Fails unless one holder at a time held the lock, tokens followed the holds' order, at
+    /// least `before` holds ended before the fault and `after` began after it, and every failure
+    /// was of an expected kind.
+    pub fn check(&self, fault_ns: u64, (before, after): (usize, usize), more: &str) -> Outcome {
+        let summary = self.summary(fault_ns, more);
+        let (seen_before, seen_after) = self.around(fault_ns);
+        check!(
+            self.max_inside == 1,
+            "{} holders at once: {summary}",
+            self.max_inside
+        );
+        check!(self.verdict.is_ok(), "{summary}");
+        check!(
+            seen_before >= before,
+            "too few holds before the fault: {summary}"
+        );
+        check!(
+            seen_after >= after,
+            "too few holds after the fault: {summary}"
+        );
+        check!(
+            self.seen.untyped.is_empty(),
+            "{} failures were of an unexpected kind: {:?}",
+            self.seen.untyped.len(),
+            self.seen.untyped.iter().take(3).collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+}
