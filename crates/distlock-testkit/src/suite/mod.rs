@@ -704,23 +704,40 @@ fn trial(
     let setup = setup.clone();
     let faults = faults.clone();
     let flavour = flavour.clone();
-    Trial::test(format!("{}::{case}", flavour.name), move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| Failed::from(e.to_string()))?;
-        runtime.block_on(async {
-            let client = setup.connect().await?;
-            let ctx = Ctx {
-                client,
-                url: setup.url.clone(),
-                flavour,
-                dir: setup.dir.clone(),
-                case: case.to_string(),
-                faults,
-            };
-            body(ctx).await.map_err(|f| Failed::from(f.0))
-        })
+    let name = format!("{}::{case}", flavour.name);
+    Trial::test(name.clone(), move || {
+        let started = std::time::Instant::now();
+        let outcome = run_case(&setup, faults, flavour, case, body);
+        if std::env::var_os("DISTLOCK_CASE_TIMES").is_some() {
+            eprintln!("case time: {name}: {:.1}s", started.elapsed().as_secs_f64());
+        }
+        outcome
+    })
+}
+
+/// Runs one case on a runtime of its own, with a fresh client.
+fn run_case(
+    setup: &Setup,
+    faults: Arc<Faults>,
+    flavour: Flavour,
+    case: &'static str,
+    body: CaseFn,
+) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(e.to_string()))?;
+    runtime.block_on(async {
+        let client = setup.connect().await?;
+        let ctx = Ctx {
+            client,
+            url: setup.url.clone(),
+            flavour,
+            dir: setup.dir.clone(),
+            case: case.to_string(),
+            faults,
+        };
+        body(ctx).await.map_err(|f| Failed::from(f.0))
     })
 }
