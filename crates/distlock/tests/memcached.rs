@@ -57,18 +57,13 @@ impl Raw {
 
     /// `mg KEY v`: the value, if the item is there.
     async fn get(&mut self, key: &str) -> Result<Option<String>, Failure> {
-        self.0
-            .get_mut()
-            .write_all(format!("mg {key} v\r\n").as_bytes())
-            .await?;
-        let mut line = String::new();
-        self.0.read_line(&mut line).await?;
-        if line == "EN\r\n" {
+        let line = self.command(&format!("mg {key} v")).await?;
+        if line == "EN" {
             return Ok(None);
         }
         let len: usize = line
             .strip_prefix("VA ")
-            .and_then(|l| l.trim_end().split(' ').next())
+            .and_then(|l| l.split(' ').next())
             .and_then(|l| l.parse().ok())
             .ok_or_else(|| Failure(format!("mg answered {line:?}")))?;
         let mut data = vec![0; len + 2];
