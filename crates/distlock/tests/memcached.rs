@@ -242,6 +242,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
         "a pending item of 2 s held the lock {:?}",
         started.elapsed()
     );
+    let guard_token = guard.fencing_token();
     // The crashed taker's own owner token cannot release the new holding.
     let stale = ctx.lock(&name).owner(crashed).release().await;
     check!(
@@ -249,6 +250,28 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
         "the crashed taker's release answered {stale:?}"
     );
     check!(guard.release().await?, "the holder lost its lock");
+
+    // The owner's own pending item (its take was cancelled after the add): its next take
+    // finishes the grant, with a token above the last holder's.
+    let owner = OwnerToken::random();
+    let value = format!("{} -", owner.as_str());
+    let added = raw
+        .command(&format!(
+            "ms {} {} ME T30\r\n{value}",
+            plain_lock_key(&name),
+            value.len()
+        ))
+        .await?;
+    check!(added == "HD", "the pending item was not added: {added:?}");
+    let resumed = ctx.lock(&name).owner(owner).try_acquire().await?;
+    check!(resumed.is_some(), "the owner could not finish its own take");
+    let resumed = resumed.unwrap();
+    check!(
+        resumed.fencing_token() > guard_token,
+        "token {} after {guard_token}",
+        resumed.fencing_token()
+    );
+    check!(resumed.release().await?, "the resumed holder lost its lock");
     Ok(())
 }
 
