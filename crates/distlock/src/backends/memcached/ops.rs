@@ -70,7 +70,8 @@ impl Take<'_> {
         Ok(stored.then_some(token))
     }
 
-    /// One round: `None` when it lost a race and should look again.
+    /// One round: `None` when it lost a race and should look again. It reads before it adds:
+    /// waiters poll every few milliseconds, and a poll of a held lock is then one round trip.
     async fn round(&self, conn: &mut Conn) -> Result<Option<Taken>, Fault> {
         let Some(item) = conn.get(&self.k.lock).await? else {
             // Free: add the pending item, which fails if another taker was first.
