@@ -214,20 +214,24 @@ async fn restarts_while_held(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// Adds the item a taker leaves between its `add` and its grant: `owner`'s, with no token yet,
+/// living `ttl` seconds.
+async fn add_pending(raw: &mut Raw, name: &str, owner: &OwnerToken, ttl: u32) -> Outcome {
+    let value = format!("{} -", owner.as_str());
+    let key = plain_lock_key(name);
+    let added = raw
+        .command(&format!("ms {key} {} ME T{ttl}\r\n{value}", value.len()))
+        .await?;
+    check!(added == "HD", "the pending item was not added: {added:?}");
+    Ok(())
+}
+
 async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("pending");
     // A taker whose `add` landed and who died before drawing its token: its pending item.
     let mut raw = Raw::connect(&ctx.url).await?;
     let crashed = OwnerToken::random();
-    let value = format!("{} -", crashed.as_str());
-    let added = raw
-        .command(&format!(
-            "ms {} {} ME T2\r\n{value}",
-            plain_lock_key(&name),
-            value.len()
-        ))
-        .await?;
-    check!(added == "HD", "the pending item was not added: {added:?}");
+    add_pending(&mut raw, &name, &crashed, 2).await?;
     check!(
         ctx.lock(&name).try_acquire().await?.is_none(),
         "a pending take did not hold the lock"
@@ -254,15 +258,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     // The owner's own pending item (its take was cancelled after the add): its next take
     // finishes the grant, with a token above the last holder's.
     let owner = OwnerToken::random();
-    let value = format!("{} -", owner.as_str());
-    let added = raw
-        .command(&format!(
-            "ms {} {} ME T30\r\n{value}",
-            plain_lock_key(&name),
-            value.len()
-        ))
-        .await?;
-    check!(added == "HD", "the pending item was not added: {added:?}");
+    add_pending(&mut raw, &name, &owner, 30).await?;
     let resumed = ctx.lock(&name).owner(owner).try_acquire().await?;
     check!(resumed.is_some(), "the owner could not finish its own take");
     let resumed = resumed.unwrap();
