@@ -4,7 +4,7 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd, zk)
+#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd, zk, memcached)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -13,7 +13,7 @@ set -euo pipefail
 D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd zk)
+[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd zk memcached)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -183,6 +183,21 @@ EOF
   wait_for zookeeper 30 zk_up
 }
 
+# Answers memcached's `version` on 127.0.0.1:$1.
+memcached_up() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"; printf "version\r\n" >&3; head -c 8 <&3' "$1" 2>/dev/null | grep -q '^VERSION'; }
+
+ensure_memcached() {
+  need_pkg memcached memcached
+  if ! memcached_up 11211; then
+    log "starting memcached on 127.0.0.1:11211"
+    mkdir -p "$D/memcached"
+    # -U 0: no UDP. 64 MB; it keeps nothing on disk (the backend's docs.md says what that costs).
+    (memcached -l 127.0.0.1 -p 11211 -U 0 -u root -m 64 >"$D/memcached/memcached.log" 2>&1 &
+      echo $! >"$D/memcached/memcached.pid")
+  fi
+  wait_for memcached 10 memcached_up 11211
+}
+
 for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
@@ -190,6 +205,7 @@ for s in "${want[@]}"; do
     mysql|mariadb) ensure_mysql ;;
     etcd) ensure_etcd ;;
     zk|zookeeper) ensure_zk ;;
-    *) log "unknown service $s (known: redis, pg, mysql, etcd, zk)"; exit 2 ;;
+    memcached) ensure_memcached ;;
+    *) log "unknown service $s (known: redis, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
   esac
 done

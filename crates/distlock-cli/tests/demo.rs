@@ -111,6 +111,12 @@ const SERVERS: &[(&str, &str, &str, &str)] = &[
         "etcd://127.0.0.1:2379?ttl=3",
         "etcd",
     ),
+    (
+        "memcached",
+        "DISTLOCK_MEMCACHED_URL",
+        "memcached://127.0.0.1:11211",
+        "memcached",
+    ),
 ];
 
 #[test]

@@ -9,6 +9,7 @@
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
+//! | `memcached://h[:p][,h[:p]…]` | memcached; each lock on one server, chosen by its name | `memcached` |
 //!
 //! The SQL schemes take a lease lock (a row with an expiry, renewed by the watchdog) by default;
 //! `?lock=session` takes session locks instead (`pg_advisory_lock` / `GET_LOCK` on a dedicated
@@ -16,8 +17,8 @@
 //! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
 //! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
 //!
-//! `redlock://`, `zk://` and `memcached://` are reserved for backends to come and
-//! answer [`ErrorKind::Unsupported`] for now. Any other scheme is [`ErrorKind::InvalidUrl`].
+//! `redlock://` is reserved for a backend to come and answers [`ErrorKind::Unsupported`] for
+//! now, as does the scheme of a backend this build lacks. Any other scheme is [`ErrorKind::InvalidUrl`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,7 +52,8 @@ pub async fn connect(url: &str) -> Result<Client> {
         feature = "postgres",
         feature = "mysql",
         feature = "etcd",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "memcached"
     )),
     allow(unused_variables)
 )]
@@ -82,6 +84,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         #[cfg(feature = "zookeeper")]
         Scheme::ZooKeeper => Ok(Arc::new(
             crate::backends::zookeeper::ZooKeeperBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "memcached")]
+        Scheme::Memcached => Ok(Arc::new(
+            crate::backends::memcached::MemcachedBackend::connect_with(url, options).await?,
         )),
         #[cfg(not(feature = "etcd"))]
         Scheme::Etcd => Err(Error::new(
@@ -229,7 +235,7 @@ mod tests {
         let err = connect("ftp://u:hunter2@h").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidUrl);
         assert!(!err.to_string().contains("hunter2"), "{err}");
-        let err = connect("memcached://127.0.0.1:11211").await.unwrap_err();
+        let err = connect("redlock://127.0.0.1:6379").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported);
     }
 }

@@ -19,16 +19,16 @@ use std::time::Duration;
 #[non_exhaustive]
 pub struct Options {
     /// Longest wait to open a connection (SQL: to get one from the pool). Defaults: Redis 2 s,
-    /// PostgreSQL and MySQL 10 s, etcd 5 s.
+    /// PostgreSQL and MySQL 10 s, etcd 5 s, memcached 2 s.
     pub connect_timeout: Option<Duration>,
     /// Longest wait for one request's answer before it counts as failed (the watchdog then
     /// retries within the lease). Defaults: Redis 5 s, SQL session pings 5 s, SQLite's wait for
-    /// another process's write lock 10 s, etcd 5 s.
+    /// another process's write lock 10 s, etcd 5 s, memcached 5 s.
     pub response_timeout: Option<Duration>,
     /// How long a request that surely never reached the store (connection refused, nothing
     /// written) is tried again before the error reaches the caller, to ride out a restart.
     /// Default: Redis 5 s, etcd 5 s (where every request is safe to repeat, also one that may
-    /// have reached the server); the SQL pools retry within `connect_timeout`.
+    /// have reached the server), memcached 5 s; the SQL pools retry within `connect_timeout`.
     pub retry_for: Option<Duration>,
 }
 

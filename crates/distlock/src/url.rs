@@ -25,7 +25,7 @@ pub enum Scheme {
     ZooKeeper,
     /// `etcd://`, `etcds://` (TLS).
     Etcd,
-    /// `memcached://` (to come).
+    /// `memcached://h1:p1[,h2:p2…]`.
     Memcached,
 }
 
@@ -312,7 +312,10 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
 }
 
 /// `%XX` escapes decoded; `None` for a broken escape or a result that is not UTF-8.
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
+    allow(dead_code)
+)]
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -332,7 +335,10 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
 
 /// What follows a URL's hosts, taken apart: the user and password (decoded), the path
 /// (decoded, without its outer `/`s) and the query's `key=value` pairs (as written).
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
+    allow(dead_code)
+)]
 pub(crate) struct AfterHosts<'a> {
     pub(crate) user: Option<(String, String)>,
     pub(crate) path: String,
@@ -341,7 +347,10 @@ pub(crate) struct AfterHosts<'a> {
 
 /// Takes apart what follows the `scheme://` of `url` but the hosts ([`authority`] parses
 /// those). The error says what is wrong without quoting it (it may be part of a password).
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
+    allow(dead_code)
+)]
 pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'static str> {
     let rest = url
         .split_once("://")

@@ -8,7 +8,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd, zk.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd, zk, memcached.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -35,6 +35,11 @@ const SERVERS: &[(&str, &str, &str)] = &[
         "zk",
         "DISTLOCK_ZK_URL",
         "zk://127.0.0.1:2181/distlock-cli?timeout=3s",
+    ),
+    (
+        "memcached",
+        "DISTLOCK_MEMCACHED_URL",
+        "memcached://127.0.0.1:11211",
     ),
 ];
 

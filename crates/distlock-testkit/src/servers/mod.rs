@@ -8,12 +8,14 @@
 
 mod etcd;
 mod mariadb;
+mod memcached;
 mod postgres;
 mod redis;
 mod zookeeper;
 
 pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster, start_etcd_tls};
 pub use mariadb::start_mariadb;
+pub use memcached::start_memcached;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
 pub use zookeeper::{

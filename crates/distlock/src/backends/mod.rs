@@ -28,3 +28,6 @@ pub mod etcd;
 
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
+
+#[cfg(feature = "memcached")]
+pub mod memcached;

@@ -1,0 +1,334 @@
+//! The server: a small pool of connections to one memcached, and the five meta-protocol commands
+//! the lock needs (`mg`, `ms` in add mode, `ms` with a CAS, `md` with a CAS, `ma` with
+//! autovivify), spoken directly over TCP.
+//!
+//! A connection serves one request at a time and goes back to the pool only after a complete
+//! reply: a call cancelled or failed mid-request drops its connection, so a reply never reaches
+//! the wrong request.
+
+use std::io;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, timeout};
+
+use crate::error::{Error, ErrorKind};
+
+use super::NAME;
+
+/// What went wrong with one request.
+#[derive(Debug)]
+pub(super) enum Fault {
+    /// The connection broke or timed out; `sent` says whether the request may have reached the
+    /// server.
+    Transport { error: io::Error, sent: bool },
+    /// The server answered with an error or something this client does not understand.
+    Reply(String),
+}
+
+impl From<io::Error> for Fault {
+    fn from(error: io::Error) -> Self {
+        Fault::Transport { error, sent: true }
+    }
+}
+
+impl Fault {
+    pub(super) fn into_error(self, server: &str, what: &str) -> Error {
+        match self {
+            Fault::Transport { error, .. } => Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "{what}: memcached at {server}: {error} (is it running? scripts/services.sh \
+                     memcached starts one on 127.0.0.1:11211)"
+                ),
+            )
+            .with_source(error),
+            Fault::Reply(reply) => Error::new(
+                ErrorKind::Backend,
+                format!("{what}: memcached at {server} answered {reply:?}"),
+            ),
+        }
+        .with_backend(NAME)
+    }
+}
+
+/// An item as `mg <key> v c t` shows it.
+pub(super) struct Item {
+    pub(super) value: String,
+    pub(super) cas: u64,
+    /// Seconds left before it expires (memcached's clock); -1 for never.
+    pub(super) ttl: i64,
+}
+
+/// One connection to the server.
+pub(super) struct Conn {
+    stream: BufReader<TcpStream>,
+    /// Taken from the pool (it may have been closed by the server since) rather than opened
+    /// for this call.
+    pub(super) reused: bool,
+}
+
+fn bad_reply(line: &str) -> Fault {
+    Fault::Reply(line.to_string())
+}
+
+/// The token of flag `flag` (`c123` → 123) in a reply's flags.
+fn flag(tokens: &[&str], flag: char) -> Option<i64> {
+    tokens
+        .iter()
+        .find_map(|t| t.strip_prefix(flag))
+        .and_then(|v| v.parse().ok())
+}
+
+impl Conn {
+    async fn open(addr: &str) -> io::Result<Conn> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream: BufReader::new(stream),
+            reused: false,
+        })
+    }
+
+    /// Sends `command` (and `data`, when it has a value block) and reads the reply line.
+    async fn request(&mut self, command: &str, data: Option<&str>) -> Result<String, Fault> {
+        let mut out = Vec::with_capacity(command.len() + data.map_or(0, str::len) + 4);
+        out.extend_from_slice(command.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        if let Some(data) = data {
+            out.extend_from_slice(data.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Err(error) = self.stream.get_mut().write_all(&out).await {
+            // Nothing (or not all) reached a server that had closed the connection.
+            return Err(Fault::Transport { error, sent: false });
+        }
+        let mut line = String::new();
+        let n = self.stream.read_line(&mut line).await?;
+        if n == 0 || !line.ends_with("\r\n") {
+            // Closed before answering: on a pooled connection, a server that went away while it
+            // was idle never saw the request.
+            let error = io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed");
+            return Err(Fault::Transport {
+                error,
+                sent: !self.reused,
+            });
+        }
+        line.truncate(line.len() - 2);
+        // It answered: whatever fails later on it may have reached the server.
+        self.reused = false;
+        if line.starts_with("CLIENT_ERROR") || line.starts_with("SERVER_ERROR") || line == "ERROR" {
+            return Err(bad_reply(&line));
+        }
+        Ok(line)
+    }
+
+    /// Reads the value block of a `VA <len> …` reply.
+    async fn value(&mut self, line: &str) -> Result<String, Fault> {
+        let len: usize = line
+            .split(' ')
+            .nth(1)
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| bad_reply(line))?;
+        let mut data = vec![0; len + 2];
+        self.stream.read_exact(&mut data).await?;
+        if !data.ends_with(b"\r\n") {
+            return Err(bad_reply(line));
+        }
+        data.truncate(len);
+        String::from_utf8(data).map_err(|_| bad_reply("a value that is not UTF-8"))
+    }
+
+    /// `mg`: the item at `key`, if any.
+    pub(super) async fn get(&mut self, key: &str) -> Result<Option<Item>, Fault> {
+        let line = self.request(&format!("mg {key} v c t"), None).await?;
+        if line == "EN" {
+            return Ok(None);
+        }
+        if !line.starts_with("VA ") {
+            return Err(bad_reply(&line));
+        }
+        let tokens: Vec<&str> = line.split(' ').skip(2).collect();
+        let (Some(cas), Some(ttl)) = (flag(&tokens, 'c'), flag(&tokens, 't')) else {
+            return Err(bad_reply(&line));
+        };
+        let value = self.value(&line).await?;
+        Ok(Some(Item {
+            value,
+            cas: cas as u64,
+            ttl,
+        }))
+    }
+
+    /// `ms` in add mode: stores `value` at `key` for `ttl` seconds unless an item is there.
+    /// The new item's CAS, or `None` if one was there.
+    pub(super) async fn add(
+        &mut self,
+        key: &str,
+        value: &str,
+        ttl: u32,
+    ) -> Result<Option<u64>, Fault> {
+        let command = format!("ms {key} {} ME T{ttl} c", value.len());
+        let line = self.request(&command, Some(value)).await?;
+        let tokens: Vec<&str> = line.split(' ').collect();
+        match tokens[0] {
+            "HD" => flag(&tokens, 'c')
+                .map(|c| Some(c as u64))
+                .ok_or_else(|| bad_reply(&line)),
+            "NS" => Ok(None),
+            _ => Err(bad_reply(&line)),
+        }
+    }
+
+    /// `ms` with a CAS: replaces the item at `key` with `value` for `ttl` seconds if it is still
+    /// the one whose CAS is `cas`. Whether it was.
+    pub(super) async fn swap(
+        &mut self,
+        key: &str,
+        value: &str,
+        ttl: u32,
+        cas: u64,
+    ) -> Result<bool, Fault> {
+        let command = format!("ms {key} {} C{cas} T{ttl}", value.len());
+        match self.request(&command, Some(value)).await?.as_str() {
+            "HD" => Ok(true),
+            "EX" | "NF" => Ok(false),
+            line => Err(bad_reply(line)),
+        }
+    }
+
+    /// `md` with a CAS: deletes the item at `key` if it is still the one whose CAS is `cas`.
+    pub(super) async fn delete(&mut self, key: &str, cas: u64) -> Result<bool, Fault> {
+        match self
+            .request(&format!("md {key} C{cas}"), None)
+            .await?
+            .as_str()
+        {
+            "HD" => Ok(true),
+            "EX" | "NF" => Ok(false),
+            line => Err(bad_reply(line)),
+        }
+    }
+
+    /// `ma` with autovivify: the counter at `key` plus one, or `start` if there was none (then
+    /// created to live `ttl` seconds).
+    pub(super) async fn bump(&mut self, key: &str, start: u64, ttl: u32) -> Result<u64, Fault> {
+        let line = self
+            .request(&format!("ma {key} N{ttl} J{start} v"), None)
+            .await?;
+        if !line.starts_with("VA ") {
+            return Err(bad_reply(&line));
+        }
+        let value = self.value(&line).await?;
+        value.parse().map_err(|_| bad_reply(&value))
+    }
+}
+
+/// A step a lock operation takes on one connection (requests in sequence, one round trip each).
+#[async_trait::async_trait]
+pub(super) trait Task: Sync {
+    type Output: Send;
+    /// Runs it. Run again from the start if the connection turned out to be closed.
+    async fn run(&self, conn: &mut Conn) -> Result<Self::Output, Fault>;
+}
+
+/// Timeouts of one server's requests.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Timeouts {
+    pub(super) connect: Duration,
+    pub(super) response: Duration,
+    /// How long refused connections are tried again (a restarting server).
+    pub(super) retry_for: Duration,
+}
+
+/// One memcached server and its pool of idle connections.
+pub(super) struct Server {
+    pub(super) addr: String,
+    idle: Mutex<Vec<Conn>>,
+    /// One permit per connection in use.
+    slots: Semaphore,
+    timeouts: Timeouts,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
+
+impl Server {
+    pub(super) fn new(addr: String, max_connections: usize, timeouts: Timeouts) -> Self {
+        Server {
+            addr,
+            idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(max_connections),
+            timeouts,
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a connection, trying again for `retry_for` while the server refuses (restarting).
+    async fn open(&self) -> Result<Conn, Fault> {
+        let started = Instant::now();
+        loop {
+            let error = match timeout(self.timeouts.connect, Conn::open(&self.addr)).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(e)) => e,
+                Err(_) => io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+            };
+            let refused = error.kind() == io::ErrorKind::ConnectionRefused;
+            if !refused || started.elapsed() >= self.timeouts.retry_for {
+                return Err(Fault::Transport { error, sent: false });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs `task` on a connection of the pool, within the response timeout. A connection the
+    /// server closed while it sat idle is replaced and `task` run again, once: the request
+    /// never reached it. Every other fault is the caller's.
+    pub(super) async fn run<T: Task>(
+        &self,
+        what: &str,
+        task: &T,
+    ) -> crate::error::Result<T::Output> {
+        let fail = |fault: Fault| fault.into_error(&self.addr, what);
+        let _slot = self.slots.acquire().await.map_err(|_| {
+            Error::new(ErrorKind::Connection, "the memcached pool is closed").with_backend(NAME)
+        })?;
+        let mut second_try = false;
+        loop {
+            let pooled = self.idle().pop();
+            let mut conn = match pooled {
+                Some(mut conn) => {
+                    conn.reused = true;
+                    conn
+                }
+                None => self.open().await.map_err(fail)?,
+            };
+            let outcome = match timeout(self.timeouts.response, task.run(&mut conn)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Fault::Transport {
+                    error: io::Error::new(io::ErrorKind::TimedOut, "no answer in time"),
+                    sent: true,
+                }),
+            };
+            match outcome {
+                Ok(value) => {
+                    self.idle().push(conn);
+                    return Ok(value);
+                }
+                Err(Fault::Transport { sent: false, .. }) if conn.reused && !second_try => {
+                    second_try = true;
+                }
+                Err(fault) => return Err(fail(fault)),
+            }
+        }
+    }
+}

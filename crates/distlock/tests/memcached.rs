@@ -1,0 +1,348 @@
+//! The conformance suite against the real memcached (DISTLOCK_MEMCACHED_URL, default
+//! memcached://127.0.0.1:11211), exclusive lock only, with a private memcached for the restart
+//! cases; then the cases only it has (`memcached::…`): names that memcached keys cannot hold as
+//! they are, fencing tokens after a lost counter and a restart, a taker that crashed between its
+//! `add` and its grant, locks spread over two servers, and what its whole-second leases refuse.
+
+use std::time::Duration;
+
+use distlock::{ErrorKind, OwnerToken};
+use distlock_testkit::servers::start_memcached;
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+fn main() -> std::process::ExitCode {
+    let url = std::env::var("DISTLOCK_MEMCACHED_URL")
+        .unwrap_or_else(|_| "memcached://127.0.0.1:11211".to_string());
+    Suite::new("memcached", "memcached", url)
+        .flavours(vec![Flavour::mutex()])
+        // As scripts/services.sh runs it: nothing on disk, a restart loses every item.
+        .private_store(start_memcached)
+        .case(
+            "memcached::awkward_names_never_collide_or_break_the_stream",
+            names_never_collide,
+        )
+        .case(
+            "memcached::tokens_increase_after_the_counter_is_lost",
+            counter_lost,
+        )
+        .case(
+            "memcached::tokens_increase_across_restarts_while_held",
+            restarts_while_held,
+        )
+        .case(
+            "memcached::taker_crashed_before_its_grant_blocks_one_lease",
+            pending_taker_crashed,
+        )
+        .case("memcached::locks_spread_over_two_servers", two_servers)
+        .case(
+            "memcached::sub_second_leases_are_refused_and_seconds_kept",
+            whole_seconds,
+        )
+        .run()
+}
+
+/// A raw text-protocol connection, for looking at items (never for taking locks).
+struct Raw(BufReader<TcpStream>);
+
+impl Raw {
+    async fn connect(url: &str) -> Result<Raw, Failure> {
+        let addr = url
+            .strip_prefix("memcached://")
+            .and_then(|rest| rest.split([',', '/', '?']).next())
+            .ok_or_else(|| Failure(format!("not a memcached URL: {url}")))?;
+        Ok(Raw(BufReader::new(TcpStream::connect(addr).await?)))
+    }
+
+    /// `mg KEY v`: the value, if the item is there.
+    async fn get(&mut self, key: &str) -> Result<Option<String>, Failure> {
+        let line = self.command(&format!("mg {key} v")).await?;
+        if line == "EN" {
+            return Ok(None);
+        }
+        let len: usize = line
+            .strip_prefix("VA ")
+            .and_then(|l| l.split(' ').next())
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| Failure(format!("mg answered {line:?}")))?;
+        let mut data = vec![0; len + 2];
+        self.0.read_exact(&mut data).await?;
+        data.truncate(len);
+        Ok(Some(String::from_utf8_lossy(&data).into_owned()))
+    }
+
+    /// Sends `command` and returns the reply line.
+    async fn command(&mut self, command: &str) -> Result<String, Failure> {
+        self.0
+            .get_mut()
+            .write_all(format!("{command}\r\n").as_bytes())
+            .await?;
+        let mut line = String::new();
+        self.0.read_line(&mut line).await?;
+        Ok(line.trim_end().to_string())
+    }
+}
+
+/// The lock key of a name made only of characters a key keeps as they are.
+fn plain_lock_key(name: &str) -> String {
+    format!("distlock:lock:{}", name.replace('%', "%25"))
+}
+
+async fn names_never_collide(ctx: Ctx) -> Outcome {
+    let base = ctx.unique_name("names");
+    let victim = format!("{base}/victim");
+    let victim_guard = ctx.lock(&victim).acquire().await?;
+    // Protocol text inside names: spaces that would split the command line into more keys and
+    // flags, and whole commands after them.
+    let victim_key = plain_lock_key(&victim);
+    let long_prefix = format!("{base}/{}", "p".repeat(300));
+    // As many two-byte characters as a 512-byte name holds.
+    let accents = (distlock::LockName::MAX_LEN - base.len() - 1) / 2;
+    let names = [
+        format!("{base}/a b"),
+        format!("{base}/a%20b"),
+        format!("{base}/a_b"),
+        format!("{base}/x md {victim_key}"),
+        format!("{base}/x v c t T0 {victim_key} I"),
+        format!("{base}/\u{2028}line separator\u{2029}"),
+        format!("{long_prefix}/one"),
+        format!("{long_prefix}/two"),
+        format!("{base}/{}", "é".repeat(accents)),
+        format!("{base}/{}e", "é".repeat(accents - 1)),
+    ];
+    let mut guards = Vec::new();
+    for name in &names {
+        check!(name.len() <= 512, "{} bytes", name.len());
+        let guard = ctx.lock(name).try_acquire().await?;
+        check!(guard.is_some(), "{name:?} was held before anyone took it");
+        guards.push(guard.unwrap());
+    }
+    // Each is its own lock, and none touched the victim.
+    for name in &names {
+        check!(
+            ctx.lock(name).try_acquire().await?.is_none(),
+            "{name:?} is free after being taken"
+        );
+    }
+    check!(
+        ctx.lock(&victim).try_acquire().await?.is_none(),
+        "a name holding protocol text freed another lock"
+    );
+    let tokens: Vec<u64> = guards.iter().map(|g| g.fencing_token().get()).collect();
+    let mut distinct = tokens.clone();
+    distinct.sort();
+    distinct.dedup();
+    check!(
+        distinct.len() == tokens.len(),
+        "two names shared a fencing counter: {tokens:?}"
+    );
+    // Names memcached keys cannot carry are refused before anything is sent.
+    for bad in ["a\r\nmd x", "a\rb", "a\nb", "a\0b"] {
+        let outcome = ctx.lock(&format!("{base}/{bad}")).try_acquire().await;
+        check!(
+            matches!(&outcome, Err(e) if e.kind() == ErrorKind::InvalidName),
+            "{bad:?} gave {outcome:?}"
+        );
+    }
+    for guard in guards {
+        check!(guard.release().await?, "a lock was lost");
+    }
+    // The stream is still in step: the victim is where it was, and its release works.
+    let mut raw = Raw::connect(&ctx.url).await?;
+    let item = raw.get(&victim_key).await?;
+    check!(
+        item.as_deref()
+            .is_some_and(|v| v.ends_with(&format!(" {}", victim_guard.fencing_token()))),
+        "the victim's item is {item:?}"
+    );
+    check!(victim_guard.release().await?, "the victim lost its lock");
+    Ok(())
+}
+
+async fn counter_lost(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("counter");
+    let lock = ctx.lock(&name);
+    let first = lock.acquire().await?;
+    let t1 = first.fencing_token();
+    // What an eviction does: the counter is gone while the lock is held.
+    let mut raw = Raw::connect(&ctx.url).await?;
+    let deleted = raw
+        .command(&format!("md distlock:fence:{}", name.replace('%', "%25")))
+        .await?;
+    check!(deleted == "HD", "deleting the counter answered {deleted:?}");
+    check!(first.release().await?, "the holder lost its lock");
+    let second = lock.acquire().await?;
+    check!(
+        second.fencing_token() > t1,
+        "token {} after the counter was lost, not above {t1}",
+        second.fencing_token()
+    );
+    check!(second.release().await?, "the next holder lost its lock");
+    Ok(())
+}
+
+async fn restarts_while_held(ctx: Ctx) -> Outcome {
+    let mut store = ctx.private_store()?;
+    let client = distlock::connect(&store.url()).await?;
+    let name = ctx.unique_name("restart");
+    let mut highest = 0;
+    for round in 0..2 {
+        let held = client
+            .lock(&name)
+            .lease(Duration::from_secs(2))
+            .acquire()
+            .await?;
+        let token = held.fencing_token().get();
+        check!(
+            token > highest,
+            "round {round}: token {token} not above {highest}"
+        );
+        highest = token;
+        tokio::task::block_in_place(|| store.restart())?;
+        // The item is gone with the restart: the holder is told within its lease.
+        let lost = tokio::time::timeout(Duration::from_secs(4), held.lost()).await;
+        check!(lost.is_ok(), "round {round}: lost() did not fire");
+    }
+    let last = client.lock(&name).acquire().await?;
+    check!(
+        last.fencing_token().get() > highest,
+        "token {} after two restarts, not above {highest}",
+        last.fencing_token()
+    );
+    check!(last.release().await?, "the last holder lost its lock");
+    Ok(())
+}
+
+/// Adds the item a taker leaves between its `add` and its grant: `owner`'s, with no token yet,
+/// living `ttl` seconds.
+async fn add_pending(raw: &mut Raw, name: &str, owner: &OwnerToken, ttl: u32) -> Outcome {
+    let value = format!("{} -", owner.as_str());
+    let key = plain_lock_key(name);
+    let added = raw
+        .command(&format!("ms {key} {} ME T{ttl}\r\n{value}", value.len()))
+        .await?;
+    check!(added == "HD", "the pending item was not added: {added:?}");
+    Ok(())
+}
+
+async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("pending");
+    // A taker whose `add` landed and who died before drawing its token: its pending item.
+    let mut raw = Raw::connect(&ctx.url).await?;
+    let crashed = OwnerToken::random();
+    add_pending(&mut raw, &name, &crashed, 2).await?;
+    check!(
+        ctx.lock(&name).try_acquire().await?.is_none(),
+        "a pending take did not hold the lock"
+    );
+    let started = std::time::Instant::now();
+    let guard = ctx
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    check!(
+        started.elapsed() <= Duration::from_secs(3),
+        "a pending item of 2 s held the lock {:?}",
+        started.elapsed()
+    );
+    let guard_token = guard.fencing_token();
+    // The crashed taker's own owner token cannot release the new holding.
+    let stale = ctx.lock(&name).owner(crashed).release().await;
+    check!(
+        matches!(&stale, Err(e) if e.kind() == ErrorKind::NotHeld),
+        "the crashed taker's release answered {stale:?}"
+    );
+    check!(guard.release().await?, "the holder lost its lock");
+
+    // The owner's own pending item (its take was cancelled after the add): its next take
+    // finishes the grant, with a token above the last holder's.
+    let owner = OwnerToken::random();
+    add_pending(&mut raw, &name, &owner, 30).await?;
+    let resumed = ctx.lock(&name).owner(owner).try_acquire().await?;
+    check!(resumed.is_some(), "the owner could not finish its own take");
+    let resumed = resumed.unwrap();
+    check!(
+        resumed.fencing_token() > guard_token,
+        "token {} after {guard_token}",
+        resumed.fencing_token()
+    );
+    check!(resumed.release().await?, "the resumed holder lost its lock");
+    Ok(())
+}
+
+async fn two_servers(ctx: Ctx) -> Outcome {
+    let other = ctx.private_store()?;
+    let url = format!(
+        "{},{}",
+        ctx.url,
+        other.url().trim_start_matches("memcached://")
+    );
+    let a = distlock::connect(&url).await?;
+    let b = distlock::connect(&url).await?;
+    let base = ctx.unique_name("spread");
+    let names: Vec<String> = (0..16).map(|i| format!("{base}/{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(a.lock(name).acquire().await?);
+        check!(
+            b.lock(name).try_acquire().await?.is_none(),
+            "another client of the same servers got {name:?}"
+        );
+    }
+    let (mut first, mut second) = (
+        Raw::connect(&ctx.url).await?,
+        Raw::connect(&other.url()).await?,
+    );
+    let (mut on_first, mut on_second) = (0, 0);
+    for name in &names {
+        let key = plain_lock_key(name);
+        match (first.get(&key).await?, second.get(&key).await?) {
+            (Some(_), None) => on_first += 1,
+            (None, Some(_)) => on_second += 1,
+            both => return Err(Failure(format!("{name:?} lives on {both:?}"))),
+        }
+    }
+    check!(
+        on_first > 0 && on_second > 0,
+        "16 locks all on one server ({on_first} and {on_second})"
+    );
+    for guard in guards {
+        check!(guard.release().await?, "a lock was lost");
+    }
+    Ok(())
+}
+
+async fn whole_seconds(ctx: Ctx) -> Outcome {
+    use distlock::backend::LeaseModel;
+    let caps = ctx.client.backend().capabilities();
+    check!(
+        matches!(caps.lease, LeaseModel::PerLock { granularity } if granularity == Duration::from_secs(1)),
+        "capabilities say {:?}",
+        caps.lease
+    );
+    let name = ctx.unique_name("seconds");
+    let refused = ctx
+        .lock(&name)
+        .lease(Duration::from_millis(500))
+        .try_acquire()
+        .await;
+    check!(
+        matches!(&refused, Err(e) if e.kind() == ErrorKind::InvalidLease),
+        "a 500 ms lease gave {refused:?}"
+    );
+    // 1.2 s is kept as 2 s (whole seconds, rounded up): still held after 1.5 s without renewal.
+    let guard = ctx
+        .lock(&name)
+        .lease(Duration::from_millis(1200))
+        .no_watchdog()
+        .acquire()
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    check!(
+        ctx.lock(&name).try_acquire().await?.is_none(),
+        "a lease of 1.2 s ended before 1.5 s"
+    );
+    check!(guard.release().await?, "the holder lost its lock");
+    Ok(())
+}
