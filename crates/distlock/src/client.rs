@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `sqlite:PATH`, `sqlite://PATH` | embedded SQLite file, shared by processes on one machine | `sqlite` (default) |
 //! | `redis://`, `rediss://` | one Redis server | `redis` |
+//! | `redlock://h1:p1,h2:p2,h3:p3[,…]` | Redlock: 3, 5 or 7 independent Redis masters, a majority holds | `redlock` |
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
@@ -16,8 +17,8 @@
 //! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
 //! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
 //!
-//! `redlock://`, `zk://` and `memcached://` are reserved for backends to come and
-//! answer [`ErrorKind::Unsupported`] for now. Any other scheme is [`ErrorKind::InvalidUrl`].
+//! `memcached://` is reserved for a backend to come and answers [`ErrorKind::Unsupported`] for
+//! now. Any other scheme is [`ErrorKind::InvalidUrl`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub async fn connect(url: &str) -> Result<Client> {
     not(any(
         feature = "sqlite",
         feature = "redis",
+        feature = "redlock",
         feature = "postgres",
         feature = "mysql",
         feature = "etcd",
@@ -66,6 +68,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "redlock")]
+        Scheme::Redlock => Ok(Arc::new(
+            crate::backends::redlock::RedlockBackend::connect_with(url, options).await?,
         )),
         #[cfg(feature = "postgres")]
         Scheme::Postgres => Ok(Arc::new(

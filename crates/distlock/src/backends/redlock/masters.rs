@@ -1,0 +1,142 @@
+//! The masters: one single-Redis [`Server`] each (the Redis backend's connection, script runner
+//! and subscriber), connected lazily, and every request bounded by the per-master timeouts.
+//!
+//! A master that is down when the client connects is connected at its first use after that; a
+//! master that stops answering costs a request at most its timeout, never more, so a dead
+//! master shortens an acquisition's validity by at most the timeout.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::{FromRedisValue, Script};
+use tokio::sync::OnceCell;
+
+use crate::backends::redis::invoke::Server;
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+
+use super::NAME;
+use super::config::RedlockConfig;
+
+/// One independent Redis master.
+pub(super) struct Master {
+    /// `redis://…` with the password: never shown.
+    url: String,
+    /// `host:port`, for messages.
+    pub(super) shown: String,
+    options: Options,
+    connect_timeout: Duration,
+    server: OnceCell<Server>,
+}
+
+impl Master {
+    /// The masters `config` names, none connected yet.
+    pub(super) fn all(config: &RedlockConfig) -> Vec<Master> {
+        // A refused request is not retried on the same master: the quorum is the retry.
+        let options = Options::default()
+            .connect_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retry_for(Duration::ZERO);
+        config
+            .masters
+            .iter()
+            .zip(&config.shown_masters)
+            .map(|(url, shown)| Master {
+                url: url.clone(),
+                shown: shown.clone(),
+                options: options.clone(),
+                connect_timeout: config.connect_timeout,
+                server: OnceCell::new(),
+            })
+            .collect()
+    }
+
+    /// The connected server, connecting first if need be (within the connect timeout).
+    pub(super) async fn server(&self) -> Result<&Server> {
+        let connect = self
+            .server
+            .get_or_try_init(|| Server::connect(&self.url, &self.options));
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(server)) => Ok(server),
+            Ok(Err(e)) => Err(self.failed(e)),
+            Err(_) => Err(Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "master {}: no connection within {:?}",
+                    self.shown, self.connect_timeout
+                ),
+            )
+            .with_backend(NAME)),
+        }
+    }
+
+    /// The server if it is connected already (no waiting).
+    pub(super) fn connected(&self) -> Option<&Server> {
+        self.server.get()
+    }
+
+    /// Runs `script` on this master; no answer within `limit` (connecting included) is an error.
+    pub(super) async fn run<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        what: &str,
+        limit: Duration,
+    ) -> Result<T> {
+        let call = async {
+            let server = self.server().await?;
+            server
+                .run(script, keys, args, what)
+                .await
+                .map_err(|e| self.failed(e))
+        };
+        match tokio::time::timeout(limit, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::new(
+                ErrorKind::Connection,
+                format!("master {}: {what}: no answer within {limit:?}", self.shown),
+            )
+            .with_backend(NAME)),
+        }
+    }
+
+    /// A single server's error, as this master's.
+    fn failed(&self, e: Error) -> Error {
+        let message = format!("master {}: {}", self.shown, crate::error::chain(&e));
+        Error::new(e.kind(), message).with_backend(NAME)
+    }
+}
+
+/// Connects every master at once; fine if a majority answers (the others connect at their next
+/// use). Otherwise the error says how many answered.
+pub(super) async fn connect_all(masters: &[Master], quorum: usize) -> Result<()> {
+    let answers = join_all(masters.iter().map(|m| m.server())).await;
+    let failures: Vec<Error> = answers.into_iter().filter_map(|a| a.err()).collect();
+    let answered = masters.len() - failures.len();
+    if answered >= quorum {
+        return Ok(());
+    }
+    let what = "connecting (are the masters running? for the test masters: scripts/services.sh \
+                redlock)";
+    Err(no_quorum(masters.len(), quorum, answered, what, &failures))
+}
+
+/// "Too few masters answered": how many of how many, and the first failures.
+pub(super) fn no_quorum(
+    n: usize,
+    quorum: usize,
+    answered: usize,
+    what: &str,
+    failures: &[Error],
+) -> Error {
+    let why: Vec<&str> = failures.iter().take(3).map(Error::message).collect();
+    Error::new(
+        ErrorKind::NoQuorum,
+        format!(
+            "{what}: {answered} of {n} masters answered, a majority needs {quorum}; {}",
+            why.join("; ")
+        ),
+    )
+    .with_backend(NAME)
+}

@@ -1,0 +1,93 @@
+//! The arithmetic of Redlock, kept apart from the I/O so it can be tested alone: the majority,
+//! the validity of a grant, and how long a loser should wait.
+
+use std::time::Duration;
+
+/// The smallest majority of `n` masters.
+pub(super) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The clock drift allowed for a lease, as the Redis docs define it: 1% of the lease plus 2 ms
+/// (for the masters' clocks ticking at different rates during the lease).
+pub(super) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// How long a grant of `lease` is still valid after `elapsed` went by since its requests were
+/// sent: lease − elapsed − drift, or `None` when that is not positive (the grant is worthless).
+pub(super) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
+    lease
+        .checked_sub(elapsed)
+        .and_then(|left| left.checked_sub(drift(lease)))
+        .filter(|v| !v.is_zero())
+}
+
+/// How long a loser should wait before trying again, given the lease left of each master that
+/// answered "held" (`None`: unknown, counted as a whole `lease`) out of `n` masters: until enough
+/// of those shares have expired that a majority could be free — or, when the holders together
+/// hold no majority (a split vote, or masters that did not answer), a short random pause so the
+/// contenders do not collide again.
+pub(super) fn retry_after(
+    n: usize,
+    lease: Duration,
+    held: &mut [Option<Duration>],
+    jitter: Duration,
+) -> Duration {
+    let quorum = majority(n);
+    // A majority is free once at most n − quorum masters are still held.
+    let must_expire = held.len().saturating_sub(n - quorum);
+    if must_expire == 0 {
+        return jitter;
+    }
+    held.sort_by_key(|left| left.unwrap_or(lease));
+    held[must_expire - 1].unwrap_or(lease).max(jitter)
+}
+
+/// A random pause in 1..=`ceiling_ms` ms: the "retry with random jitter" of the Redlock docs.
+pub(super) fn jitter(ceiling_ms: u64) -> Duration {
+    let ms = 1 + getrandom::u64().unwrap_or(0) % ceiling_ms.max(1);
+    Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn majorities() {
+        assert_eq!([3, 5, 7].map(majority), [2, 3, 4]);
+    }
+
+    #[test]
+    fn validity_is_lease_minus_elapsed_minus_drift() {
+        assert_eq!(drift(Duration::from_secs(10)), MS(102));
+        assert_eq!(validity(Duration::from_secs(10), MS(98)), Some(MS(9800)));
+        assert_eq!(validity(MS(1000), MS(900)), Some(MS(88)));
+        assert_eq!(validity(MS(1000), MS(988)), None);
+        assert_eq!(validity(MS(1000), MS(5000)), None);
+    }
+
+    #[test]
+    fn losers_wait_for_enough_shares_to_expire() {
+        // 5 masters, all held: 3 must expire; the third shortest is 300 ms.
+        let mut held = [Some(MS(500)), Some(MS(100)), None, Some(MS(300)), Some(MS(200))];
+        assert_eq!(retry_after(5, MS(1000), &mut held, MS(3)), MS(300));
+        // 3 held (a majority): 1 must expire.
+        let mut held = [Some(MS(500)), Some(MS(100)), Some(MS(300))];
+        assert_eq!(retry_after(5, MS(1000), &mut held, MS(3)), MS(100));
+        // 2 held of 5: a split vote, or masters down: jitter only.
+        let mut held = [Some(MS(500)), Some(MS(100))];
+        assert_eq!(retry_after(5, MS(1000), &mut held, MS(3)), MS(3));
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..100 {
+            let j = jitter(5);
+            assert!(j >= MS(1) && j <= MS(5), "{j:?}");
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Waiting on several masters at once: each master's release notices (the Redis backend's
+//! shared subscriber, one pub/sub connection per master), merged into one stream that yields
+//! once per burst.
+//!
+//! One release publishes on every master where a waiter found the lock held, so a client hears
+//! about it up to n times. Two things keep that from waking n waiters:
+//!
+//! * a waiter registers on every master in the same order, synchronously, so each master's
+//!   round robin ("wake one waiter of this client") has the same order and picks the same
+//!   waiter for the same release;
+//! * the merged stream drains whatever the other masters have ready when it yields, so the
+//!   woken waiter retries once, not n times.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
+
+use crate::backend::Wakeups;
+use crate::backends::redis::subscriber::SUBSCRIBE_WAIT;
+
+use super::masters::Master;
+
+/// Registers a waiter on `channel` with every connected master, and returns once a majority
+/// has confirmed its subscription (or the wait for that ran out: the core's timer then bounds
+/// the wait). A master not connected yet is left out: it could not have published anyway.
+pub(super) async fn watch(masters: &[Master], quorum: usize, channel: &str) -> Wakeups {
+    let mut streams = Vec::with_capacity(masters.len());
+    let mut confirmations = FuturesUnordered::new();
+    for server in masters.iter().filter_map(Master::connected) {
+        let (wakeups, confirmed) = server.subscriber.register(channel.to_string(), None);
+        streams.push(wakeups);
+        confirmations.push(confirmed);
+    }
+    if streams.is_empty() {
+        return Box::pin(futures_util::stream::pending());
+    }
+    let needed = quorum.min(confirmations.len());
+    let _ = tokio::time::timeout(SUBSCRIBE_WAIT, async {
+        for _ in 0..needed {
+            if confirmations.next().await.is_none() {
+                break;
+            }
+        }
+    })
+    .await;
+    Box::pin(Merged { streams })
+}
+
+/// The masters' wake-ups as one stream: one item per burst of notices.
+struct Merged {
+    streams: Vec<Wakeups>,
+}
+
+impl Stream for Merged {
+    type Item = ();
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        let mut woken = false;
+        // Every stream is polled (and drained) each time, so a notice on one master that came
+        // with a notice on another is consumed with it, and every stream's waker is registered.
+        self.streams.retain_mut(|stream| loop {
+            match stream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(())) => woken = true,
+                Poll::Ready(None) => return false,
+                Poll::Pending => return true,
+            }
+        });
+        if woken {
+            Poll::Ready(Some(()))
+        } else if self.streams.is_empty() {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+}
