@@ -76,7 +76,7 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
     tokio::task::block_in_place(|| store.masters[2].kill())?;
     for attempt in [
         lock.try_acquire().await.map(|g| g.is_some()),
-        lock.acquire_timeout(Duration::from_secs(1))
+        lock.acquire_timeout(Duration::from_secs(5))
             .await
             .map(|_| true),
     ] {

@@ -19,10 +19,10 @@ const EXPECTED: &str = "redlock://[user:password@]host:port,host:port,host:port[
 
 /// How long one master may take to accept a connection, by default: small against a lease (the
 /// default lease is 30 s), so a dead master costs an acquisition little of its validity.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long one master may take to answer one request, by default (the Redis docs suggest 5 to
-/// 50 ms for a 10 s lease; this leaves room for a loaded machine and is < 1% of 30 s).
-pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
+/// 50 ms for a 10 s lease; this leaves room for a loaded machine: under 2% of 30 s).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The longest per-master timeout accepted: a master slower than this is treated as down.
 const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
 use crate::backends::redis::keys::Keys;
 use crate::backends::redis::scripts::{SCRIPTS, script};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::types::FencingToken;
 
@@ -36,8 +36,11 @@ use masters::{Master, connect_all, no_quorum};
 
 const NAME: &str = "redlock";
 
-/// The longest random pause before a loser of a split vote tries again.
-const JITTER_MS: u64 = 4;
+/// How long a take or release that found no majority answering is tried again, by default.
+const RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// The longest random pause (beyond 1 ms) before a loser of a split vote tries again.
+const SPLIT_JITTER: Duration = Duration::from_millis(3);
 
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/raise_fence.lua")));
@@ -48,6 +51,8 @@ pub struct RedlockBackend {
     masters: Vec<Master>,
     quorum: usize,
     response_timeout: Duration,
+    /// How long a round that found no quorum is tried again.
+    retry_for: Duration,
     shown_url: String,
 }
 
@@ -86,6 +91,7 @@ impl RedlockBackend {
             masters,
             quorum,
             response_timeout: config.response_timeout,
+            retry_for: options.retry_for.unwrap_or(RETRY_FOR),
             shown_url: config.shown,
         })
     }
@@ -205,6 +211,47 @@ impl Backend for RedlockBackend {
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        self.with_retries(|| self.take_once(req)).await
+    }
+
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        self.extend_once(req, token).await
+    }
+
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        self.with_retries(|| self.release_once(req, token)).await
+    }
+
+    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
+        let channel = Keys::new(req.kind, &req.name).channel();
+        Ok(wakeups::watch(&self.masters, self.quorum, &channel).await)
+    }
+}
+
+impl RedlockBackend {
+    /// Runs `round` again while it answers "no quorum", for up to `retry_for`: a restarted
+    /// master's broken connection, or a stall of this process, can fail one round with nothing
+    /// wrong with the masters. (The watchdog's renewals retry by themselves, within the lease.)
+    async fn with_retries<T, F, Fut>(&self, mut round: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let give_up = Instant::now() + self.retry_for;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match round().await {
+                Err(e) if e.kind() == ErrorKind::NoQuorum && Instant::now() + pause < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// One round of Redlock's take: every master at once, then the verdict.
+    async fn take_once(&self, req: &LockRequest) -> Result<Attempt> {
         let k = Keys::new(req.kind, &req.name);
         let keys = k.acquire();
         let lease = req.lease.duration();
@@ -293,14 +340,19 @@ impl Backend for RedlockBackend {
             self.masters.len(),
             lease,
             &mut held,
-            quorum::jitter(JITTER_MS),
+            Duration::from_millis(1) + quorum::jitter(SPLIT_JITTER),
         );
         Ok(Attempt::Held {
             retry_after: Some(retry_after),
         })
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+    /// One round of renewal on every master at once.
+    async fn extend_once(
+        &self,
+        req: &LockRequest,
+        token: FencingToken,
+    ) -> Result<Option<Duration>> {
         let k = Keys::new(req.kind, &req.name);
         let lease_ms = req.lease.as_millis().to_string();
         let token = token.to_string();
@@ -324,7 +376,7 @@ impl Backend for RedlockBackend {
             }
             // Renewed on a majority, but too late to count: the watchdog tries again.
             return Err(Error::new(
-                crate::error::ErrorKind::Timeout,
+                ErrorKind::Timeout,
                 format!(
                     "renewing lock {:?}: the masters answered after the lease's validity",
                     req.name.as_str()
@@ -341,7 +393,8 @@ impl Backend for RedlockBackend {
         Err(no_quorum(n, self.quorum, renewed + refused, &what, &failures))
     }
 
-    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+    /// One round of release on every master at once: freed if a majority freed it.
+    async fn release_once(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         let k = Keys::new(req.kind, &req.name);
         let channel = k.channel();
         let token = token.map(|t| t.to_string()).unwrap_or_default();
@@ -372,10 +425,5 @@ impl Backend for RedlockBackend {
             ));
         }
         Ok(false)
-    }
-
-    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
-        let channel = Keys::new(req.kind, &req.name).channel();
-        Ok(wakeups::watch(&self.masters, self.quorum, &channel).await)
     }
 }

@@ -44,10 +44,11 @@ pub(super) fn retry_after(
     held[must_expire - 1].unwrap_or(lease).max(jitter)
 }
 
-/// A random pause in 1..=`ceiling_ms` ms: the "retry with random jitter" of the Redlock docs.
-pub(super) fn jitter(ceiling_ms: u64) -> Duration {
-    let ms = 1 + getrandom::u64().unwrap_or(0) % ceiling_ms.max(1);
-    Duration::from_millis(ms)
+/// A random pause of at most `max` (µs resolution): the "retry after a random delay" of the
+/// Redlock docs, so contenders do not collide again.
+pub(super) fn jitter(max: Duration) -> Duration {
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(getrandom::u64().unwrap_or(0) % max_us.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -86,8 +87,8 @@ mod tests {
     #[test]
     fn jitter_stays_in_range() {
         for _ in 0..100 {
-            let j = jitter(5);
-            assert!(j >= MS(1) && j <= MS(5), "{j:?}");
+            assert!(jitter(MS(5)) <= MS(5));
         }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 }

@@ -9,10 +9,19 @@
 //!   round robin ("wake one waiter of this client") has the same order and picks the same
 //!   waiter for the same release;
 //! * the merged stream drains whatever the other masters have ready when it yields, so the
-//!   woken waiter retries once, not n times.
+//!   woken waiter retries once, not n times;
+//! * it yields after a short random pause (up to [`NOTICE_JITTER`]): the releasing client hands
+//!   the lock to a waiter of its own at once (the core's in-process wake-up), and the waiters
+//!   of other clients, woken by the same release, arrive after that take instead of splitting
+//!   the masters' votes with it (and with each other) — a split vote costs every contender a
+//!   round of undoing and a retry. This is the Redlock docs' "retry after a random delay",
+//!   applied where most collisions start.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use std::future::Future;
 
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 
@@ -20,6 +29,9 @@ use crate::backend::Wakeups;
 use crate::backends::redis::subscriber::SUBSCRIBE_WAIT;
 
 use super::masters::Master;
+
+/// The longest pause between a release notice and the retry it wakes.
+pub(super) const NOTICE_JITTER: Duration = Duration::from_millis(5);
 
 /// Registers a waiter on `channel` with every connected master, and returns once a majority
 /// has confirmed its subscription (or the wait for that ran out: the core's timer then bounds
@@ -44,12 +56,17 @@ pub(super) async fn watch(masters: &[Master], quorum: usize, channel: &str) -> W
         }
     })
     .await;
-    Box::pin(Merged { streams })
+    Box::pin(Merged {
+        streams,
+        pause: None,
+    })
 }
 
 /// The masters' wake-ups as one stream: one item per burst of notices.
 struct Merged {
     streams: Vec<Wakeups>,
+    /// The random pause before a notice is passed on, once one came.
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Stream for Merged {
@@ -66,9 +83,18 @@ impl Stream for Merged {
                 Poll::Pending => return true,
             }
         });
-        if woken {
-            Poll::Ready(Some(()))
-        } else if self.streams.is_empty() {
+        if woken && self.pause.is_none() {
+            let pause = super::quorum::jitter(NOTICE_JITTER);
+            self.pause = Some(Box::pin(tokio::time::sleep(pause)));
+        }
+        if let Some(pause) = self.pause.as_mut() {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.pause = None;
+            return Poll::Ready(Some(()));
+        }
+        if self.streams.is_empty() {
             Poll::Ready(None)
         } else {
             Poll::Pending
