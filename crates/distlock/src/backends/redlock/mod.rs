@@ -17,7 +17,7 @@ mod masters;
 mod quorum;
 mod wakeups;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,9 +39,6 @@ const NAME: &str = "redlock";
 /// How long a take or release that found no majority answering is tried again, by default.
 const RETRY_FOR: Duration = Duration::from_secs(2);
 
-/// The longest random pause (beyond 1 ms) before a loser of a split vote tries again.
-const SPLIT_JITTER: Duration = Duration::from_millis(3);
-
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/raise_fence.lua")));
 
@@ -53,6 +50,8 @@ pub struct RedlockBackend {
     response_timeout: Duration,
     /// How long a round that found no quorum is tried again.
     retry_for: Duration,
+    /// How long a take round takes lately.
+    round: Arc<quorum::RoundTime>,
     shown_url: String,
 }
 
@@ -92,6 +91,7 @@ impl RedlockBackend {
             quorum,
             response_timeout: config.response_timeout,
             retry_for: options.retry_for.unwrap_or(RETRY_FOR),
+            round: Arc::default(),
             shown_url: config.shown,
         })
     }
@@ -224,7 +224,7 @@ impl Backend for RedlockBackend {
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
         let channel = Keys::new(req.kind, &req.name).channel();
-        Ok(wakeups::watch(&self.masters, self.quorum, &channel).await)
+        Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
     }
 }
 
@@ -267,6 +267,7 @@ impl RedlockBackend {
                 self.limit(req),
             )
             .await;
+        self.round.record(sent.elapsed());
         let shares: Vec<Share> = answers
             .into_iter()
             .map(|answer| match answer {
@@ -340,7 +341,7 @@ impl RedlockBackend {
             self.masters.len(),
             lease,
             &mut held,
-            Duration::from_millis(1) + quorum::jitter(SPLIT_JITTER),
+            quorum::split_pause(self.quorum, won.len(), self.round.get()),
         );
         Ok(Attempt::Held {
             retry_after: Some(retry_after),

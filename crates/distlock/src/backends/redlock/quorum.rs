@@ -1,6 +1,7 @@
 //! The arithmetic of Redlock, kept apart from the I/O so it can be tested alone: the majority,
 //! the validity of a grant, and how long a loser should wait.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The smallest majority of `n` masters.
@@ -44,6 +45,44 @@ pub(super) fn retry_after(
     held[must_expire - 1].unwrap_or(lease).max(jitter)
 }
 
+/// The shortest tier of [`split_pause`].
+const SPLIT_STEP: Duration = Duration::from_millis(2);
+
+/// How long the loser of a split vote (no contender won a majority) that had won `won` masters
+/// waits before trying again: a random pause within a tier as long as a round (`round`, at least
+/// 2 ms), the tiers ordered by how close each contender came, so the one that won most tries
+/// first and has finished its round when the others try and find it held, instead of all
+/// colliding again after the same random pause.
+pub(super) fn split_pause(quorum: usize, won: usize, round: Duration) -> Duration {
+    let step = round.max(SPLIT_STEP);
+    let behind = quorum.saturating_sub(won).max(1) as u32;
+    step * behind + jitter(step)
+}
+
+/// How long a round on every master takes lately (a moving average): what the pauses that keep
+/// contenders apart are measured in, since it is milliseconds on a loaded machine and a fraction
+/// of one on an idle one.
+#[derive(Default)]
+pub(super) struct RoundTime {
+    micros: AtomicU64,
+}
+
+impl RoundTime {
+    /// Counts one more round that took `took`.
+    pub(super) fn record(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        // A lost update between two rounds recorded at once costs nothing here.
+        let old = self.micros.load(Ordering::Relaxed);
+        let new = if old == 0 { took } else { old - old / 8 + took / 8 };
+        self.micros.store(new, Ordering::Relaxed);
+    }
+
+    /// The average.
+    pub(super) fn get(&self) -> Duration {
+        Duration::from_micros(self.micros.load(Ordering::Relaxed))
+    }
+}
+
 /// A random pause of at most `max` (µs resolution): the "retry after a random delay" of the
 /// Redlock docs, so contenders do not collide again.
 pub(super) fn jitter(max: Duration) -> Duration {
@@ -82,6 +121,34 @@ mod tests {
         // 2 held of 5: a split vote, or masters down: jitter only.
         let mut held = [Some(MS(500)), Some(MS(100))];
         assert_eq!(retry_after(5, MS(1000), &mut held, MS(3)), MS(3));
+    }
+
+    #[test]
+    fn split_vote_losers_closest_to_a_majority_go_first() {
+        for _ in 0..100 {
+            let round = Duration::from_micros(300);
+            let (two, one, none) = (
+                split_pause(3, 2, round),
+                split_pause(3, 1, round),
+                split_pause(3, 0, round),
+            );
+            assert!(two >= MS(2) && two <= MS(4), "{two:?}");
+            assert!(one >= MS(4) && one <= MS(6), "{one:?}");
+            assert!(none >= MS(6) && none <= MS(8), "{none:?}");
+        }
+        let slow = split_pause(3, 2, MS(10));
+        assert!(slow >= MS(10) && slow <= MS(20), "{slow:?}");
+    }
+
+    #[test]
+    fn round_time_follows_the_rounds() {
+        let r = RoundTime::default();
+        r.record(MS(8));
+        assert_eq!(r.get(), MS(8));
+        for _ in 0..100 {
+            r.record(MS(1));
+        }
+        assert!(r.get() < MS(2), "{:?}", r.get());
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!   waiter for the same release;
 //! * the merged stream drains whatever the other masters have ready when it yields, so the
 //!   woken waiter retries once, not n times;
-//! * it yields after a short random pause (up to [`NOTICE_JITTER`]): the releasing client hands
+//! * it yields after a random pause of one to two rounds on the masters (at least
+//!   [`NOTICE_JITTER`] of randomness): the releasing client hands
 //!   the lock to a waiter of its own at once (the core's in-process wake-up), and the waiters
 //!   of other clients, woken by the same release, arrive after that take instead of splitting
 //!   the masters' votes with it (and with each other) — a split vote costs every contender a
@@ -18,6 +19,7 @@
 //!   applied where most collisions start.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,14 +31,20 @@ use crate::backend::Wakeups;
 use crate::backends::redis::subscriber::SUBSCRIBE_WAIT;
 
 use super::masters::Master;
+use super::quorum::{RoundTime, jitter};
 
-/// The longest pause between a release notice and the retry it wakes.
+/// The least randomness of the pause between a release notice and the retry it wakes.
 pub(super) const NOTICE_JITTER: Duration = Duration::from_millis(5);
 
 /// Registers a waiter on `channel` with every connected master, and returns once a majority
 /// has confirmed its subscription (or the wait for that ran out: the core's timer then bounds
 /// the wait). A master not connected yet is left out: it could not have published anyway.
-pub(super) async fn watch(masters: &[Master], quorum: usize, channel: &str) -> Wakeups {
+pub(super) async fn watch(
+    masters: &[Master],
+    quorum: usize,
+    channel: &str,
+    round: Arc<RoundTime>,
+) -> Wakeups {
     let mut streams = Vec::with_capacity(masters.len());
     let mut confirmations = FuturesUnordered::new();
     for server in masters.iter().filter_map(Master::connected) {
@@ -58,6 +66,7 @@ pub(super) async fn watch(masters: &[Master], quorum: usize, channel: &str) -> W
     .await;
     Box::pin(Merged {
         streams,
+        round,
         pause: None,
     })
 }
@@ -65,6 +74,8 @@ pub(super) async fn watch(masters: &[Master], quorum: usize, channel: &str) -> W
 /// The masters' wake-ups as one stream: one item per burst of notices.
 struct Merged {
     streams: Vec<Wakeups>,
+    /// How long a take round takes lately: the pause lets one finish.
+    round: Arc<RoundTime>,
     /// The random pause before a notice is passed on, once one came.
     pause: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -84,7 +95,8 @@ impl Stream for Merged {
             }
         });
         if woken && self.pause.is_none() {
-            let pause = super::quorum::jitter(NOTICE_JITTER);
+            let round = self.round.get();
+            let pause = round + jitter(round.max(NOTICE_JITTER));
             self.pause = Some(Box::pin(tokio::time::sleep(pause)));
         }
         if let Some(pause) = self.pause.as_mut() {
