@@ -42,17 +42,15 @@ impl DelayProxy {
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     let up = tokio::spawn(pipe(client_read, server_write, None));
-                    let down = tokio::spawn(pipe(server_read, client_write, Some(delay_us.clone())));
+                    let down =
+                        tokio::spawn(pipe(server_read, client_write, Some(delay_us.clone())));
                     let mut tasks = tasks.lock().unwrap_or_else(|p| p.into_inner());
                     tasks.retain(|t| !t.is_finished());
                     tasks.extend([up, down]);
                 }
             })
         };
-        tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(accept);
+        tasks.lock().unwrap_or_else(|p| p.into_inner()).push(accept);
         Ok(DelayProxy {
             port,
             delay_us,
@@ -74,7 +72,12 @@ impl DelayProxy {
 
 impl Drop for DelayProxy {
     fn drop(&mut self) {
-        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             task.abort();
         }
     }

@@ -17,9 +17,7 @@ use distlock_testkit::servers::{
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
-    let url = std::env::var("DISTLOCK_REDLOCK_URL").unwrap_or_else(|_| {
-        redlock_url(6390..=6394)
-    });
+    let url = std::env::var("DISTLOCK_REDLOCK_URL").unwrap_or_else(|_| redlock_url(6390..=6394));
     Suite::new("redlock", "Redis masters (Redlock)", url)
         .private_store(|| start_redlock(5, Persistence::None))
         .case(
@@ -63,7 +61,10 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
         !first.is_lost(),
         "the holder lost its lock with 3 of 5 masters up"
     );
-    check!(first.release().await?, "release with 3 of 5 masters up failed");
+    check!(
+        first.release().await?,
+        "release with 3 of 5 masters up failed"
+    );
     // …and a new holder takes it.
     let second = lock.acquire_timeout(Duration::from_secs(5)).await?;
     check!(
@@ -99,9 +100,7 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
     );
 
     // Masters back (empty): the lock works again, tokens still above.
-    tokio::task::block_in_place(|| {
-        (0..3).try_for_each(|i| store.masters[i].start_again())
-    })?;
+    tokio::task::block_in_place(|| (0..3).try_for_each(|i| store.masters[i].start_again()))?;
     let started = std::time::Instant::now();
     let third = loop {
         match lock.try_acquire().await {
@@ -199,10 +198,7 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
     );
     proxy.set_delay(Duration::ZERO);
     let other = distlock::connect_with(&url, &options).await?;
-    let taken = other
-        .lock(too_late.name.as_str())
-        .try_acquire()
-        .await?;
+    let taken = other.lock(too_late.name.as_str()).try_acquire().await?;
     check!(
         taken.is_some(),
         "the failed acquisition left its shares held"
@@ -260,10 +256,11 @@ async fn restart_without_persistence(ctx: Ctx) -> Outcome {
         b.fencing_token(),
         a.fencing_token()
     );
-    let resource = FencedFile::new(ctx.dir.path().join(format!(
-        "restarted-{}",
-        &OwnerToken::random().as_str()[..8]
-    )));
+    let resource = FencedFile::new(
+        ctx.dir
+            .path()
+            .join(format!("restarted-{}", &OwnerToken::random().as_str()[..8])),
+    );
     check!(
         resource.write(b.fencing_token().get())?,
         "B's write was refused"
@@ -287,10 +284,7 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
         "redlock://u:s3cret@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?connect_timeout=later",
     ] {
         let err = distlock::connect(url).await.unwrap_err();
-        check!(
-            err.kind() == ErrorKind::InvalidUrl,
-            "{url}: {err:?}"
-        );
+        check!(err.kind() == ErrorKind::InvalidUrl, "{url}: {err:?}");
         check!(!format!("{err} {err:?}").contains("s3cret"), "{err}");
     }
     let err = distlock::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4")
@@ -301,12 +295,9 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
         "the error does not say why: {err}"
     );
     // Nothing listens there: a typed error naming the count, not a hang or a panic.
-    let err = distlock::connect_with(
-        "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
-        &quick(),
-    )
-    .await
-    .unwrap_err();
+    let err = distlock::connect_with("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", &quick())
+        .await
+        .unwrap_err();
     check!(
         err.kind() == ErrorKind::NoQuorum && err.to_string().contains("0 of 3"),
         "{err}"

@@ -38,6 +38,8 @@ impl PrivateStore for RedlockMasters {
         self.masters.iter_mut().try_for_each(PrivateStore::stop)
     }
     fn start_again(&mut self) -> Result<(), Failure> {
-        self.masters.iter_mut().try_for_each(PrivateStore::start_again)
+        self.masters
+            .iter_mut()
+            .try_for_each(PrivateStore::start_again)
     }
 }

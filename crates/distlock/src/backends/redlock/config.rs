@@ -190,9 +190,18 @@ mod tests {
             ("redlock://u:hunter2@a:1,b:2,c:3,d:4", "4 masters"),
             ("redlock://u:hunter2@a:1", "single point of failure"),
             ("redlock://u:hunter2@a,b,c,d,e,f,g,h,i", "9 masters"),
-            ("redlock://u:hunter2@a,b,c?response_timeout=0ms", "response_timeout"),
-            ("redlock://u:hunter2@a,b,c?connect_timeout=soon", "connect_timeout"),
-            ("redlock://u:hunter2@a,b,c?response_timeout=1h", "response_timeout"),
+            (
+                "redlock://u:hunter2@a,b,c?response_timeout=0ms",
+                "response_timeout",
+            ),
+            (
+                "redlock://u:hunter2@a,b,c?connect_timeout=soon",
+                "connect_timeout",
+            ),
+            (
+                "redlock://u:hunter2@a,b,c?response_timeout=1h",
+                "response_timeout",
+            ),
             ("redlock://u:hunter2@a,b,c?password=x", "unknown parameter"),
             ("redlock://u:hunter2@a,b,c/x", "database number"),
             ("redlock://u:hunter2@a,,c", "no host"),

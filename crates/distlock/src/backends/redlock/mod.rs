@@ -152,17 +152,28 @@ impl RedlockBackend {
         let chosen_text = chosen.to_string();
         let owner = req.owner.as_str();
         let limit = self.limit(req);
-        let calls = self.masters.iter().zip(&asks).enumerate().filter_map(|(i, (m, drew))| {
-            let drew = drew.as_deref()?;
-            let args = [owner, drew, chosen_text.as_str()];
-            Some(async move {
-                let done: Result<i64> = m
-                    .run(&RAISE_FENCE, keys, &args, "raising the fencing counter", limit)
-                    .await;
-                // Only a winner's share counts towards the majority that carries `chosen`.
-                (i, !drew.is_empty() && matches!(done, Ok(1)))
-            })
-        });
+        let calls = self
+            .masters
+            .iter()
+            .zip(&asks)
+            .enumerate()
+            .filter_map(|(i, (m, drew))| {
+                let drew = drew.as_deref()?;
+                let args = [owner, drew, chosen_text.as_str()];
+                Some(async move {
+                    let done: Result<i64> = m
+                        .run(
+                            &RAISE_FENCE,
+                            keys,
+                            &args,
+                            "raising the fencing counter",
+                            limit,
+                        )
+                        .await;
+                    // Only a winner's share counts towards the majority that carries `chosen`.
+                    (i, !drew.is_empty() && matches!(done, Ok(1)))
+                })
+            });
         let mut carried = at_chosen;
         for (i, ok) in join_all(calls).await {
             if ok {
@@ -175,27 +186,44 @@ impl RedlockBackend {
 
     /// Frees whatever shares an attempt that did not win took: each with the token its master
     /// drew (and `chosen`, where the raise may have moved it there).
-    async fn undo(&self, req: &LockRequest, shares: &[Share], chosen: Option<u64>, raised: &[bool]) {
+    async fn undo(
+        &self,
+        req: &LockRequest,
+        shares: &[Share],
+        chosen: Option<u64>,
+        raised: &[bool],
+    ) {
         let k = Keys::new(req.kind, &req.name);
         let (keys, channel) = (k.release(), k.channel());
         let owner = req.owner.as_str();
         let limit = self.limit(req);
         let release = &SCRIPTS.ops(req.kind).release;
-        let calls = self.masters.iter().zip(shares).zip(raised).filter_map(|((m, share), raised)| {
-            let Share::Won(drew) = share else { return None };
-            let token = match chosen {
-                Some(c) if *raised => c,
-                _ => *drew,
-            }
-            .to_string();
-            let (keys, channel) = (&keys, &channel);
-            Some(async move {
-                let args = [owner, channel.as_str(), token.as_str()];
-                let _: Result<i64> = m
-                    .run(release, keys, &args, "undoing a share of a failed take", limit)
-                    .await;
-            })
-        });
+        let calls =
+            self.masters
+                .iter()
+                .zip(shares)
+                .zip(raised)
+                .filter_map(|((m, share), raised)| {
+                    let Share::Won(drew) = share else { return None };
+                    let token = match chosen {
+                        Some(c) if *raised => c,
+                        _ => *drew,
+                    }
+                    .to_string();
+                    let (keys, channel) = (&keys, &channel);
+                    Some(async move {
+                        let args = [owner, channel.as_str(), token.as_str()];
+                        let _: Result<i64> = m
+                            .run(
+                                release,
+                                keys,
+                                &args,
+                                "undoing a share of a failed take",
+                                limit,
+                            )
+                            .await;
+                    })
+                });
         join_all(calls).await;
     }
 }
@@ -391,7 +419,13 @@ impl RedlockBackend {
         }
         let failures: Vec<Error> = answers.into_iter().filter_map(|a| a.err()).collect();
         let what = format!("renewing lock {:?}", req.name.as_str());
-        Err(no_quorum(n, self.quorum, renewed + refused, &what, &failures))
+        Err(no_quorum(
+            n,
+            self.quorum,
+            renewed + refused,
+            &what,
+            &failures,
+        ))
     }
 
     /// One round of release on every master at once: freed if a majority freed it.

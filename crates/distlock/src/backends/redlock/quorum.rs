@@ -73,7 +73,11 @@ impl RoundTime {
         let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         // A lost update between two rounds recorded at once costs nothing here.
         let old = self.micros.load(Ordering::Relaxed);
-        let new = if old == 0 { took } else { old - old / 8 + took / 8 };
+        let new = if old == 0 {
+            took
+        } else {
+            old - old / 8 + took / 8
+        };
         self.micros.store(new, Ordering::Relaxed);
     }
 
@@ -113,7 +117,13 @@ mod tests {
     #[test]
     fn losers_wait_for_enough_shares_to_expire() {
         // 5 masters, all held: 3 must expire; the third shortest is 300 ms.
-        let mut held = [Some(MS(500)), Some(MS(100)), None, Some(MS(300)), Some(MS(200))];
+        let mut held = [
+            Some(MS(500)),
+            Some(MS(100)),
+            None,
+            Some(MS(300)),
+            Some(MS(200)),
+        ];
         assert_eq!(retry_after(5, MS(1000), &mut held, MS(3)), MS(300));
         // 3 held (a majority): 1 must expire.
         let mut held = [Some(MS(500)), Some(MS(100)), Some(MS(300))];

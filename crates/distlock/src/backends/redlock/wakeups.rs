@@ -87,11 +87,13 @@ impl Stream for Merged {
         let mut woken = false;
         // Every stream is polled (and drained) each time, so a notice on one master that came
         // with a notice on another is consumed with it, and every stream's waker is registered.
-        self.streams.retain_mut(|stream| loop {
-            match stream.as_mut().poll_next(cx) {
-                Poll::Ready(Some(())) => woken = true,
-                Poll::Ready(None) => return false,
-                Poll::Pending => return true,
+        self.streams.retain_mut(|stream| {
+            loop {
+                match stream.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(())) => woken = true,
+                    Poll::Ready(None) => return false,
+                    Poll::Pending => return true,
+                }
             }
         });
         if woken && self.pause.is_none() {
