@@ -101,20 +101,7 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
 
     // Masters back (empty): the lock works again, tokens still above.
     tokio::task::block_in_place(|| (0..3).try_for_each(|i| store.masters[i].start_again()))?;
-    let started = std::time::Instant::now();
-    let third = loop {
-        match lock.try_acquire().await {
-            Ok(Some(g)) => break g,
-            Ok(None) => {}
-            Err(e) if e.kind() == ErrorKind::NoQuorum => {}
-            Err(e) => return Err(e.into()),
-        }
-        check!(
-            started.elapsed() < Duration::from_secs(10),
-            "no lock within 10 s of the masters coming back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let third = take_once_possible(&lock, "the masters came back").await?;
     check!(
         third.fencing_token() > second.fencing_token(),
         "token {} after {}",
@@ -123,6 +110,28 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
     );
     check!(third.release().await?, "release after the restore failed");
     Ok(())
+}
+
+/// Tries `lock` until it is taken (no quorum and "held" are expected for a while); fails
+/// after 10 s naming `after`.
+async fn take_once_possible(
+    lock: &distlock::Lock,
+    after: &str,
+) -> Result<distlock::Guard, Failure> {
+    let started = std::time::Instant::now();
+    loop {
+        match lock.try_acquire().await {
+            Ok(Some(g)) => return Ok(g),
+            Ok(None) => {}
+            Err(e) if e.kind() == ErrorKind::NoQuorum => {}
+            Err(e) => return Err(e.into()),
+        }
+        check!(
+            started.elapsed() < Duration::from_secs(10),
+            "no lock within 10 s after {after}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn request(name: &str, lease: Duration) -> Result<LockRequest, Failure> {
@@ -232,20 +241,11 @@ async fn restart_without_persistence(ctx: Ctx) -> Outcome {
         store.masters[2].kill()?;
         (2..5).try_for_each(|i| store.masters[i].start_again())
     })?;
-    let started = std::time::Instant::now();
-    let b = loop {
-        match b_client.lock(&name).try_acquire().await {
-            Ok(Some(g)) => break g,
-            Ok(None) => {}
-            Err(e) if e.kind() == ErrorKind::NoQuorum => {}
-            Err(e) => return Err(e.into()),
-        }
-        check!(
-            started.elapsed() < Duration::from_secs(10),
-            "B never won the three empty masters (no overlap to show)"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let b = take_once_possible(
+        &b_client.lock(&name),
+        "the three empty masters came back (no overlap to show)",
+    )
+    .await?;
     check!(
         !a.is_lost(),
         "A knows it lost the lock: the overlap did not happen"

@@ -63,6 +63,14 @@ impl std::fmt::Debug for RedlockBackend {
     }
 }
 
+/// How the masters answered a script that answers 1 (done) or 0 (not ours).
+#[derive(Default)]
+struct Count {
+    yes: usize,
+    no: usize,
+    failures: Vec<Error>,
+}
+
 /// One master's answer to a take.
 enum Share {
     /// Taken (or the owner's own share confirmed) with this master's token.
@@ -117,6 +125,41 @@ impl RedlockBackend {
                 .map(|m| m.run(script, keys, args, what, limit)),
         )
         .await
+    }
+
+    /// Runs a script that answers 1 or 0 on every master at once, and counts the answers.
+    async fn count(
+        &self,
+        req: &LockRequest,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        what: &str,
+    ) -> Count {
+        let answers: Vec<Result<i64>> =
+            self.on_all(script, keys, args, what, self.limit(req)).await;
+        let mut count = Count::default();
+        for answer in answers {
+            match answer {
+                Ok(1) => count.yes += 1,
+                Ok(_) => count.no += 1,
+                Err(e) => count.failures.push(e),
+            }
+        }
+        count
+    }
+
+    /// The error of a round of `req` to which fewer than a majority answered.
+    fn no_quorum(&self, req: &LockRequest, what: &str, count: Count) -> Error {
+        let what = format!("{what} {:?}", req.name.as_str());
+        let answered = count.yes + count.no;
+        no_quorum(
+            self.masters.len(),
+            self.quorum,
+            answered,
+            &what,
+            &count.failures,
+        )
     }
 
     /// Makes the winners' shares carry `chosen`, the largest token they drew, and raises the
@@ -349,14 +392,12 @@ impl RedlockBackend {
                     _ => None,
                 })
                 .collect();
-            let what = format!("taking lock {:?}", req.name.as_str());
-            return Err(no_quorum(
-                self.masters.len(),
-                self.quorum,
-                answered,
-                &what,
-                &failures,
-            ));
+            let count = Count {
+                yes: answered,
+                no: 0,
+                failures,
+            };
+            return Err(self.no_quorum(req, "taking the lock", count));
         }
         let mut held: Vec<Option<Duration>> = shares
             .iter()
@@ -387,19 +428,10 @@ impl RedlockBackend {
         let token = token.to_string();
         let args = [req.owner.as_str(), lease_ms.as_str(), token.as_str()];
         let sent = Instant::now();
-        let answers: Vec<Result<i64>> = self
-            .on_all(
-                &SCRIPTS.ops(req.kind).extend,
-                &k.extend(),
-                &args,
-                "extending the lease",
-                self.limit(req),
-            )
-            .await;
-        let renewed = answers.iter().filter(|a| matches!(a, Ok(1))).count();
-        let refused = answers.iter().filter(|a| matches!(a, Ok(0))).count();
-        let n = self.masters.len();
-        if renewed >= self.quorum {
+        let script = &SCRIPTS.ops(req.kind).extend;
+        let what = "renewing the lock";
+        let count = self.count(req, script, &k.extend(), &args, what).await;
+        if count.yes >= self.quorum {
             if let Some(valid_for) = quorum::validity(req.lease.duration(), sent.elapsed()) {
                 return Ok(Some(valid_for));
             }
@@ -413,19 +445,11 @@ impl RedlockBackend {
             )
             .with_backend(NAME));
         }
-        if refused > n - self.quorum {
+        if count.no > self.masters.len() - self.quorum {
             // A majority no longer lists this holding: it cannot be renewed on a majority.
             return Ok(None);
         }
-        let failures: Vec<Error> = answers.into_iter().filter_map(|a| a.err()).collect();
-        let what = format!("renewing lock {:?}", req.name.as_str());
-        Err(no_quorum(
-            n,
-            self.quorum,
-            renewed + refused,
-            &what,
-            &failures,
-        ))
+        Err(self.no_quorum(req, what, count))
     }
 
     /// One round of release on every master at once: freed if a majority freed it.
@@ -434,30 +458,14 @@ impl RedlockBackend {
         let channel = k.channel();
         let token = token.map(|t| t.to_string()).unwrap_or_default();
         let args = [req.owner.as_str(), channel.as_str(), token.as_str()];
-        let answers: Vec<Result<i64>> = self
-            .on_all(
-                &SCRIPTS.ops(req.kind).release,
-                &k.release(),
-                &args,
-                "releasing the lock",
-                self.limit(req),
-            )
-            .await;
-        let freed = answers.iter().filter(|a| matches!(a, Ok(1))).count();
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if freed >= self.quorum {
+        let script = &SCRIPTS.ops(req.kind).release;
+        let what = "releasing the lock";
+        let count = self.count(req, script, &k.release(), &args, what).await;
+        if count.yes >= self.quorum {
             return Ok(true);
         }
-        if answered < self.quorum {
-            let failures: Vec<Error> = answers.into_iter().filter_map(|a| a.err()).collect();
-            let what = format!("releasing lock {:?}", req.name.as_str());
-            return Err(no_quorum(
-                self.masters.len(),
-                self.quorum,
-                answered,
-                &what,
-                &failures,
-            ));
+        if count.yes + count.no < self.quorum {
+            return Err(self.no_quorum(req, what, count));
         }
         Ok(false)
     }
