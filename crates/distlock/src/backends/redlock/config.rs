@@ -82,8 +82,8 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
         let why = match n {
             1 => "one master is a single point of failure: use redis:// for one server".to_string(),
             _ if n % 2 == 0 => format!(
-                "{n} masters: an even count tolerates no more failures than {} (a majority of \
-                 {n} is {}); use 3, 5 or 7",
+                "{n} masters: an even count survives no more failed masters than {} would (a \
+                 majority of {n} is {}); use 3, 5 or 7",
                 n - 1,
                 n / 2 + 1
             ),
