@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::{FromRedisValue, Script};
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use crate::backends::redis::invoke::Server;
 use crate::error::{Error, ErrorKind, Result};
@@ -27,7 +28,14 @@ pub(super) struct Master {
     options: Options,
     connect_timeout: Duration,
     server: OnceCell<Server>,
+    /// Set when a request failed for want of a connection: until then, requests fail at once
+    /// instead of each waiting out its timeout (a dead master would otherwise slow every round
+    /// by the timeout); the first request after it tries the master again.
+    resting_until: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How long a master that could not be reached is left out before it is tried again.
+const REST: Duration = Duration::from_millis(500);
 
 impl Master {
     /// The masters `config` names, none connected yet.
@@ -47,6 +55,7 @@ impl Master {
                 options: options.clone(),
                 connect_timeout: config.connect_timeout,
                 server: OnceCell::new(),
+                resting_until: std::sync::Mutex::new(None),
             })
             .collect()
     }
@@ -84,6 +93,18 @@ impl Master {
         what: &str,
         limit: Duration,
     ) -> Result<T> {
+        let resting_until = *self.resting();
+        if let Some(until) = resting_until.filter(|u| Instant::now() < *u) {
+            return Err(Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "master {}: {what}: unreachable a moment ago, tried again in {:?}",
+                    self.shown,
+                    until - Instant::now()
+                ),
+            )
+            .with_backend(NAME));
+        }
         let call = async {
             let server = self.server().await?;
             server
@@ -91,14 +112,22 @@ impl Master {
                 .await
                 .map_err(|e| self.failed(e))
         };
-        match tokio::time::timeout(limit, call).await {
+        let answer = match tokio::time::timeout(limit, call).await {
             Ok(answer) => answer,
             Err(_) => Err(Error::new(
                 ErrorKind::Connection,
                 format!("master {}: {what}: no answer within {limit:?}", self.shown),
             )
             .with_backend(NAME)),
+        };
+        if matches!(&answer, Err(e) if e.kind() == ErrorKind::Connection) {
+            *self.resting() = Some(Instant::now() + REST);
         }
+        answer
+    }
+
+    fn resting(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.resting_until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A single server's error, as this master's.
