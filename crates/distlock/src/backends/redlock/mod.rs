@@ -3,7 +3,7 @@
 //!
 //! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts;
 //! * `masters`: each master is the Redis backend's single-server connection
-//!   ([`crate::backends::redis::invoke::Server`]: scripts by SHA-1, one multiplexed command
+//!   (`backends::redis::invoke::Server`: scripts by SHA-1, one multiplexed command
 //!   connection, one subscriber), connected lazily, every request bounded by a timeout;
 //! * `quorum`: the majority, the validity (lease − elapsed − drift), how long a loser waits;
 //! * `wakeups`: the masters' release notices merged into one wake-up stream;
