@@ -19,6 +19,32 @@ use crate::options::Options;
 use super::NAME;
 use super::config::RedlockConfig;
 
+/// One script call, the same on every master.
+#[derive(Clone, Copy)]
+pub(super) struct Call<'a> {
+    pub(super) script: &'a Script,
+    pub(super) keys: &'a [String],
+    pub(super) args: &'a [&'a str],
+    /// What it does, for messages ("taking the lock").
+    pub(super) what: &'a str,
+}
+
+impl<'a> Call<'a> {
+    pub(super) fn new(
+        script: &'a Script,
+        keys: &'a [String],
+        args: &'a [&'a str],
+        what: &'a str,
+    ) -> Self {
+        Call {
+            script,
+            keys,
+            args,
+            what,
+        }
+    }
+}
+
 /// One independent Redis master.
 pub(super) struct Master {
     /// `redis://…` with the password: never shown.
@@ -84,15 +110,18 @@ impl Master {
         self.server.get()
     }
 
-    /// Runs `script` on this master; no answer within `limit` (connecting included) is an error.
+    /// Makes `call` on this master; no answer within `limit` (connecting included) is an error.
     pub(super) async fn run<T: FromRedisValue>(
         &self,
-        script: &Script,
-        keys: &[String],
-        args: &[&str],
-        what: &str,
+        call: Call<'_>,
         limit: Duration,
     ) -> Result<T> {
+        let Call {
+            script,
+            keys,
+            args,
+            what,
+        } = call;
         let resting_until = *self.resting();
         if let Some(until) = resting_until.filter(|u| Instant::now() < *u) {
             return Err(Error::new(

@@ -32,7 +32,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::types::FencingToken;
 
-use masters::{Master, connect_all, no_quorum};
+use masters::{Call, Master, connect_all, no_quorum};
 
 const NAME: &str = "redlock";
 
@@ -113,31 +113,15 @@ impl RedlockBackend {
     /// Runs `script` on every master at once.
     async fn on_all<T: redis::FromRedisValue>(
         &self,
-        script: &Script,
-        keys: &[String],
-        args: &[&str],
-        what: &str,
+        call: Call<'_>,
         limit: Duration,
     ) -> Vec<Result<T>> {
-        join_all(
-            self.masters
-                .iter()
-                .map(|m| m.run(script, keys, args, what, limit)),
-        )
-        .await
+        join_all(self.masters.iter().map(|m| m.run(call, limit))).await
     }
 
     /// Runs a script that answers 1 or 0 on every master at once, and counts the answers.
-    async fn count(
-        &self,
-        req: &LockRequest,
-        script: &Script,
-        keys: &[String],
-        args: &[&str],
-        what: &str,
-    ) -> Count {
-        let answers: Vec<Result<i64>> =
-            self.on_all(script, keys, args, what, self.limit(req)).await;
+    async fn count(&self, req: &LockRequest, call: Call<'_>) -> Count {
+        let answers: Vec<Result<i64>> = self.on_all(call, self.limit(req)).await;
         let mut count = Count::default();
         for answer in answers {
             match answer {
@@ -206,10 +190,12 @@ impl RedlockBackend {
                 Some(async move {
                     let done: Result<i64> = m
                         .run(
-                            &RAISE_FENCE,
-                            keys,
-                            &args,
-                            "raising the fencing counter",
+                            Call {
+                                script: &RAISE_FENCE,
+                                keys,
+                                args: &args,
+                                what: "raising the fencing counter",
+                            },
                             limit,
                         )
                         .await;
@@ -258,10 +244,12 @@ impl RedlockBackend {
                         let args = [owner, channel.as_str(), token.as_str()];
                         let _: Result<i64> = m
                             .run(
-                                release,
-                                keys,
-                                &args,
-                                "undoing a share of a failed take",
+                                Call {
+                                    script: release,
+                                    keys,
+                                    args: &args,
+                                    what: "undoing a share of a failed take",
+                                },
                                 limit,
                             )
                             .await;
@@ -331,10 +319,12 @@ impl RedlockBackend {
         let sent = Instant::now();
         let answers: Vec<Result<(i64, i64)>> = self
             .on_all(
-                &SCRIPTS.ops(req.kind).acquire,
-                &keys,
-                &args,
-                "taking the lock",
+                Call::new(
+                    &SCRIPTS.ops(req.kind).acquire,
+                    &keys,
+                    &args,
+                    "taking the lock",
+                ),
                 self.limit(req),
             )
             .await;
@@ -428,9 +418,10 @@ impl RedlockBackend {
         let token = token.to_string();
         let args = [req.owner.as_str(), lease_ms.as_str(), token.as_str()];
         let sent = Instant::now();
-        let script = &SCRIPTS.ops(req.kind).extend;
         let what = "renewing the lock";
-        let count = self.count(req, script, &k.extend(), &args, what).await;
+        let keys = k.extend();
+        let call = Call::new(&SCRIPTS.ops(req.kind).extend, &keys, &args, what);
+        let count = self.count(req, call).await;
         if count.yes >= self.quorum {
             if let Some(valid_for) = quorum::validity(req.lease.duration(), sent.elapsed()) {
                 return Ok(Some(valid_for));
@@ -458,9 +449,10 @@ impl RedlockBackend {
         let channel = k.channel();
         let token = token.map(|t| t.to_string()).unwrap_or_default();
         let args = [req.owner.as_str(), channel.as_str(), token.as_str()];
-        let script = &SCRIPTS.ops(req.kind).release;
         let what = "releasing the lock";
-        let count = self.count(req, script, &k.release(), &args, what).await;
+        let keys = k.release();
+        let call = Call::new(&SCRIPTS.ops(req.kind).release, &keys, &args, what);
+        let count = self.count(req, call).await;
         if count.yes >= self.quorum {
             return Ok(true);
         }
