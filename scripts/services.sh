@@ -4,7 +4,7 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, pg, mysql, etcd, zk, memcached)
+#   scripts/services.sh redis pg   only these (names: redis, redlock, pg, mysql, etcd, zk, memcached)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -13,7 +13,7 @@ set -euo pipefail
 D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis pg mysql etcd zk memcached)
+[ ${#want[@]} -eq 0 ] && want=(redis redlock pg mysql etcd zk memcached)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -46,14 +46,14 @@ wait_for() { # wait_for NAME SECONDS CHECK...
 
 redis_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]; }
 
-start_redis() { # start_redis PORT
-  local port=$1
+start_redis() { # start_redis PORT [NAME]
+  local port=$1 name=${2:-redis}
   redis_ping "$port" && return 0
-  mkdir -p "$D/redis-$port"
-  log "starting redis on 127.0.0.1:$port"
-  redis-server --bind 127.0.0.1 --port "$port" --dir "$D/redis-$port" --save '' --appendonly no \
-    --daemonize yes --logfile "$D/redis-$port/redis.log" --pidfile "$D/redis-$port/redis.pid"
-  wait_for "redis:$port" 10 redis_ping "$port"
+  mkdir -p "$D/$name-$port"
+  log "starting $name on 127.0.0.1:$port"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$D/$name-$port" --save '' --appendonly no \
+    --daemonize yes --logfile "$D/$name-$port/redis.log" --pidfile "$D/$name-$port/redis.pid"
+  wait_for "$name:$port" 10 redis_ping "$port"
 }
 
 ensure_redis() {
@@ -62,6 +62,30 @@ ensure_redis() {
   # The rediss:// (TLS) test makes its own CA and certificates.
   need_pkg openssl openssl
   start_redis 6379
+}
+
+# Redlock's masters: independent redis-servers without persistence. A master that ran before and
+# is down now lost every lock share it held, so starting it at once could let a second holder
+# win a majority while the first still holds its lease (the Redlock docs' "delayed restart"
+# remedy): it stays down for the longest lease in use, $DISTLOCK_REDLOCK_RESTART_DELAY seconds
+# (default 30, distlock's default lease), before it is started again.
+REDLOCK_PORTS=(6390 6391 6392 6393 6394)
+
+ensure_redlock() {
+  need_pkg redis-server redis-server redis-tools
+  local port delayed=()
+  for port in "${REDLOCK_PORTS[@]}"; do
+    if ! redis_ping "$port" && [ -e "$D/redlock-$port/ran" ]; then delayed+=("$port"); fi
+  done
+  if [ ${#delayed[@]} -gt 0 ]; then
+    local delay=${DISTLOCK_REDLOCK_RESTART_DELAY:-30}
+    log "redlock masters ${delayed[*]} ran before and lost their locks: waiting ${delay}s (the longest lease) before starting them"
+    sleep "$delay"
+  fi
+  for port in "${REDLOCK_PORTS[@]}"; do
+    start_redis "$port" redlock
+    touch "$D/redlock-$port/ran"
+  done
 }
 
 pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q; }
@@ -201,11 +225,12 @@ ensure_memcached() {
 for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
+    redlock) ensure_redlock ;;
     pg|postgres) ensure_pg ;;
     mysql|mariadb) ensure_mysql ;;
     etcd) ensure_etcd ;;
     zk|zookeeper) ensure_zk ;;
     memcached) ensure_memcached ;;
-    *) log "unknown service $s (known: redis, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
+    *) log "unknown service $s (known: redis, redlock, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
   esac
 done

@@ -2,7 +2,8 @@
 //! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
 //! also used by `distlock bench`), private servers a test may stop and start ([`servers`]),
-//! this process's connections ([`sockets`]), to have the server end exactly a client's sessions,
+//! a TCP proxy that delays a real server's replies ([`proxy`]), this process's connections
+//! ([`sockets`]), to have the server end exactly a client's sessions,
 //! and Apache Curator as another holder of a ZooKeeper lock ([`curator`]) running a
 //! critical-section protocol that catches any two holders inside at once ([`section`]).
 //!
@@ -32,6 +33,7 @@ pub mod curator;
 pub mod failover;
 pub mod fenced;
 pub mod history;
+pub mod proxy;
 pub mod section;
 pub mod servers;
 pub mod sockets;

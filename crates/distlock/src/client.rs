@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `sqlite:PATH`, `sqlite://PATH` | embedded SQLite file, shared by processes on one machine | `sqlite` (default) |
 //! | `redis://`, `rediss://` | one Redis server | `redis` |
+//! | `redlock://h1:p1,h2:p2,h3:p3[,…]` | Redlock: 3, 5 or 7 independent Redis masters, a majority holds | `redlock` |
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
@@ -17,8 +18,8 @@
 //! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
 //! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
 //!
-//! `redlock://` is reserved for a backend to come and answers [`ErrorKind::Unsupported`] for
-//! now, as does the scheme of a backend this build lacks. Any other scheme is [`ErrorKind::InvalidUrl`].
+//! The scheme of a backend this build lacks answers [`ErrorKind::Unsupported`]. Any other
+//! unknown scheme is [`ErrorKind::InvalidUrl`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub async fn connect(url: &str) -> Result<Client> {
     not(any(
         feature = "sqlite",
         feature = "redis",
+        feature = "redlock",
         feature = "postgres",
         feature = "mysql",
         feature = "etcd",
@@ -68,6 +70,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         #[cfg(feature = "redis")]
         Scheme::Redis => Ok(Arc::new(
             crate::backends::redis::RedisBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "redlock")]
+        Scheme::Redlock => Ok(Arc::new(
+            crate::backends::redlock::RedlockBackend::connect_with(url, options).await?,
         )),
         #[cfg(feature = "postgres")]
         Scheme::Postgres => Ok(Arc::new(
@@ -235,7 +241,13 @@ mod tests {
         let err = connect("ftp://u:hunter2@h").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidUrl);
         assert!(!err.to_string().contains("hunter2"), "{err}");
+        // One master is too few for Redlock; a build without it says it lacks it.
         let err = connect("redlock://127.0.0.1:6379").await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        let expected = if cfg!(feature = "redlock") {
+            ErrorKind::InvalidUrl
+        } else {
+            ErrorKind::Unsupported
+        };
+        assert_eq!(err.kind(), expected, "{err}");
     }
 }

@@ -31,6 +31,9 @@ pub enum ErrorKind {
     Connection,
     /// The store answered with an error.
     Backend,
+    /// Too few of a store's independent servers answered to decide (Redlock: fewer than a
+    /// majority of its masters); the message says how many answered of how many.
+    NoQuorum,
     /// A fenced write was refused: its fencing token is not above the last one the resource
     /// accepted, so a newer holder has written since (see [`crate::fence`]).
     StaleToken,
@@ -49,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported by this backend",
             ErrorKind::Connection => "connection failure",
             ErrorKind::Backend => "backend error",
+            ErrorKind::NoQuorum => "no quorum",
             ErrorKind::StaleToken => "stale fencing token",
         }
     }
@@ -132,9 +136,13 @@ impl Error {
         &self.message
     }
 
-    /// True when trying again later may succeed: a timeout or a connection failure.
+    /// True when trying again later may succeed: a timeout, a connection failure, or too few
+    /// servers answering.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Timeout | ErrorKind::Connection)
+        matches!(
+            self.kind,
+            ErrorKind::Timeout | ErrorKind::Connection | ErrorKind::NoQuorum
+        )
     }
 
     /// True for [`ErrorKind::Timeout`].

@@ -15,7 +15,7 @@ pub enum Scheme {
     Sqlite,
     /// `redis://`, `rediss://` (TLS).
     Redis,
-    /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters (to come).
+    /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters.
     Redlock,
     /// `postgres://`, `postgresql://`.
     Postgres,
@@ -311,9 +311,25 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
+/// A duration in a URL parameter: `10s`, `4000ms`, or whole seconds without a unit.
+#[cfg_attr(not(any(feature = "zookeeper", feature = "redlock")), allow(dead_code))]
+pub(crate) fn parse_duration(value: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    if let Some(ms) = value.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    let secs = value.strip_suffix('s').unwrap_or(value);
+    secs.parse().ok().map(Duration::from_secs)
+}
+
 /// `%XX` escapes decoded; `None` for a broken escape or a result that is not UTF-8.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "memcached",
+        feature = "redlock"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
@@ -335,6 +351,7 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
 
 /// What follows a URL's hosts, taken apart: the user and password (decoded), the path
 /// (decoded, without its outer `/`s) and the query's `key=value` pairs (as written).
+// Redlock passes the user-info on to redis-rs as written, so it does not read `user`.
 #[cfg_attr(
     not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
     allow(dead_code)
@@ -348,7 +365,12 @@ pub(crate) struct AfterHosts<'a> {
 /// Takes apart what follows the `scheme://` of `url` but the hosts ([`authority`] parses
 /// those). The error says what is wrong without quoting it (it may be part of a password).
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "memcached")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "memcached",
+        feature = "redlock"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'static str> {

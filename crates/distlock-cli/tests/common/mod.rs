@@ -8,7 +8,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, postgres, mysql, etcd, zk, memcached.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redlock, postgres, mysql, etcd, zk, memcached.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -17,6 +17,11 @@ pub struct Store {
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default).
 const SERVERS: &[(&str, &str, &str)] = &[
     ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
+    (
+        "redlock",
+        "DISTLOCK_REDLOCK_URL",
+        "redlock://127.0.0.1:6390,127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394",
+    ),
     (
         "postgres",
         "DISTLOCK_POSTGRES_URL",

@@ -11,6 +11,7 @@ mod mariadb;
 mod memcached;
 mod postgres;
 mod redis;
+mod redlock;
 mod zookeeper;
 
 pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster, start_etcd_tls};
@@ -18,6 +19,7 @@ pub use mariadb::start_mariadb;
 pub use memcached::start_memcached;
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
+pub use redlock::{RedlockMasters, redlock_url, start_redlock};
 pub use zookeeper::{
     SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
     zk_command,

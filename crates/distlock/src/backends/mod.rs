@@ -14,6 +14,9 @@ pub mod sqlite;
 #[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(feature = "redlock")]
+pub mod redlock;
+
 #[cfg(feature = "postgres")]
 pub mod postgres;
 

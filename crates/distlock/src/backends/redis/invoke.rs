@@ -17,17 +17,17 @@ use crate::options::Options;
 /// Commands from every task share one multiplexed connection (redis-rs `ConnectionManager`,
 /// which also reconnects), so many acquires are pipelined on it instead of waiting for each
 /// other's round trips. Waiters share one pub/sub connection ([`Subscriber`]).
-pub(super) struct Server {
+pub(crate) struct Server {
     conn: ConnectionManager,
     /// How long requests that surely were not sent are tried again.
     retry_for: Duration,
-    pub(super) subscriber: Subscriber,
-    pub(super) shown_url: String,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) shown_url: String,
 }
 
 impl Server {
     /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
-    pub(super) async fn connect(url: &str, options: &Options) -> Result<Self> {
+    pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
         let config = config::parse(url)?;
         if config.tls {
             // redis-rs leaves rustls without a crypto provider; another part of the program
@@ -66,7 +66,7 @@ impl Server {
     /// the server (connection refused, or the write itself failed) is retried for a while, so a
     /// server restart is ridden out; an error after which the script may have run is returned
     /// (the caller cannot know whether it took effect).
-    pub(super) async fn run<T: FromRedisValue>(
+    pub(crate) async fn run<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[String],

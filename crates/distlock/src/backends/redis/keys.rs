@@ -5,13 +5,13 @@ use crate::types::{LockKind, LockName};
 
 /// The keys and channel of one lock. Every key carries the hash tag `{name}`, so each script
 /// touches one cluster slot.
-pub(super) struct Keys {
+pub(crate) struct Keys {
     kind: LockKind,
     base: String,
 }
 
 impl Keys {
-    pub(super) fn new(kind: LockKind, name: &LockName) -> Self {
+    pub(crate) fn new(kind: LockKind, name: &LockName) -> Self {
         let family = match kind {
             LockKind::Fair => "fair",
             LockKind::Read | LockKind::Write => "rw",
@@ -48,12 +48,12 @@ impl Keys {
     }
 
     /// Where releases are announced (see `subscriber.rs` for the payloads).
-    pub(super) fn channel(&self) -> String {
+    pub(crate) fn channel(&self) -> String {
         self.key(":free")
     }
 
     /// For `*acquire.lua`.
-    pub(super) fn acquire(&self) -> Vec<String> {
+    pub(crate) fn acquire(&self) -> Vec<String> {
         match self.kind {
             LockKind::Fair => self.keys(&["", ":fence", ":queue", ":due"]),
             LockKind::Read | LockKind::Write => self.keys(&[
@@ -69,7 +69,7 @@ impl Keys {
     }
 
     /// For `*extend.lua`.
-    pub(super) fn extend(&self) -> Vec<String> {
+    pub(crate) fn extend(&self) -> Vec<String> {
         match self.kind {
             LockKind::Read | LockKind::Write => {
                 self.keys(&[":writer", ":readers", ":reader-holds"])
@@ -80,7 +80,7 @@ impl Keys {
     }
 
     /// For `*release.lua`.
-    pub(super) fn release(&self) -> Vec<String> {
+    pub(crate) fn release(&self) -> Vec<String> {
         match self.kind {
             LockKind::Fair => self.keys(&["", ":queue"]),
             _ => self.extend(),

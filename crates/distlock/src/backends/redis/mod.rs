@@ -13,10 +13,11 @@
 
 mod config;
 mod fair;
-mod invoke;
-mod keys;
-mod scripts;
-mod subscriber;
+// The single-master pieces Redlock runs on each of its masters.
+pub(crate) mod invoke;
+pub(crate) mod keys;
+pub(crate) mod scripts;
+pub(crate) mod subscriber;
 
 // For the fence helpers, which run on the caller's own connection.
 pub(crate) use invoke::from_redis;

@@ -11,13 +11,13 @@ use ::redis::Script;
 use crate::types::LockKind;
 
 /// One flavour's take, renew and release.
-pub(super) struct Ops {
-    pub(super) acquire: Script,
-    pub(super) extend: Script,
-    pub(super) release: Script,
+pub(crate) struct Ops {
+    pub(crate) acquire: Script,
+    pub(crate) extend: Script,
+    pub(crate) release: Script,
 }
 
-pub(super) struct Scripts {
+pub(crate) struct Scripts {
     mutex: Ops,
     fair: Ops,
     rw: Ops,
@@ -28,7 +28,7 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn ops(&self, kind: LockKind) -> &Ops {
+    pub(crate) fn ops(&self, kind: LockKind) -> &Ops {
         match kind {
             LockKind::Fair => &self.fair,
             LockKind::Read | LockKind::Write => &self.rw,
@@ -38,11 +38,12 @@ impl Scripts {
     }
 }
 
-fn script(body: &str) -> Script {
+/// `body` with `prelude.lua` put in front (for Redlock's own script too).
+pub(crate) fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
 }
 
-pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     mutex: Ops {
         acquire: script(include_str!("scripts/acquire.lua")),
         extend: script(include_str!("scripts/extend.lua")),

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::backend::Wakeups;
 
 /// How long a new waiter waits for its SUBSCRIBE to be confirmed before relying on its timer.
-const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
 /// Reconnection backoff bounds.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
@@ -39,7 +39,7 @@ const IDLE_GRACE: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The client's shared subscriber. Dropping it ends its task and closes the connection.
-pub(super) struct Subscriber {
+pub(crate) struct Subscriber {
     commands: mpsc::UnboundedSender<Command>,
     registry: Arc<Mutex<Registry>>,
 }
@@ -75,7 +75,21 @@ impl Subscriber {
 
     /// Registers a waiter on `channel` and returns once the channel is subscribed (or the
     /// connection is down, in which case the reconnection wakes it).
-    pub(super) async fn watch(&self, channel: String, wake_key: Option<String>) -> Wakeups {
+    pub(crate) async fn watch(&self, channel: String, wake_key: Option<String>) -> Wakeups {
+        let (wakeups, confirmed) = self.register(channel, wake_key);
+        let _ = tokio::time::timeout(SUBSCRIBE_WAIT, confirmed).await;
+        wakeups
+    }
+
+    /// [`watch`](Self::watch) without waiting: registers the waiter at once (so waiters
+    /// registered on several servers in one order are woken in that order on each) and returns
+    /// its wake-ups with the confirmation of the subscription, which resolves (with `Err` if the
+    /// subscriber has stopped) once the channel is subscribed or the connection is down.
+    pub(crate) fn register(
+        &self,
+        channel: String,
+        wake_key: Option<String>,
+    ) -> (Wakeups, oneshot::Receiver<()>) {
         let notify = Arc::new(Notify::new());
         let id = {
             let mut registry = lock(&self.registry);
@@ -99,16 +113,15 @@ impl Subscriber {
             id,
         };
         let (ack, confirmed) = oneshot::channel();
-        if self.commands.send(Command::Subscribe(channel, ack)).is_ok() {
-            let _ = tokio::time::timeout(SUBSCRIBE_WAIT, confirmed).await;
-        }
-        Box::pin(futures_util::stream::unfold(
+        let _ = self.commands.send(Command::Subscribe(channel, ack));
+        let wakeups: Wakeups = Box::pin(futures_util::stream::unfold(
             (notify, registration),
             |(notify, registration)| async move {
                 notify.notified().await;
                 Some(((), (notify, registration)))
             },
-        ))
+        ));
+        (wakeups, confirmed)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{after_hosts, authority, redact};
+use crate::url::{after_hosts, authority, parse_duration, redact};
 
 use super::NAME;
 
@@ -97,15 +97,6 @@ pub(super) fn parse(url: &str) -> Result<Config> {
         timeout,
         redacted,
     })
-}
-
-/// `10s`, `4000ms`, or whole seconds without a unit.
-fn parse_duration(value: &str) -> Option<Duration> {
-    if let Some(ms) = value.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
-    }
-    let secs = value.strip_suffix('s').unwrap_or(value);
-    secs.parse().ok().map(Duration::from_secs)
 }
 
 #[cfg(test)]

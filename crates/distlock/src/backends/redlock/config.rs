@@ -1,0 +1,223 @@
+//! `redlock://[user:password@]h1:p1,h2:p2,…[/db][?connect_timeout=T&response_timeout=T]` → one
+//! `redis://` URL per master, and the per-master timeouts.
+//!
+//! The masters are independent Redis servers (not replicas of each other): 3, 5 or 7 of them, so
+//! a majority is well defined and survives `(n − 1) / 2` of them down. The user-info applies to
+//! every master. Messages show the URL through [`crate::redact`] only.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::url::{after_hosts, authority, parse_duration, redact};
+
+use super::NAME;
+
+const SCHEME: &str = "redlock://";
+const EXPECTED: &str = "redlock://[user:password@]host:port,host:port,host:port[,…][/db]\
+     [?connect_timeout=100ms&response_timeout=100ms] with 3, 5 or 7 masters";
+
+/// How long one master may take to accept a connection, by default: small against a lease (the
+/// default lease is 30 s), so a dead master costs an acquisition little of its validity.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one master may take to answer one request, by default (the Redis docs suggest 5 to
+/// 50 ms for a 10 s lease; this leaves room for a loaded machine: under 2% of 30 s).
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The longest per-master timeout accepted: a master slower than this is treated as down.
+const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What `connect` needs from the URL.
+pub(super) struct RedlockConfig {
+    /// The URL with its password masked: the only form ever shown.
+    pub(super) shown: String,
+    /// One `redis://` URL per master (password included: never shown).
+    pub(super) masters: Vec<String>,
+    /// Each master's `host:port`, for messages.
+    pub(super) shown_masters: Vec<String>,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not `masters`: they hold the password.
+        f.debug_struct("RedlockConfig")
+            .field("url", &self.shown)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::InvalidUrl,
+        format!("{:?}: {why}; expected {EXPECTED}", redact(url)),
+    )
+    .with_backend(NAME)
+}
+
+fn check_timeout(what: &str, timeout: Duration) -> std::result::Result<Duration, String> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "{what} must be above 0 and at most {}s (a master slower than that is down)",
+            MAX_TIMEOUT.as_secs()
+        ));
+    }
+    Ok(timeout)
+}
+
+/// Checks `url` and `options` and turns them into per-master settings. A timeout in the URL wins
+/// over one in `options`.
+pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
+    if !url
+        .get(..SCHEME.len())
+        .is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+    {
+        return Err(invalid(url, "not a redlock:// URL"));
+    }
+    let servers = authority(url, NAME, EXPECTED)?;
+    let n = servers.hosts.len();
+    if ![3, 5, 7].contains(&n) {
+        let why = match n {
+            1 => "one master is a single point of failure: use redis:// for one server".to_string(),
+            _ if n % 2 == 0 => format!(
+                "{n} masters: an even count survives no more failed masters than {} would (a \
+                 majority of {n} is {}); use 3, 5 or 7",
+                n - 1,
+                n / 2 + 1
+            ),
+            _ => format!("{n} masters; use 3, 5 or 7"),
+        };
+        return Err(invalid(url, why));
+    }
+    // The user-info as written (still %-encoded): redis-rs decodes it for each master. A
+    // password without a user (`:pw@`, Redis' `requirepass`) is fine here.
+    let rest = &url[SCHEME.len()..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (userinfo, hosts_and_rest) = match rest[..authority_end].rsplit_once('@') {
+        Some((userinfo, _)) => (format!("{userinfo}@"), &rest[userinfo.len() + 1..]),
+        None => (String::new(), rest),
+    };
+    let without_userinfo = format!("{SCHEME}{hosts_and_rest}");
+    let parts = after_hosts(&without_userinfo).map_err(|why| invalid(url, why))?;
+    if !parts.path.is_empty() && parts.path.parse::<u32>().is_err() {
+        return Err(invalid(url, "the path must be a database number (e.g. /0)"));
+    }
+    let mut connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let mut response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+    for (key, value) in &parts.query {
+        let timeout = parse_duration(value)
+            .ok_or_else(|| invalid(url, format!("{key} is not a duration (e.g. 100ms, 1s)")));
+        match *key {
+            "connect_timeout" => connect_timeout = timeout?,
+            "response_timeout" => response_timeout = timeout?,
+            _ => {
+                return Err(invalid(
+                    url,
+                    "an unknown parameter (known: connect_timeout, response_timeout)",
+                ));
+            }
+        }
+    }
+    let connect_timeout =
+        check_timeout("connect_timeout", connect_timeout).map_err(|why| invalid(url, why))?;
+    let response_timeout =
+        check_timeout("response_timeout", response_timeout).map_err(|why| invalid(url, why))?;
+
+    let db = if parts.path.is_empty() {
+        String::new()
+    } else {
+        format!("/{}", parts.path)
+    };
+    let shown_masters: Vec<String> = servers
+        .hosts
+        .iter()
+        .map(|h| format!("{}:{}", h.host, h.port.unwrap_or(6379)))
+        .collect();
+    let masters = shown_masters
+        .iter()
+        .map(|hp| format!("redis://{userinfo}{hp}{db}"))
+        .collect();
+    Ok(RedlockConfig {
+        shown: redact(url),
+        masters,
+        shown_masters,
+        connect_timeout,
+        response_timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masters_user_db_and_timeouts() {
+        let c = parse(
+            "redlock://app:s%40cret@h1:7001,h2:7002,h3/2?response_timeout=40ms&connect_timeout=1s",
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.masters,
+            [
+                "redis://app:s%40cret@h1:7001/2",
+                "redis://app:s%40cret@h2:7002/2",
+                "redis://app:s%40cret@h3:6379/2"
+            ]
+        );
+        assert_eq!(c.response_timeout, Duration::from_millis(40));
+        assert_eq!(c.connect_timeout, Duration::from_secs(1));
+        assert!(!format!("{c:?}").contains("s%40cret"));
+        let plain = parse(
+            "redlock://a:1,b:2,c:3,d:4,e:5",
+            &Options::default().response_timeout(Duration::from_millis(30)),
+        )
+        .unwrap();
+        assert_eq!(plain.masters.len(), 5);
+        assert_eq!(plain.masters[4], "redis://e:5");
+        assert_eq!(plain.response_timeout, Duration::from_millis(30));
+        assert_eq!(plain.connect_timeout, CONNECT_TIMEOUT);
+        let password_only = parse("redlock://:pw@a,b,c", &Options::default()).unwrap();
+        assert_eq!(password_only.masters[0], "redis://:pw@a:6379");
+    }
+
+    #[test]
+    fn bad_urls_say_why_without_the_password() {
+        for (url, why) in [
+            ("redlock://u:hunter2@a:1,b:2", "2 masters"),
+            ("redlock://u:hunter2@a:1,b:2,c:3,d:4", "4 masters"),
+            ("redlock://u:hunter2@a:1", "single point of failure"),
+            ("redlock://u:hunter2@a,b,c,d,e,f,g,h,i", "9 masters"),
+            (
+                "redlock://u:hunter2@a,b,c?response_timeout=0ms",
+                "response_timeout",
+            ),
+            (
+                "redlock://u:hunter2@a,b,c?connect_timeout=soon",
+                "connect_timeout",
+            ),
+            (
+                "redlock://u:hunter2@a,b,c?response_timeout=1h",
+                "response_timeout",
+            ),
+            ("redlock://u:hunter2@a,b,c?password=x", "unknown parameter"),
+            ("redlock://u:hunter2@a,b,c/x", "database number"),
+            ("redlock://u:hunter2@a,,c", "no host"),
+            ("redis://u:hunter2@a,b,c", "not a redlock"),
+        ] {
+            let err = parse(url, &Options::default()).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(why), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        let err = parse(
+            "redlock://a,b,c",
+            &Options::default().connect_timeout(Duration::ZERO),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+    }
+}

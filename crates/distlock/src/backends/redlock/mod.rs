@@ -1,0 +1,464 @@
+//! The Redlock backend: the exclusive lock over 3, 5 or 7 independent Redis masters, held while a
+//! majority of them hold it. Its guarantees, and where they end, are below.
+//!
+//! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts;
+//! * `masters`: each master is the Redis backend's single-server connection
+//!   (`backends::redis::invoke::Server`: scripts by SHA-1, one multiplexed command
+//!   connection, one subscriber), connected lazily, every request bounded by a timeout;
+//! * `quorum`: the majority, the validity (lease − elapsed − drift), how long a loser waits;
+//! * `wakeups`: the masters' release notices merged into one wake-up stream;
+//! * `scripts/raise_fence.lua`: the only Lua of its own (the take, renew and release scripts are
+//!   the Redis backend's, run on each master).
+//!
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod masters;
+mod quorum;
+mod wakeups;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use redis::Script;
+use tokio::time::Instant;
+
+use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
+use crate::backends::redis::keys::Keys;
+use crate::backends::redis::scripts::{SCRIPTS, script};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::types::FencingToken;
+
+use masters::{Call, Master, connect_all, no_quorum};
+
+const NAME: &str = "redlock";
+
+/// How long a take or release that found no majority answering is tried again, by default.
+const RETRY_FOR: Duration = Duration::from_secs(2);
+
+static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/raise_fence.lua")));
+
+/// Locks held by a majority of independent Redis masters. Built by [`crate::connect`] from
+/// `redlock://`.
+pub struct RedlockBackend {
+    masters: Vec<Master>,
+    quorum: usize,
+    response_timeout: Duration,
+    /// How long a round that found no quorum is tried again.
+    retry_for: Duration,
+    /// How long a take round takes lately.
+    round: Arc<quorum::RoundTime>,
+    shown_url: String,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("url", &self.shown_url)
+            .finish()
+    }
+}
+
+/// How the masters answered a script that answers 1 (done) or 0 (not ours).
+#[derive(Default)]
+struct Count {
+    yes: usize,
+    no: usize,
+    failures: Vec<Error>,
+}
+
+/// One master's answer to a take.
+enum Share {
+    /// Taken (or the owner's own share confirmed) with this master's token.
+    Won(u64),
+    /// Someone else's; its lease has this long left, if known.
+    Held(Option<Duration>),
+    /// No answer.
+    Failed(Error),
+}
+
+impl RedlockBackend {
+    /// Connects to the masters `url` names (at least a majority must answer).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` and `response_timeout`
+    /// apply to each master (a URL's `?connect_timeout=` / `?response_timeout=` win).
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        let config = config::parse(url, options)?;
+        let masters = Master::all(&config);
+        let quorum = quorum::majority(masters.len());
+        connect_all(&masters, quorum).await?;
+        Ok(RedlockBackend {
+            masters,
+            quorum,
+            response_timeout: config.response_timeout,
+            retry_for: options.retry_for.unwrap_or(RETRY_FOR),
+            round: Arc::default(),
+            shown_url: config.shown,
+        })
+    }
+
+    /// How long one master may take for one request of `req`: the response timeout, and never
+    /// longer than the lease (an answer after that is worthless).
+    fn limit(&self, req: &LockRequest) -> Duration {
+        self.response_timeout.min(req.lease.duration())
+    }
+
+    /// Runs `script` on every master at once.
+    async fn on_all<T: redis::FromRedisValue>(
+        &self,
+        call: Call<'_>,
+        limit: Duration,
+    ) -> Vec<Result<T>> {
+        join_all(self.masters.iter().map(|m| m.run(call, limit))).await
+    }
+
+    /// Runs a script that answers 1 or 0 on every master at once, and counts the answers.
+    async fn count(&self, req: &LockRequest, call: Call<'_>) -> Count {
+        let answers: Vec<Result<i64>> = self.on_all(call, self.limit(req)).await;
+        let mut count = Count::default();
+        for answer in answers {
+            match answer {
+                Ok(1) => count.yes += 1,
+                Ok(_) => count.no += 1,
+                Err(e) => count.failures.push(e),
+            }
+        }
+        count
+    }
+
+    /// The error of a round of `req` to which fewer than a majority answered.
+    fn no_quorum(&self, req: &LockRequest, what: &str, count: Count) -> Error {
+        let what = format!("{what} {:?}", req.name.as_str());
+        let answered = count.yes + count.no;
+        no_quorum(
+            self.masters.len(),
+            self.quorum,
+            answered,
+            &what,
+            &count.failures,
+        )
+    }
+
+    /// Makes the winners' shares carry `chosen`, the largest token they drew, and raises the
+    /// counter of every other master that answered; answers how many shares carry `chosen` now.
+    /// Nothing is sent when every winner drew `chosen` (the masters' counters agree, as they do
+    /// after the first acquisition that reached them all).
+    async fn raise_fence(
+        &self,
+        req: &LockRequest,
+        keys: &[String],
+        shares: &[Share],
+        chosen: u64,
+        raised: &mut [bool],
+    ) -> usize {
+        // What each master is asked: winners behind `chosen` move their share (naming the token
+        // they drew), masters held by another only raise their counter ('').
+        let asks: Vec<Option<String>> = shares
+            .iter()
+            .map(|share| match share {
+                Share::Won(t) if *t == chosen => None,
+                Share::Won(t) => Some(t.to_string()),
+                Share::Held(_) => Some(String::new()),
+                Share::Failed(_) => None,
+            })
+            .collect();
+        let at_chosen = shares
+            .iter()
+            .filter(|s| matches!(s, Share::Won(t) if *t == chosen))
+            .count();
+        if asks.iter().all(Option::is_none) {
+            return at_chosen;
+        }
+        let chosen_text = chosen.to_string();
+        let owner = req.owner.as_str();
+        let limit = self.limit(req);
+        let calls = self
+            .masters
+            .iter()
+            .zip(&asks)
+            .enumerate()
+            .filter_map(|(i, (m, drew))| {
+                let drew = drew.as_deref()?;
+                let args = [owner, drew, chosen_text.as_str()];
+                Some(async move {
+                    let done: Result<i64> = m
+                        .run(
+                            Call {
+                                script: &RAISE_FENCE,
+                                keys,
+                                args: &args,
+                                what: "raising the fencing counter",
+                            },
+                            limit,
+                        )
+                        .await;
+                    // Only a winner's share counts towards the majority that carries `chosen`.
+                    (i, !drew.is_empty() && matches!(done, Ok(1)))
+                })
+            });
+        let mut carried = at_chosen;
+        for (i, ok) in join_all(calls).await {
+            if ok {
+                raised[i] = true;
+                carried += 1;
+            }
+        }
+        carried
+    }
+
+    /// Frees whatever shares an attempt that did not win took: each with the token its master
+    /// drew (and `chosen`, where the raise may have moved it there).
+    async fn undo(
+        &self,
+        req: &LockRequest,
+        shares: &[Share],
+        chosen: Option<u64>,
+        raised: &[bool],
+    ) {
+        let k = Keys::new(req.kind, &req.name);
+        let (keys, channel) = (k.release(), k.channel());
+        let owner = req.owner.as_str();
+        let limit = self.limit(req);
+        let release = &SCRIPTS.ops(req.kind).release;
+        let calls =
+            self.masters
+                .iter()
+                .zip(shares)
+                .zip(raised)
+                .filter_map(|((m, share), raised)| {
+                    let Share::Won(drew) = share else { return None };
+                    let token = match chosen {
+                        Some(c) if *raised => c,
+                        _ => *drew,
+                    }
+                    .to_string();
+                    let (keys, channel) = (&keys, &channel);
+                    Some(async move {
+                        let args = [owner, channel.as_str(), token.as_str()];
+                        let _: Result<i64> = m
+                            .run(
+                                Call {
+                                    script: release,
+                                    keys,
+                                    args: &args,
+                                    what: "undoing a share of a failed take",
+                                },
+                                limit,
+                            )
+                            .await;
+                    })
+                });
+        join_all(calls).await;
+    }
+}
+
+#[async_trait]
+impl Backend for RedlockBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::leases().notifying()
+    }
+
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        self.with_retries(|| self.take_once(req)).await
+    }
+
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        self.extend_once(req, token).await
+    }
+
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        self.with_retries(|| self.release_once(req, token)).await
+    }
+
+    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
+        let channel = Keys::new(req.kind, &req.name).channel();
+        Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
+    }
+}
+
+impl RedlockBackend {
+    /// Runs `round` again while it answers "no quorum", for up to `retry_for`: a restarted
+    /// master's broken connection, or a stall of this process, can fail one round with nothing
+    /// wrong with the masters. (The watchdog's renewals retry by themselves, within the lease.)
+    async fn with_retries<T, F, Fut>(&self, mut round: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let give_up = Instant::now() + self.retry_for;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match round().await {
+                Err(e) if e.kind() == ErrorKind::NoQuorum && Instant::now() + pause < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// One round of Redlock's take: every master at once, then the verdict.
+    async fn take_once(&self, req: &LockRequest) -> Result<Attempt> {
+        let k = Keys::new(req.kind, &req.name);
+        let keys = k.acquire();
+        let lease = req.lease.duration();
+        let lease_ms = req.lease.as_millis().to_string();
+        let args = [req.owner.as_str(), lease_ms.as_str()];
+        let sent = Instant::now();
+        let answers: Vec<Result<(i64, i64)>> = self
+            .on_all(
+                Call::new(
+                    &SCRIPTS.ops(req.kind).acquire,
+                    &keys,
+                    &args,
+                    "taking the lock",
+                ),
+                self.limit(req),
+            )
+            .await;
+        self.round.record(sent.elapsed());
+        let shares: Vec<Share> = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Ok((1, token)) => Share::Won(token as u64),
+                Ok((_, pttl)) => Share::Held(
+                    u64::try_from(pttl)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis),
+                ),
+                Err(e) => Share::Failed(e),
+            })
+            .collect();
+        let won: Vec<u64> = shares
+            .iter()
+            .filter_map(|s| match s {
+                Share::Won(t) => Some(*t),
+                _ => None,
+            })
+            .collect();
+        let mut raised = vec![false; shares.len()];
+        let chosen = won.iter().copied().max();
+        if let Some(chosen) = chosen.filter(|_| won.len() >= self.quorum) {
+            let carried = self
+                .raise_fence(req, &keys, &shares, chosen, &mut raised)
+                .await;
+            // Counted from the send time of the first request, after every answer (and the
+            // raise): the shares' leases started no earlier than `sent`.
+            if let Some(valid_for) = quorum::validity(lease, sent.elapsed())
+                && carried >= self.quorum
+            {
+                return Ok(Attempt::Acquired {
+                    token: FencingToken(chosen),
+                    hold: Hold::Lease { valid_for },
+                });
+            }
+        }
+        // Not won: give back every share taken, on every master at once.
+        if !won.is_empty() {
+            self.undo(req, &shares, chosen, &raised).await;
+        }
+        let answered = shares
+            .iter()
+            .filter(|s| !matches!(s, Share::Failed(_)))
+            .count();
+        if answered < self.quorum {
+            let failures: Vec<Error> = shares
+                .into_iter()
+                .filter_map(|s| match s {
+                    Share::Failed(e) => Some(e),
+                    _ => None,
+                })
+                .collect();
+            let count = Count {
+                yes: answered,
+                no: 0,
+                failures,
+            };
+            return Err(self.no_quorum(req, "taking the lock", count));
+        }
+        let mut held: Vec<Option<Duration>> = shares
+            .iter()
+            .filter_map(|s| match s {
+                Share::Held(left) => Some(*left),
+                _ => None,
+            })
+            .collect();
+        let retry_after = quorum::retry_after(
+            self.masters.len(),
+            lease,
+            &mut held,
+            quorum::split_pause(self.quorum, won.len(), self.round.get()),
+        );
+        Ok(Attempt::Held {
+            retry_after: Some(retry_after),
+        })
+    }
+
+    /// One round of renewal on every master at once.
+    async fn extend_once(
+        &self,
+        req: &LockRequest,
+        token: FencingToken,
+    ) -> Result<Option<Duration>> {
+        let k = Keys::new(req.kind, &req.name);
+        let lease_ms = req.lease.as_millis().to_string();
+        let token = token.to_string();
+        let args = [req.owner.as_str(), lease_ms.as_str(), token.as_str()];
+        let sent = Instant::now();
+        let what = "renewing the lock";
+        let keys = k.extend();
+        let call = Call::new(&SCRIPTS.ops(req.kind).extend, &keys, &args, what);
+        let count = self.count(req, call).await;
+        if count.yes >= self.quorum {
+            if let Some(valid_for) = quorum::validity(req.lease.duration(), sent.elapsed()) {
+                return Ok(Some(valid_for));
+            }
+            // Renewed on a majority, but too late to count: the watchdog tries again.
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "renewing lock {:?}: the masters answered after the lease's validity",
+                    req.name.as_str()
+                ),
+            )
+            .with_backend(NAME));
+        }
+        if count.no > self.masters.len() - self.quorum {
+            // A majority no longer lists this holding: it cannot be renewed on a majority.
+            return Ok(None);
+        }
+        Err(self.no_quorum(req, what, count))
+    }
+
+    /// One round of release on every master at once: freed if a majority freed it.
+    async fn release_once(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        let k = Keys::new(req.kind, &req.name);
+        let channel = k.channel();
+        let token = token.map(|t| t.to_string()).unwrap_or_default();
+        let args = [req.owner.as_str(), channel.as_str(), token.as_str()];
+        let what = "releasing the lock";
+        let keys = k.release();
+        let call = Call::new(&SCRIPTS.ops(req.kind).release, &keys, &args, what);
+        let count = self.count(req, call).await;
+        if count.yes >= self.quorum {
+            return Ok(true);
+        }
+        if count.yes + count.no < self.quorum {
+            return Err(self.no_quorum(req, what, count));
+        }
+        Ok(false)
+    }
+}
