@@ -1,0 +1,7 @@
+//! Faults injected into a running system from outside it, on one machine and without kernel
+//! tools: a TCP proxy between a client and its server that delays, blackholes or resets the
+//! traffic on command ([`proxy`]).
+
+pub mod proxy;
+
+pub use proxy::{Fault, FaultProxy};
