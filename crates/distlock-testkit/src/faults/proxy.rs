@@ -21,7 +21,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{Failure, monotonic_ns};
+use super::random::Random;
+use crate::Failure;
 
 /// What the proxy does to the traffic through it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -73,8 +74,8 @@ struct Shared {
     accepted: AtomicU64,
     reset: AtomicU64,
     upstream_unreachable: AtomicU64,
-    /// The state of the jitter generator.
-    random: AtomicU64,
+    /// For the jitter.
+    random: Random,
 }
 
 /// A running proxy: `127.0.0.1:port()` leads to the upstream server.
@@ -101,7 +102,7 @@ impl FaultProxy {
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
             upstream_unreachable: AtomicU64::new(0),
-            random: AtomicU64::new(monotonic_ns() | 1),
+            random: Random::default(),
         });
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = {
@@ -270,7 +271,7 @@ async fn pipe(
                 // A change of fault ends the hold early: the chunk is treated as the new fault
                 // says, counted from the change.
                 tokio::select! {
-                    _ = tokio::time::sleep(shared.jittered(delay, jitter)) => {}
+                    _ = tokio::time::sleep(shared.random.around(delay, jitter)) => {}
                     changed = faults.changed() => {
                         if changed.is_err() {
                             return;
@@ -286,25 +287,4 @@ async fn pipe(
         }
     }
     let _ = to.shutdown().await;
-}
-
-impl Shared {
-    /// `delay` ± up to `jitter`, uniformly (never below zero).
-    fn jittered(&self, delay: Duration, jitter: Duration) -> Duration {
-        if jitter.is_zero() {
-            return delay;
-        }
-        // splitmix64: good enough spread for a delay, and no dependency for it.
-        let mut z = self
-            .random
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-            .wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let span = jitter.as_nanos() as u64 * 2 + 1;
-        let offset = z % span;
-        let nanos = delay.as_nanos() as u64 + offset;
-        Duration::from_nanos(nanos.saturating_sub(jitter.as_nanos() as u64))
-    }
 }

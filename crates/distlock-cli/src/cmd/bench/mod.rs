@@ -27,17 +27,15 @@ mod report;
 mod worker;
 
 use std::fmt;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use distlock_testkit::history::Hold;
-use distlock_testkit::monotonic_ns;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
 use self::report::Report;
+use super::processes;
 use crate::{EXIT_USAGE, duration};
 
 /// What the workers do.
@@ -196,7 +194,6 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
     drop(probe);
 
     let run = format!("bench/{}", &distlock::OwnerToken::random().as_str()[..12]);
-    let exe = std::env::current_exe().context("finding the distlock executable")?;
     let mut children = Vec::new();
     let mut first_worker = 0;
     for process in 0..args.processes {
@@ -214,44 +211,24 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
             run: run.clone(),
         };
         first_worker += workers;
-        let mut child = Command::new(&exe)
-            .arg("bench")
-            .arg("--workload")
-            .arg("contended")
-            .arg("--child")
-            .arg(serde_json::to_string(&job)?)
-            // The URL goes in the environment, not the job: other users can read a command line
-            // (ps, /proc/PID/cmdline), and the URL may hold a password.
-            .env("DISTLOCK_URL", &url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting a bench process")?;
-        let stdin = child.stdin.take().context("child stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
-        children.push((child, stdin, stdout.lines()));
+        children.push(processes::spawn(
+            &["bench", "--workload", "contended"],
+            &job,
+            &url,
+        )?);
     }
-
-    // Barrier: every process connected, then one start time for all.
-    for (_, _, lines) in children.iter_mut() {
-        match lines.next_line().await? {
-            Some(line) if line == "ready" => {}
-            other => bail!("a bench process failed to start (said {other:?})"),
-        }
-    }
-    let start = monotonic_ns() + 50_000_000;
+    let start = processes::start_together(&mut children, Duration::from_millis(50)).await?;
     let end = start + args.duration.as_nanos() as u64;
-    for (_, stdin, _) in children.iter_mut() {
-        stdin.write_all(format!("{start}\n").as_bytes()).await?;
-        stdin.flush().await?;
-    }
 
     let mut holds = Vec::new();
     let mut errors = 0u64;
-    for (mut child, _stdin, mut lines) in children {
-        while let Some(line) = lines.next_line().await? {
+    for processes::Worker {
+        mut child,
+        mut stdout,
+        ..
+    } in children
+    {
+        while let Some(line) = stdout.next_line().await? {
             if let Some(n) = line.strip_prefix("errors ") {
                 errors += n.parse::<u64>().unwrap_or(0);
             } else {
