@@ -197,10 +197,14 @@ impl Driver<'_> {
         self.lease * 4
     }
 
-    /// Finds a holder, trying the processes from `first` on, and kills or stops it. `None` if
-    /// no process held at the moments looked at.
+    /// Finds a holder, trying the processes in turn from `first` on (a few rounds: between two
+    /// holds nobody holds for a moment), and kills or stops it. `None` if no process held at
+    /// the moments looked at.
     async fn hit_holder(&mut self, first: usize, dir: &Path) -> Result<Option<Injected>> {
-        for i in 0..self.pool.len() {
+        for i in 0..self.pool.len() * 20 {
+            if i > 0 && i % self.pool.len() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             let process = (first + i) % self.pool.len();
             self.pool.signal(process, libc::SIGSTOP)?;
             let at_ns = monotonic_ns();
