@@ -3,7 +3,7 @@
 //! "ready", and the parent gives them all one start time on CLOCK_MONOTONIC (shared by every
 //! process on the machine), so they run over the same window and their records share one clock.
 
-use std::process::Stdio;
+use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +11,42 @@ use distlock_testkit::monotonic_ns;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// Checks `1 <= processes <= workers`; otherwise says so for `command` and gives the usage exit.
+pub(crate) fn check_spread(command: &str, workers: usize, processes: usize) -> Option<ExitCode> {
+    if workers == 0 || processes == 0 || processes > workers {
+        eprintln!(
+            "distlock {command}: need 1 <= processes <= workers (got {workers} workers over \
+             {processes} processes)"
+        );
+        return Some(ExitCode::from(crate::EXIT_USAGE));
+    }
+    None
+}
+
+/// How many of `workers` process number `process` of `processes` runs (spread evenly).
+pub(crate) fn share(workers: usize, processes: usize, process: usize) -> usize {
+    workers / processes + usize::from(process < workers % processes)
+}
+
+/// The exit of a parent's or child's run of `command`: its own, or the error's chain said on
+/// stderr and 1.
+pub(crate) fn exit_with(command: &str, outcome: Result<ExitCode>) -> ExitCode {
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("distlock {command}: {}", distlock::error::chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Connects once, to fail early with the store's own message (which names the store and the
+/// redacted URL) if the URL is wrong or the store is down; returns the backend's name.
+pub(crate) async fn probe(url: &str) -> Result<String> {
+    let probe = distlock::connect(url).await?;
+    Ok(probe.backend_name().to_string())
+}
 
 /// A child process as the parent sees it: its stdin takes the start time, its stdout says
 /// "ready" and then whatever the subcommand reports.

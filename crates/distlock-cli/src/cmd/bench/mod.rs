@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use self::report::Report;
 use super::processes;
-use crate::{EXIT_USAGE, duration};
+use crate::duration;
 
 /// What the workers do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -161,24 +161,14 @@ impl HoldRecord {
 
 /// Runs `distlock bench`: the parent, or with `--child` one of its processes.
 pub(crate) async fn run(args: BenchArgs) -> ExitCode {
-    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
-        eprintln!(
-            "distlock bench: need 1 <= processes <= workers (got {} workers over {} processes)",
-            args.workers, args.processes
-        );
-        return ExitCode::from(EXIT_USAGE);
+    if let Some(usage) = processes::check_spread("bench", args.workers, args.processes) {
+        return usage;
     }
     let outcome = match &args.child {
         Some(job) => worker::run(job, args.url.as_deref()).await,
         None => run_parent(&args).await,
     };
-    match outcome {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("distlock bench: {}", distlock::error::chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
+    processes::exit_with("bench", outcome)
 }
 
 /// Starts the processes, gives them one start time, gathers their holds and reports.
@@ -187,18 +177,13 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
         .url
         .clone()
         .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
-    // Fail early, with the store's own message, if the URL is wrong or the store is down.
-    // The error names the URL (redacted) itself.
-    let probe = distlock::connect(&url).await?;
-    let backend = probe.backend_name().to_string();
-    drop(probe);
+    let backend = processes::probe(&url).await?;
 
     let run = format!("bench/{}", &distlock::OwnerToken::random().as_str()[..12]);
     let mut children = Vec::new();
     let mut first_worker = 0;
     for process in 0..args.processes {
-        let workers =
-            args.workers / args.processes + usize::from(process < args.workers % args.processes);
+        let workers = processes::share(args.workers, args.processes, process);
         let job = Job {
             workload: args.workload,
             kind: args.kind,

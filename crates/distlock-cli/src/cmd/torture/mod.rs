@@ -41,6 +41,7 @@ use distlock_testkit::faults::FaultProxy;
 use serde::{Deserialize, Serialize};
 
 use self::report::{Cell, Report};
+use super::processes;
 use super::progress::Progress;
 use crate::{EXIT_USAGE, duration};
 
@@ -139,12 +140,8 @@ struct Job {
 
 /// Runs `distlock torture`: the parent, or with `--child` one of its worker processes.
 pub(crate) async fn run(args: TortureArgs) -> ExitCode {
-    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
-        eprintln!(
-            "distlock torture: need 1 <= processes <= workers (got {} workers over {} processes)",
-            args.workers, args.processes
-        );
-        return ExitCode::from(EXIT_USAGE);
+    if let Some(usage) = processes::check_spread("torture", args.workers, args.processes) {
+        return usage;
     }
     if args.lease < Duration::from_millis(100) || args.duration.is_zero() {
         eprintln!("distlock torture: need a lease of at least 100ms and a duration above 0");
@@ -154,13 +151,7 @@ pub(crate) async fn run(args: TortureArgs) -> ExitCode {
         Some(job) => worker::run(job, args.url.as_deref()).await,
         None => run_parent(&args).await,
     };
-    match outcome {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("distlock torture: {}", distlock::error::chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
+    processes::exit_with("torture", outcome)
 }
 
 /// Runs one phase per fault and reports.
@@ -189,11 +180,7 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
             Err(_) => None,
         }
     };
-    // Fail early, with the store's own message (naming it, the URL redacted), if the URL is
-    // wrong or the store is down.
-    let probe = distlock::connect(&url).await?;
-    let backend = probe.backend_name().to_string();
-    drop(probe);
+    let backend = processes::probe(&url).await?;
 
     let dir = tempfile::Builder::new()
         .prefix("distlock-torture-")
@@ -312,9 +299,7 @@ impl Phase<'_> {
         // All start after one lead; a restarted process starts at once and ends with the rest.
         let end_ns = distlock_testkit::monotonic_ns() + 2_000_000_000 + self.phase_ns;
         for process in 0..processes {
-            let workers = (self.args.workers / processes
-                + usize::from(process < self.args.workers % processes))
-                as u32;
+            let workers = processes::share(self.args.workers, processes, process) as u32;
             let job = Job {
                 lock: self.lock.clone(),
                 first_worker,
