@@ -55,18 +55,19 @@ impl Pool {
         Ok(())
     }
 
-    /// Starts every process on one start time.
-    pub(super) async fn start_all(&mut self) -> Result<()> {
+    /// Starts every process on one start time; returns it.
+    pub(super) async fn start_all(&mut self) -> Result<u64> {
         let mut workers: Vec<Worker> = self
             .slots
             .iter_mut()
             .filter_map(|s| s.running.take())
             .collect();
-        processes::start_together(&mut workers, Duration::from_millis(50)).await?;
+        let start = processes::start_together(&mut workers, Duration::from_millis(50)).await?;
         for (slot, worker) in self.slots.iter_mut().zip(workers) {
             slot.running = Some(worker);
+            slot.job.end_ns = Some(start + slot.job.duration_ns);
         }
-        Ok(())
+        Ok(start)
     }
 
     fn len(&self) -> usize {
@@ -174,7 +175,8 @@ impl Driver<'_> {
         let ticker = self.tick_progress();
         // Let the workers get going first.
         self.sleep(self.lease / 2).await;
-        while monotonic_ns() + self.longest().as_nanos() as u64 <= self.end_ns {
+        // At least one fault, however short the phase; more while one more fits.
+        loop {
             let hit = match self.fault {
                 FaultKind::Kill | FaultKind::Stop => {
                     let first = random.below(self.pool.len() as u64) as usize;
@@ -187,6 +189,9 @@ impl Driver<'_> {
             injected.extend(hit);
             // Calm between faults: the lease, so a freed lock is taken again first.
             self.sleep(self.lease + random.up_to(self.lease / 2)).await;
+            if monotonic_ns() + self.longest().as_nanos() as u64 > self.end_ns {
+                break;
+            }
         }
         ticker.abort();
         Ok(injected)

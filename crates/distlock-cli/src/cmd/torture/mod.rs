@@ -130,8 +130,11 @@ struct Job {
     lease_ms: u64,
     /// The longest pause inside a hold, between reading and writing.
     pause_max_us: u64,
-    /// When to stop (CLOCK_MONOTONIC ns).
-    end_ns: u64,
+    /// How long to run from the start time the parent sends (ns) ...
+    duration_ns: u64,
+    /// ... or, for a process started again mid-phase, when the others stop (CLOCK_MONOTONIC
+    /// ns).
+    end_ns: Option<u64>,
     /// This process's event log, the fenced resource and the control counter.
     log: PathBuf,
     fenced: PathBuf,
@@ -296,8 +299,6 @@ impl Phase<'_> {
         let processes = self.args.processes;
         let mut pool = driver::Pool::new(processes);
         let mut first_worker = 0u32;
-        // All start after one lead; a restarted process starts at once and ends with the rest.
-        let end_ns = distlock_testkit::monotonic_ns() + 2_000_000_000 + self.phase_ns;
         for process in 0..processes {
             let workers = processes::share(self.args.workers, processes, process) as u32;
             let job = Job {
@@ -308,7 +309,8 @@ impl Phase<'_> {
                 // Short against the lease: a holder is caught by a fault mid-hold, not one that
                 // outlives its lease by itself.
                 pause_max_us: (lease / 20).as_micros() as u64,
-                end_ns,
+                duration_ns: self.phase_ns,
+                end_ns: None,
                 log: PathBuf::new(),
                 fenced: self.dir.join("fenced"),
                 counter: self.dir.join("counter"),
@@ -322,7 +324,9 @@ impl Phase<'_> {
             };
             pool.add(job, url.to_string(), &self.dir)?;
         }
-        pool.start_all().await?;
+        // The phase runs from when every process is ready; a process started again mid-phase
+        // ends with the rest.
+        let end_ns = pool.start_all().await? + self.phase_ns;
         let mut driver = driver::Driver {
             fault: self.fault,
             lease,

@@ -23,6 +23,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
     let log = Arc::new(EventLog::create(&job.log)?);
     let client = distlock::connect(url).await?;
     let start = processes::ready_then_start().await?;
+    let end_ns = job.end_ns.unwrap_or(start + job.duration_ns);
     let job = Arc::new(job);
     let random = Arc::new(Random::default());
     let mut workers = Vec::new();
@@ -33,7 +34,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
         let (job, log, random) = (job.clone(), log.clone(), random.clone());
         workers.push(tokio::spawn(async move {
             sleep_until_ns(start).await;
-            cycle(&lock, job.first_worker + i, &job, &log, &random).await;
+            cycle(&lock, job.first_worker + i, end_ns, &job, &log, &random).await;
         }));
     }
     for w in workers {
@@ -45,7 +46,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
 /// One worker: acquire → read the counter → random pause → fenced write → counter + 1 →
 /// release, until the end time. Failures are logged and the loop goes on: a fault is expected
 /// to make calls fail.
-async fn cycle(lock: &Lock, worker: u32, job: &Job, log: &EventLog, random: &Random) {
+async fn cycle(lock: &Lock, worker: u32, end_ns: u64, job: &Job, log: &EventLog, random: &Random) {
     let fenced = FencedFile::new(&job.fenced);
     let lease = Duration::from_millis(job.lease_ms);
     let failed = |message: String| {
@@ -57,11 +58,11 @@ async fn cycle(lock: &Lock, worker: u32, job: &Job, log: &EventLog, random: &Ran
     };
     loop {
         let now = monotonic_ns();
-        if now >= job.end_ns {
+        if now >= end_ns {
             break;
         }
         // Past the end, stop waiting: a worker never holds the report up.
-        let wait_for = Duration::from_nanos(job.end_ns - now) + lease;
+        let wait_for = Duration::from_nanos(end_ns - now) + lease;
         let guard = match lock.acquire_timeout(wait_for).await {
             Ok(g) => g,
             Err(e) if e.is_timeout() => break,
