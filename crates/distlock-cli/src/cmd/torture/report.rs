@@ -254,3 +254,66 @@ impl Report {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(worker: u32, token: u64, start: u64, end: u64, highest_before: u64) -> Vec<Event> {
+        vec![
+            Event::Acquired {
+                at_ns: start,
+                worker,
+                token,
+            },
+            Event::Wrote {
+                at_ns: start + 1,
+                worker,
+                token,
+                accepted: token >= highest_before,
+                highest_before,
+                lost_known: false,
+            },
+            Event::Releasing { at_ns: end, worker },
+        ]
+    }
+
+    const ONE: [Injected; 1] = [Injected {
+        at_ns: 5,
+        until_ns: 6,
+        process: Some(0),
+    }];
+
+    #[test]
+    fn a_second_holder_of_the_same_token_fails_the_cell() {
+        let logs = [hold(0, 7, 0, 10, 0), hold(1, 7, 20, 30, 7)];
+        let cell = Cell::check(FaultKind::Kill, &logs, &ONE, 0);
+        assert_eq!(cell.stale_writes_accepted, 1);
+        assert_eq!(cell.token_regressions, 1);
+        assert_eq!(cell.verdict, "FAIL");
+    }
+
+    #[test]
+    fn a_refused_stale_write_in_an_overlap_is_a_stop_exercised() {
+        // Worker 0, paused from 0 to 100, writes after worker 1 held and wrote token 2.
+        let logs = [hold(0, 1, 0, 100, 2), hold(1, 2, 20, 30, 1)];
+        let cell = Cell::check(FaultKind::Stop, &logs, &ONE, 0);
+        assert_eq!(cell.stale_writes_rejected, 1);
+        assert!(cell.overlapping_holders > 0);
+        assert_eq!(cell.verdict, "OK", "{cell:?}");
+    }
+
+    #[test]
+    fn a_stop_without_any_overlap_was_not_exercised() {
+        let logs = [hold(0, 1, 0, 10, 0), hold(1, 2, 20, 30, 1)];
+        let cell = Cell::check(FaultKind::Stop, &logs, &ONE, 0);
+        assert_eq!(cell.verdict, "fault not exercised");
+        let kill = Cell::check(FaultKind::Kill, &logs, &ONE, 0);
+        assert_eq!(kill.verdict, "OK");
+        assert_eq!(kill.max_recovery_ms, Some(0), "15 ns rounds down");
+        assert_eq!(
+            Cell::check(FaultKind::Kill, &logs, &[], 0).verdict,
+            "fault not exercised"
+        );
+    }
+}
