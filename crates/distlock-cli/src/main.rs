@@ -30,6 +30,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
     Bench(cmd::bench::BenchArgs),
+    /// Inject faults (kill, stop, slow or cut links) under a lock workload and check what held.
+    Torture(cmd::torture::TortureArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             Command::Exec(args) => cmd::exec::run(args).await,
             Command::Demo(args) => cmd::demo::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
+            Command::Torture(args) => cmd::torture::run(args).await,
         }
     })
 }

@@ -24,6 +24,13 @@ impl FencedFile {
     /// Writes on behalf of the holder of `token`: `Ok(true)` if accepted, `Ok(false)` if a
     /// larger token was seen before (the writer is a stale holder).
     pub fn write(&self, token: u64) -> std::io::Result<bool> {
+        Ok(self.write_checked(token)?.accepted)
+    }
+
+    /// [`write`](FencedFile::write), saying also the largest token accepted before this write:
+    /// an accepted write whose token equals it came from a second holder of the same token
+    /// (the resource cannot tell them apart; a checker that knows the holds can).
+    pub fn write_checked(&self, token: u64) -> std::io::Result<FencedWrite> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -36,14 +43,29 @@ impl FencedFile {
         }
         let mut text = String::new();
         file.read_to_string(&mut text)?;
-        let highest: u64 = text.trim().parse().unwrap_or(0);
-        if token < highest {
-            return Ok(false);
+        let highest_before: u64 = text.trim().parse().unwrap_or(0);
+        if token < highest_before {
+            return Ok(FencedWrite {
+                accepted: false,
+                highest_before,
+            });
         }
         file.seek(SeekFrom::Start(0))?;
         file.set_len(0)?;
         write!(file, "{token}")?;
         file.sync_data()?;
-        Ok(true)
+        Ok(FencedWrite {
+            accepted: true,
+            highest_before,
+        })
     }
+}
+
+/// What [`FencedFile::write_checked`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FencedWrite {
+    /// The write was accepted (its token was at least `highest_before`).
+    pub accepted: bool,
+    /// The largest token accepted before (0 for none).
+    pub highest_before: u64,
 }

@@ -7,7 +7,8 @@
 //! inside the store's real hold, so an overlap seen here is a real violation, never an artefact
 //! of measuring.
 //!
-//! Used by the suite's fencing case and by `distlock bench`.
+//! Used by the suite's fencing case, `distlock bench` and `distlock torture` (which also asks
+//! how soon the lock was taken again after a crash: [`next_start_after`]).
 
 use std::fmt;
 
@@ -104,6 +105,16 @@ pub fn check(holds: impl IntoIterator<Item = Hold>) -> Verdict {
     verdict
 }
 
+/// How long after `at_ns` the first hold that began after it began: for a holder that crashed
+/// at `at_ns`, how long the lock stayed out of everyone's reach. `None` if no hold began after.
+pub fn next_start_after(holds: impl IntoIterator<Item = Hold>, at_ns: u64) -> Option<u64> {
+    holds
+        .into_iter()
+        .filter(|h| h.start_ns > at_ns)
+        .map(|h| h.start_ns - at_ns)
+        .min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +184,13 @@ mod tests {
             verdict.first_token_order_violation,
             Some((hold(0, 1, 9), hold(1, 2, 2)))
         );
+    }
+
+    #[test]
+    fn the_next_start_after_a_crash_is_the_earliest_later_hold() {
+        let holds = [hold(0, 10, 1), hold(40, 50, 3), hold(25, 30, 2)];
+        assert_eq!(next_start_after(holds, 5), Some(20));
+        assert_eq!(next_start_after(holds, 40), None);
     }
 
     #[test]

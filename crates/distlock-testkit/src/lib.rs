@@ -1,5 +1,6 @@
 //! The conformance suite every distlock backend runs against its real store, and the tools it
-//! uses: child processes that hold, crash and pause ([`child`]), a resource that checks fencing
+//! uses: child processes that hold, crash and pause ([`child`]), a TCP proxy that delays,
+//! blackholes or resets a client's traffic ([`faults`]), a resource that checks fencing
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
 //! also used by `distlock bench`), private servers a test may stop and start ([`servers`]),
 //! a TCP proxy that delays a real server's replies ([`proxy`]), this process's connections
@@ -31,6 +32,7 @@ pub mod certs;
 pub mod child;
 pub mod curator;
 pub mod failover;
+pub mod faults;
 pub mod fenced;
 pub mod history;
 pub mod proxy;

@@ -250,6 +250,20 @@ pub fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Aut
     Ok(Authority { hosts: parsed })
 }
 
+/// `url` (which has `://`) with its servers, the `host[:port][,…]` after any user-info, replaced
+/// by `hosts`: how `distlock torture` sends clients through its fault proxy. The rest, user-info
+/// included, is kept as it is.
+pub fn with_hosts(url: &str, hosts: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let hosts_start = rest[..end].rfind('@').map_or(0, |at| at + 1);
+    Some(format!(
+        "{scheme}://{}{hosts}{}",
+        &rest[..hosts_start],
+        &rest[end..]
+    ))
+}
+
 /// A URL with distlock's own parameters ([`OWN_PARAMETERS`]) taken off: what they say, and the
 /// URL the driver gets (everything else, in order).
 pub struct Split<'a> {
@@ -407,7 +421,21 @@ pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'st
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
+
+    #[test]
+    fn with_hosts_replaces_only_the_servers() {
+        assert_eq!(
+            with_hosts("redis://:pw@db.example:6379/2?x=1", "127.0.0.1:4000").as_deref(),
+            Some("redis://:pw@127.0.0.1:4000/2?x=1")
+        );
+        assert_eq!(
+            with_hosts("zk://a:1,b:2/chroot", "127.0.0.1:9").as_deref(),
+            Some("zk://127.0.0.1:9/chroot")
+        );
+        assert_eq!(with_hosts("sqlite:x.db", "h:1"), None);
+    }
 
     #[test]
     fn sqlite_paths() {

@@ -3,3 +3,6 @@
 pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod exec;
+pub(crate) mod processes;
+pub(crate) mod progress;
+pub(crate) mod torture;

@@ -27,18 +27,16 @@ mod report;
 mod worker;
 
 use std::fmt;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use distlock_testkit::history::Hold;
-use distlock_testkit::monotonic_ns;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
 use self::report::Report;
-use crate::{EXIT_USAGE, duration};
+use super::processes;
+use crate::duration;
 
 /// What the workers do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -163,24 +161,14 @@ impl HoldRecord {
 
 /// Runs `distlock bench`: the parent, or with `--child` one of its processes.
 pub(crate) async fn run(args: BenchArgs) -> ExitCode {
-    if args.workers == 0 || args.processes == 0 || args.processes > args.workers {
-        eprintln!(
-            "distlock bench: need 1 <= processes <= workers (got {} workers over {} processes)",
-            args.workers, args.processes
-        );
-        return ExitCode::from(EXIT_USAGE);
+    if let Some(usage) = processes::check_spread("bench", args.workers, args.processes) {
+        return usage;
     }
     let outcome = match &args.child {
         Some(job) => worker::run(job, args.url.as_deref()).await,
         None => run_parent(&args).await,
     };
-    match outcome {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("distlock bench: {}", distlock::error::chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
+    processes::exit_with("bench", outcome)
 }
 
 /// Starts the processes, gives them one start time, gathers their holds and reports.
@@ -189,19 +177,13 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
         .url
         .clone()
         .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
-    // Fail early, with the store's own message, if the URL is wrong or the store is down.
-    // The error names the URL (redacted) itself.
-    let probe = distlock::connect(&url).await?;
-    let backend = probe.backend_name().to_string();
-    drop(probe);
+    let backend = processes::probe(&url).await?;
 
     let run = format!("bench/{}", &distlock::OwnerToken::random().as_str()[..12]);
-    let exe = std::env::current_exe().context("finding the distlock executable")?;
     let mut children = Vec::new();
     let mut first_worker = 0;
     for process in 0..args.processes {
-        let workers =
-            args.workers / args.processes + usize::from(process < args.workers % args.processes);
+        let workers = processes::share(args.workers, args.processes, process);
         let job = Job {
             workload: args.workload,
             kind: args.kind,
@@ -214,44 +196,24 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
             run: run.clone(),
         };
         first_worker += workers;
-        let mut child = Command::new(&exe)
-            .arg("bench")
-            .arg("--workload")
-            .arg("contended")
-            .arg("--child")
-            .arg(serde_json::to_string(&job)?)
-            // The URL goes in the environment, not the job: other users can read a command line
-            // (ps, /proc/PID/cmdline), and the URL may hold a password.
-            .env("DISTLOCK_URL", &url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting a bench process")?;
-        let stdin = child.stdin.take().context("child stdin")?;
-        let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
-        children.push((child, stdin, stdout.lines()));
+        children.push(processes::spawn(
+            &["bench", "--workload", "contended"],
+            &job,
+            &url,
+        )?);
     }
-
-    // Barrier: every process connected, then one start time for all.
-    for (_, _, lines) in children.iter_mut() {
-        match lines.next_line().await? {
-            Some(line) if line == "ready" => {}
-            other => bail!("a bench process failed to start (said {other:?})"),
-        }
-    }
-    let start = monotonic_ns() + 50_000_000;
+    let start = processes::start_together(&mut children, Duration::from_millis(50)).await?;
     let end = start + args.duration.as_nanos() as u64;
-    for (_, stdin, _) in children.iter_mut() {
-        stdin.write_all(format!("{start}\n").as_bytes()).await?;
-        stdin.flush().await?;
-    }
 
     let mut holds = Vec::new();
     let mut errors = 0u64;
-    for (mut child, _stdin, mut lines) in children {
-        while let Some(line) = lines.next_line().await? {
+    for processes::Worker {
+        mut child,
+        mut stdout,
+        ..
+    } in children
+    {
+        while let Some(line) = stdout.next_line().await? {
             if let Some(n) = line.strip_prefix("errors ") {
                 errors += n.parse::<u64>().unwrap_or(0);
             } else {

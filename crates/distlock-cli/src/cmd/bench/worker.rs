@@ -10,23 +10,17 @@ use anyhow::{Context, Result};
 use distlock::Lock;
 use distlock_testkit::history::Hold;
 use distlock_testkit::monotonic_ns;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 
 use super::{HoldRecord, Job, Kind, Workload};
+use crate::cmd::processes::{self, sleep_until_ns};
 
 /// Runs the process's share of the workers; `job` is the parent's [`Job`] as JSON.
 pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
     let job: Job = serde_json::from_str(job).context("reading the bench job")?;
     let url = url.context("the parent passes DISTLOCK_URL")?;
     let client = distlock::connect(url).await?;
-    let mut stdout = tokio::io::stdout();
-    stdout.write_all(b"ready\n").await?;
-    stdout.flush().await?;
-    let mut start = String::new();
-    BufReader::new(tokio::io::stdin())
-        .read_line(&mut start)
-        .await?;
-    let start: u64 = start.trim().parse().context("reading the start time")?;
+    let start = processes::ready_then_start().await?;
     let end = start + job.duration_ms * 1_000_000;
 
     let mut workers = Vec::new();
@@ -58,6 +52,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
         }
     }
     out.push_str(&format!("errors {errors}\n"));
+    let mut stdout = tokio::io::stdout();
     stdout.write_all(out.as_bytes()).await?;
     stdout.flush().await?;
     Ok(ExitCode::SUCCESS)
@@ -119,11 +114,4 @@ async fn cycle(
         });
     }
     (records, errors)
-}
-
-async fn sleep_until_ns(at: u64) {
-    let now = monotonic_ns();
-    if at > now {
-        tokio::time::sleep(Duration::from_nanos(at - now)).await;
-    }
 }

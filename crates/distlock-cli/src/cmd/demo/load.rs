@@ -15,7 +15,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::progress::Progress;
+use crate::cmd::progress::Progress;
 
 /// How many distinct error texts a run keeps for its report.
 const ERRORS_KEPT: usize = 5;

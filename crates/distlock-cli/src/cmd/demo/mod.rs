@@ -10,7 +10,7 @@
 //! * [`strategy`]: scenarios, strategies and the request flows each strategy protects.
 //! * [`service`]: one instance (`distlock demo serve`, internal): HTTP in front of the flows.
 //! * [`instances`]: starting, watching and stopping the K processes.
-//! * [`load`]: the load generator; [`progress`]: its progress bar.
+//! * [`load`]: the load generator, drawing a [`super::progress`] bar.
 //! * [`store`]: the inventory store, its SQL in `sql/<dialect>/*.sql`.
 //! * [`audit`]: the invariants checked after each run.
 //! * [`report`]: table, verdicts, JSON; [`chart`]: the SVG.
@@ -22,7 +22,6 @@ mod audit;
 mod chart;
 mod instances;
 mod load;
-mod progress;
 mod report;
 mod service;
 mod store;
@@ -37,10 +36,10 @@ use distlock::ErrorKind;
 
 use self::instances::Instances;
 use self::load::Routing;
-use self::progress::Progress;
 use self::report::RunReport;
 use self::store::Store;
 use self::strategy::{LockStore, Method, Scenario, Settings, Strategy};
+use super::progress::Progress;
 use crate::{EXIT_USAGE, duration};
 
 /// How long each distlock lock's lease is; the watchdog renews it while a request holds it.
@@ -491,6 +490,7 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
             report.strategy.label()
         ),
         u64::from(args.requests),
+        Some("req/s"),
     );
     let routing = match (scenario, running.pid(1)) {
         (Scenario::Pause, Some(pid)) => Routing::AroundStopped { pid },

@@ -1,5 +1,6 @@
-//! A one-line progress bar on stderr while requests run, drawn only when stderr is a terminal
-//! (so logs, pipes and `--json` consumers never see it).
+//! A one-line progress bar on stderr while a run goes on (the demo's requests, a torture run's
+//! time), drawn only when stderr is a terminal (so logs, pipes and `--json` consumers never see
+//! it).
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -11,15 +12,16 @@ use tokio::task::JoinHandle;
 const WIDTH: usize = 30;
 const REDRAW: Duration = Duration::from_millis(100);
 
-/// Counts finished requests and, on a terminal, redraws the bar until [`finish`](Self::finish).
+/// Counts finished steps and, on a terminal, redraws the bar until [`finish`](Self::finish).
 pub(crate) struct Progress {
     done: Arc<AtomicU64>,
     drawer: Option<JoinHandle<()>>,
 }
 
 impl Progress {
-    /// A bar for `total` requests labelled `label`; drawn only if stderr is a terminal.
-    pub(crate) fn start(label: String, total: u64) -> Self {
+    /// A bar for `total` steps labelled `label`, followed by the rate of steps per second
+    /// named `rate_unit` (e.g. "req/s") if given; drawn only if stderr is a terminal.
+    pub(crate) fn start(label: String, total: u64, rate_unit: Option<&'static str>) -> Self {
         let done = Arc::new(AtomicU64::new(0));
         let drawer = std::io::stderr().is_terminal().then(|| {
             let done = done.clone();
@@ -28,6 +30,7 @@ impl Progress {
                 loop {
                     draw(
                         &label,
+                        rate_unit,
                         done.load(Ordering::Relaxed),
                         total,
                         started.elapsed(),
@@ -55,17 +58,23 @@ impl Progress {
     }
 }
 
-fn draw(label: &str, done: u64, total: u64, elapsed: Duration) {
+fn draw(label: &str, rate_unit: Option<&str>, done: u64, total: u64, elapsed: Duration) {
     let filled = if total == 0 {
         WIDTH
     } else {
         (done.min(total) as usize * WIDTH) / total as usize
     };
-    let rate = done as f64 / elapsed.as_secs_f64().max(0.001);
+    let rate = match rate_unit {
+        Some(unit) => format!(
+            " {:.0} {unit}",
+            done as f64 / elapsed.as_secs_f64().max(0.001)
+        ),
+        None => String::new(),
+    };
     let mut err = std::io::stderr();
     let _ = write!(
         err,
-        "\r\x1b[2K{label:<28} [{}{}] {done}/{total} {rate:.0} req/s",
+        "\r\x1b[2K{label:<28} [{}{}] {done}/{total}{rate}",
         "#".repeat(filled),
         "-".repeat(WIDTH - filled),
     );

@@ -1,0 +1,122 @@
+//! The process structure `distlock bench` and `distlock torture` share: the parent starts copies
+//! of its own executable as children (`<subcommand> --child JOB`), each child connects and says
+//! "ready", and the parent gives them all one start time on CLOCK_MONOTONIC (shared by every
+//! process on the machine), so they run over the same window and their records share one clock.
+
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use distlock_testkit::monotonic_ns;
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// Checks `1 <= processes <= workers`; otherwise says so for `command` and gives the usage exit.
+pub(crate) fn check_spread(command: &str, workers: usize, processes: usize) -> Option<ExitCode> {
+    if workers == 0 || processes == 0 || processes > workers {
+        eprintln!(
+            "distlock {command}: need 1 <= processes <= workers (got {workers} workers over \
+             {processes} processes)"
+        );
+        return Some(ExitCode::from(crate::EXIT_USAGE));
+    }
+    None
+}
+
+/// How many of `workers` process number `process` of `processes` runs (spread evenly).
+pub(crate) fn share(workers: usize, processes: usize, process: usize) -> usize {
+    workers / processes + usize::from(process < workers % processes)
+}
+
+/// The exit of a parent's or child's run of `command`: its own, or the error's chain said on
+/// stderr and 1.
+pub(crate) fn exit_with(command: &str, outcome: Result<ExitCode>) -> ExitCode {
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("distlock {command}: {}", distlock::error::chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Connects once, to fail early with the store's own message (which names the store and the
+/// redacted URL) if the URL is wrong or the store is down; returns the backend's name.
+pub(crate) async fn probe(url: &str) -> Result<String> {
+    let probe = distlock::connect(url).await?;
+    Ok(probe.backend_name().to_string())
+}
+
+/// A child process as the parent sees it: its stdin takes the start time, its stdout says
+/// "ready" and then whatever the subcommand reports.
+pub(crate) struct Worker {
+    pub(crate) child: Child,
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: Lines<BufReader<ChildStdout>>,
+}
+
+/// Starts `distlock <subcommand> --child <job as JSON>` with `url` in its environment.
+pub(crate) fn spawn(subcommand: &[&str], job: &impl Serialize, url: &str) -> Result<Worker> {
+    let exe = std::env::current_exe().context("finding the distlock executable")?;
+    let mut child = Command::new(&exe)
+        .args(subcommand)
+        .arg("--child")
+        .arg(serde_json::to_string(job)?)
+        // The URL goes in the environment, not the job: other users can read a command line
+        // (ps, /proc/PID/cmdline), and the URL may hold a password.
+        .env("DISTLOCK_URL", url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting a {} process", subcommand[0]))?;
+    let stdin = child.stdin.take().context("child stdin")?;
+    let stdout = BufReader::new(child.stdout.take().context("child stdout")?).lines();
+    Ok(Worker {
+        child,
+        stdin,
+        stdout,
+    })
+}
+
+/// Waits until every worker said "ready", then sends them one start time, `lead` from now;
+/// returns it (CLOCK_MONOTONIC ns).
+pub(crate) async fn start_together(workers: &mut [Worker], lead: Duration) -> Result<u64> {
+    for worker in workers.iter_mut() {
+        match worker.stdout.next_line().await? {
+            Some(line) if line == "ready" => {}
+            other => bail!("a child process failed to start (said {other:?})"),
+        }
+    }
+    let start = monotonic_ns() + lead.as_nanos() as u64;
+    for worker in workers.iter_mut() {
+        worker
+            .stdin
+            .write_all(format!("{start}\n").as_bytes())
+            .await?;
+        worker.stdin.flush().await?;
+    }
+    Ok(start)
+}
+
+/// In a child: says "ready" on stdout and reads the start time the parent sends.
+pub(crate) async fn ready_then_start() -> Result<u64> {
+    let mut stdout = tokio::io::stdout();
+    stdout.write_all(b"ready\n").await?;
+    stdout.flush().await?;
+    let mut start = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut start)
+        .await?;
+    start.trim().parse().context("reading the start time")
+}
+
+/// Sleeps until CLOCK_MONOTONIC reads `at` ns (at once if it has passed).
+pub(crate) async fn sleep_until_ns(at: u64) {
+    let now = monotonic_ns();
+    if at > now {
+        tokio::time::sleep(Duration::from_nanos(at - now)).await;
+    }
+}

@@ -1,0 +1,347 @@
+//! `distlock torture`: a fault-injection run against any store URL, and the history checker's
+//! verdict on what the lock promised under each fault.
+//!
+//! For each fault asked for, one phase of `--duration`: the parent starts P worker processes
+//! (copies of itself, `--child`, started together on one CLOCK_MONOTONIC start time as `distlock
+//! bench` does, [`super::processes`]) whose workers loop acquire → read the control counter →
+//! random pause → write the hold's fencing token to the fenced resource → write the counter + 1
+//! → release, on one lock name. Meanwhile the driver ([`driver`]) injects the fault again and
+//! again. Every process logs what it did and saw ([`events`]); at the end the report
+//! ([`report`]) reads every log and checks the holds with the testkit's history checker.
+//!
+//! * the **fenced resource** (the testkit's `FencedFile`) accepts a write only with a token at
+//!   least the largest it accepted: a stale holder is refused, and a second holder of the same
+//!   token is caught by the checker;
+//! * the **control counter** is a plain read-modify-write file: its lost increments show that
+//!   two workers really were inside at once, i.e. that the fault was exercised.
+//!
+//! # Layout
+//!
+//! * this file: the arguments, the job passed to a worker process, and the phases;
+//! * [`worker`]: a worker process and its workers' loop;
+//! * [`driver`]: the fault drivers (SIGKILL and SIGSTOP of a holder, the fault proxy);
+//! * [`events`]: the event logs; [`report`]: the checker's figures and verdicts, as a table or
+//!   JSON.
+//!
+//! Exit status: 0 when no cell failed; 1 when one did (a stale write accepted, a token out of
+//! order) or the run itself failed; 64 for invalid arguments.
+
+mod driver;
+mod events;
+mod report;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use distlock::url::Scheme;
+use distlock_testkit::faults::FaultProxy;
+use serde::{Deserialize, Serialize};
+
+use self::report::{Cell, Report};
+use super::processes;
+use super::progress::Progress;
+use crate::{EXIT_USAGE, duration};
+
+/// A fault the driver can inject.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FaultKind {
+    /// SIGKILL a process while it holds; the parent starts it again.
+    Kill,
+    /// SIGSTOP a holding process for 2.5 leases, then SIGCONT it.
+    Stop,
+    /// Delay traffic both ways by a quarter lease ± an eighth, through the fault proxy.
+    Delay,
+    /// Partition half the processes from the store (connections open, nothing forwarded) for
+    /// two leases.
+    Blackhole,
+    /// Reset every connection of half the processes to the store, and new ones, for a fifth
+    /// of a lease.
+    Reset,
+}
+
+impl FaultKind {
+    /// The fault goes through the fault proxy (so needs a store reached over TCP).
+    fn needs_proxy(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Delay | FaultKind::Blackhole | FaultKind::Reset
+        )
+    }
+
+    /// The fault must let a second worker in (a holder that no longer holds keeps working):
+    /// a run where the control counter shows no overlap did not exercise it.
+    fn expects_overlap(self) -> bool {
+        self == FaultKind::Stop
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            FaultKind::Stop => "stop",
+            FaultKind::Delay => "delay",
+            FaultKind::Blackhole => "blackhole",
+            FaultKind::Reset => "reset",
+        }
+    }
+}
+
+/// Arguments of `distlock torture`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct TortureArgs {
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,stop")]
+    faults: Vec<FaultKind>,
+    /// How long each fault's phase runs.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    duration: Duration,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    processes: usize,
+    /// Workers in all (tasks, spread evenly over the processes), all on one lock name.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// The lease of the lock (renewed by the watchdog while held): a killed holder's lock
+    /// should be free again after about this long.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    lease: Duration,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run as one of the parent's worker processes, with this job (JSON).
+    #[arg(long, hide = true)]
+    child: Option<String>,
+}
+
+/// What a worker process is asked to do.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Job {
+    /// The lock name.
+    lock: String,
+    /// The first worker number this process runs, and how many.
+    first_worker: u32,
+    workers: u32,
+    lease_ms: u64,
+    /// The longest pause inside a hold, between reading and writing.
+    pause_max_us: u64,
+    /// How long to run from the start time the parent sends (ns) ...
+    duration_ns: u64,
+    /// ... or, for a process started again mid-phase, when the others stop (CLOCK_MONOTONIC
+    /// ns).
+    end_ns: Option<u64>,
+    /// This process's event log, the fenced resource and the control counter.
+    log: PathBuf,
+    fenced: PathBuf,
+    counter: PathBuf,
+}
+
+/// Runs `distlock torture`: the parent, or with `--child` one of its worker processes.
+pub(crate) async fn run(args: TortureArgs) -> ExitCode {
+    if let Some(usage) = processes::check_spread("torture", args.workers, args.processes) {
+        return usage;
+    }
+    if args.lease < Duration::from_millis(100) || args.duration.is_zero() {
+        eprintln!("distlock torture: need a lease of at least 100ms and a duration above 0");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let outcome = match &args.child {
+        Some(job) => worker::run(job, args.url.as_deref()).await,
+        None => run_parent(&args).await,
+    };
+    processes::exit_with("torture", outcome)
+}
+
+/// Runs one phase per fault and reports.
+async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
+    let url = args
+        .url
+        .clone()
+        .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
+    let scheme = match Scheme::of(&url) {
+        Ok(scheme) => scheme,
+        Err(e) => {
+            eprintln!("distlock torture: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    // The server behind the proxy: the URL's one host:port (several hosts: a later session).
+    let upstream = if scheme == Scheme::Sqlite {
+        None
+    } else {
+        match single_server(&url, scheme) {
+            Ok(server) => Some(server),
+            Err(why) if args.faults.iter().any(|f| f.needs_proxy()) => {
+                eprintln!("distlock torture: {why}");
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
+            Err(_) => None,
+        }
+    };
+    let backend = processes::probe(&url).await?;
+
+    let dir = tempfile::Builder::new()
+        .prefix("distlock-torture-")
+        .tempdir()
+        .context("creating the run's directory")?;
+    let run = format!("torture/{}", &distlock::OwnerToken::random().as_str()[..12]);
+    let phase_ns = args.duration.as_nanos() as u64;
+    let progress = Progress::start(
+        format!("torture {backend}"),
+        args.faults.len() as u64 * args.duration.as_secs().max(1),
+        None,
+    );
+    let mut cells = Vec::new();
+    for &fault in &args.faults {
+        if fault.needs_proxy() && upstream.is_none() {
+            cells.push(Cell::not_applicable(
+                fault,
+                "no server to put a proxy in front of (sqlite is embedded)",
+            ));
+            continue;
+        }
+        let phase = Phase {
+            fault,
+            args,
+            url: &url,
+            upstream: upstream.as_deref(),
+            dir: dir.path().join(fault.name()),
+            lock: format!("{run}/{}", fault.name()),
+            phase_ns,
+        };
+        cells.push(phase.run(&progress).await?);
+    }
+    progress.finish();
+    let report = Report {
+        backend,
+        url: distlock::redact(&url),
+        processes: args.processes,
+        workers: args.workers,
+        lease_ms: args.lease.as_millis() as u64,
+        seconds_per_fault: args.duration.as_secs_f64(),
+        cells,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        report.print_table();
+    }
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The URL's server, as `host:port`, when it names exactly one with a port.
+fn single_server(url: &str, scheme: Scheme) -> std::result::Result<String, String> {
+    let authority = distlock::url::authority(url, scheme.backend(), "scheme://host:port")
+        .map_err(|e| e.to_string())?;
+    match authority.hosts.as_slice() {
+        [one] => match one.port {
+            Some(port) => Ok(format!("{}:{port}", one.host)),
+            None => Err(format!(
+                "the proxy faults need the server's port in the URL ({})",
+                distlock::redact(url)
+            )),
+        },
+        _ => Err(format!(
+            "the proxy faults take a URL with one server for now ({})",
+            distlock::redact(url)
+        )),
+    }
+}
+
+/// One fault's phase.
+struct Phase<'a> {
+    fault: FaultKind,
+    args: &'a TortureArgs,
+    url: &'a str,
+    /// The server (host:port) a proxy fault goes in front of.
+    upstream: Option<&'a str>,
+    /// The phase's logs, fenced resource and control counter.
+    dir: PathBuf,
+    lock: String,
+    phase_ns: u64,
+}
+
+impl Phase<'_> {
+    async fn run(self, progress: &Progress) -> Result<Cell> {
+        std::fs::create_dir_all(&self.dir)?;
+        let proxy = match (self.fault.needs_proxy(), self.upstream) {
+            (true, Some(server)) => {
+                let addr = tokio::net::lookup_host(server)
+                    .await
+                    .with_context(|| format!("resolving {server}"))?
+                    .next()
+                    .ok_or_else(|| anyhow!("{server} resolves to no address"))?;
+                Some(
+                    FaultProxy::start_to(addr)
+                        .await
+                        .map_err(|f| anyhow!("starting the fault proxy: {}", f.0))?,
+                )
+            }
+            _ => None,
+        };
+        let proxied_url = match &proxy {
+            Some(proxy) => Some(
+                distlock::url::with_hosts(self.url, &format!("127.0.0.1:{}", proxy.port()))
+                    .context("the URL has no host to replace")?,
+            ),
+            None => None,
+        };
+        let lease = self.args.lease;
+        let processes = self.args.processes;
+        let mut pool = driver::Pool::new(processes);
+        let mut first_worker = 0u32;
+        for process in 0..processes {
+            let workers = processes::share(self.args.workers, processes, process) as u32;
+            let job = Job {
+                lock: self.lock.clone(),
+                first_worker,
+                workers,
+                lease_ms: lease.as_millis() as u64,
+                // Short against the lease: a holder is caught by a fault mid-hold, not one that
+                // outlives its lease by itself.
+                pause_max_us: (lease / 20).as_micros() as u64,
+                duration_ns: self.phase_ns,
+                end_ns: None,
+                log: PathBuf::new(),
+                fenced: self.dir.join("fenced"),
+                counter: self.dir.join("counter"),
+            };
+            first_worker += workers;
+            // Half the processes (at least one) reach the store through the proxy, the others
+            // directly: a partition or reset cuts some clients off while others go on.
+            let url = match &proxied_url {
+                Some(proxied) if process % 2 == 0 => proxied.as_str(),
+                _ => self.url,
+            };
+            pool.add(job, url.to_string(), &self.dir)?;
+        }
+        // The phase runs from when every process is ready; a process started again mid-phase
+        // ends with the rest.
+        let end_ns = pool.start_all().await? + self.phase_ns;
+        let mut driver = driver::Driver {
+            fault: self.fault,
+            lease,
+            pool,
+            proxy: proxy.as_ref(),
+            end_ns,
+            progress,
+        };
+        let injected = driver.run(&self.dir).await?;
+        let logs = driver.pool.finish(end_ns, lease).await?;
+        let counter = std::fs::read_to_string(self.dir.join("counter"))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        Ok(Cell::check(self.fault, &logs, &injected, counter))
+    }
+}

@@ -1,0 +1,8 @@
+//! Faults injected into a running system from outside it, on one machine and without kernel
+//! tools: a TCP proxy between a client and its server that delays, blackholes or resets the
+//! traffic on command ([`proxy`]); and the randomness that times them ([`random`]).
+
+pub mod proxy;
+pub mod random;
+
+pub use proxy::{Fault, FaultProxy};

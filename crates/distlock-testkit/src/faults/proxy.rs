@@ -1,0 +1,290 @@
+//! A TCP proxy between clients and a real server whose behaviour the test (or `distlock
+//! torture`) changes while traffic flows: pass, delay with jitter (both ways or replies only),
+//! blackhole, reset. A slow link, a partition or a crashed peer's connections, on loopback and
+//! without netem or iptables.
+//!
+//! Each connection through the proxy is one task with one pipe per direction. A pipe reads a
+//! chunk, then asks the current [`Fault`] what to do with it before writing it on: pass it, hold
+//! it for the delay (chunks of one direction stay in order), or, in a blackhole, keep it until
+//! the blackhole ends (what TCP's retransmissions deliver after a partition heals). Switching to
+//! [`Fault::Reset`] closes every open connection with a RST on both sides (`SO_LINGER` 0) and
+//! resets each new one on accept, until the fault changes. Dropping the proxy closes its listener
+//! and every connection through it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::random::Random;
+use crate::Failure;
+
+/// What the proxy does to the traffic through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Forward everything at once.
+    #[default]
+    Pass,
+    /// Hold each chunk, both ways, for `delay` ± a uniform `jitter`.
+    Delay {
+        /// The mean hold.
+        delay: Duration,
+        /// The most a hold differs from `delay`, either way.
+        jitter: Duration,
+    },
+    /// Forward requests at once; hold each reply chunk for `delay` ± `jitter`.
+    DelayReplies {
+        /// The mean hold.
+        delay: Duration,
+        /// The most a hold differs from `delay`, either way.
+        jitter: Duration,
+    },
+    /// Accept connections and keep them open, forward nothing either way: a partition as a
+    /// client sees it (its writes succeed, no answer comes). What was sent meanwhile is
+    /// delivered when the fault changes.
+    Blackhole,
+    /// Close every connection with a RST, and each new one as soon as it is accepted: a crashed
+    /// server host as its clients see it.
+    Reset,
+}
+
+/// Counts of what went through the proxy, for tests and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// Connections accepted from clients.
+    pub accepted: u64,
+    /// Connections closed with a RST (open ones when [`Fault::Reset`] began, and new ones
+    /// accepted during it).
+    pub reset: u64,
+    /// Connections refused because the upstream server could not be reached (closed with a
+    /// RST too, as the server's own refusal would be).
+    pub upstream_unreachable: u64,
+}
+
+/// What the proxy's tasks share.
+struct Shared {
+    upstream: SocketAddr,
+    /// The current fault; every pipe watches it.
+    fault: watch::Sender<Fault>,
+    accepted: AtomicU64,
+    reset: AtomicU64,
+    upstream_unreachable: AtomicU64,
+    /// For the jitter.
+    random: Random,
+}
+
+/// A running proxy: `127.0.0.1:port()` leads to the upstream server.
+pub struct FaultProxy {
+    port: u16,
+    shared: Arc<Shared>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port in front of `127.0.0.1:upstream`, passing
+    /// everything. Call from within a Tokio runtime.
+    pub async fn start(upstream: u16) -> Result<Self, Failure> {
+        Self::start_to(SocketAddr::from(([127, 0, 0, 1], upstream))).await
+    }
+
+    /// Starts a proxy on a free loopback port in front of `upstream`, passing everything.
+    pub async fn start_to(upstream: SocketAddr) -> Result<Self, Failure> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let shared = Arc::new(Shared {
+            upstream,
+            fault: watch::Sender::new(Fault::Pass),
+            accepted: AtomicU64::new(0),
+            reset: AtomicU64::new(0),
+            upstream_unreachable: AtomicU64::new(0),
+            random: Random::default(),
+        });
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = {
+            let (shared, tasks) = (shared.clone(), tasks.clone());
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    shared.accepted.fetch_add(1, Ordering::Relaxed);
+                    let connection = tokio::spawn(serve(client, shared.clone()));
+                    let mut tasks = tasks.lock().unwrap_or_else(|p| p.into_inner());
+                    tasks.retain(|t| !t.is_finished());
+                    tasks.push(connection);
+                }
+            })
+        };
+        tasks.lock().unwrap_or_else(|p| p.into_inner()).push(accept);
+        Ok(FaultProxy {
+            port,
+            shared,
+            tasks,
+        })
+    }
+
+    /// The port clients connect to (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server the proxy forwards to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.shared.upstream
+    }
+
+    /// From now on, do `fault` to the traffic (open connections included).
+    pub fn set(&self, fault: Fault) {
+        self.shared.fault.send_replace(fault);
+    }
+
+    /// The current fault.
+    pub fn fault(&self) -> Fault {
+        *self.shared.fault.borrow()
+    }
+
+    /// From now on, hold each reply chunk for `delay` (no jitter); zero passes everything.
+    pub fn set_delay(&self, delay: Duration) {
+        self.set(if delay.is_zero() {
+            Fault::Pass
+        } else {
+            Fault::DelayReplies {
+                delay,
+                jitter: Duration::ZERO,
+            }
+        });
+    }
+
+    /// What went through so far.
+    pub fn stats(&self) -> ProxyStats {
+        ProxyStats {
+            accepted: self.shared.accepted.load(Ordering::Relaxed),
+            reset: self.shared.reset.load(Ordering::Relaxed),
+            upstream_unreachable: self.shared.upstream_unreachable.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Which way a pipe carries bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Request,
+    Reply,
+}
+
+/// Closes `stream` with a RST rather than a FIN.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// One client connection: connect upstream, pipe both ways until both sides close, or reset both
+/// when [`Fault::Reset`] begins.
+async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
+    let mut faults = shared.fault.subscribe();
+    if *faults.borrow_and_update() == Fault::Reset {
+        shared.reset.fetch_add(1, Ordering::Relaxed);
+        return reset(client);
+    }
+    let Ok(mut server) = TcpStream::connect(shared.upstream).await else {
+        shared.upstream_unreachable.fetch_add(1, Ordering::Relaxed);
+        return reset(client);
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let reset_begins = async {
+        loop {
+            if *faults.borrow_and_update() == Fault::Reset {
+                return;
+            }
+            if faults.changed().await.is_err() {
+                // The proxy is gone; its Drop aborts this task.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let (client_read, client_write) = client.split();
+    let (server_read, server_write) = server.split();
+    let both_ways = futures_util::future::join(
+        pipe(client_read, server_write, Direction::Request, &shared),
+        pipe(server_read, client_write, Direction::Reply, &shared),
+    );
+    tokio::select! {
+        _ = both_ways => {}
+        _ = reset_begins => {
+            shared.reset.fetch_add(1, Ordering::Relaxed);
+            reset(client);
+            reset(server);
+        }
+    }
+}
+
+/// Copies `from` to `to` a chunk at a time, each chunk treated as the current fault says; at the
+/// end of `from`, closes `to` for writing (a half-close passes through).
+async fn pipe(
+    mut from: tokio::net::tcp::ReadHalf<'_>,
+    mut to: tokio::net::tcp::WriteHalf<'_>,
+    direction: Direction,
+    shared: &Shared,
+) {
+    let mut faults = shared.fault.subscribe();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        // Ask again after each hold: the fault may have changed meanwhile.
+        loop {
+            let fault = *faults.borrow_and_update();
+            let hold = match fault {
+                Fault::Pass => None,
+                Fault::Delay { delay, jitter } => Some((delay, jitter)),
+                Fault::DelayReplies { delay, jitter } if direction == Direction::Reply => {
+                    Some((delay, jitter))
+                }
+                Fault::DelayReplies { .. } => None,
+                Fault::Blackhole | Fault::Reset => {
+                    // Reset: `serve` closes the connection; until then nothing goes through.
+                    if faults.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if let Some((delay, jitter)) = hold {
+                // A change of fault ends the hold early: the chunk is treated as the new fault
+                // says, counted from the change.
+                tokio::select! {
+                    _ = tokio::time::sleep(shared.random.around(delay, jitter)) => {}
+                    changed = faults.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
