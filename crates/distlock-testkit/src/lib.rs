@@ -3,8 +3,8 @@
 //! blackholes or resets a client's traffic ([`faults`]), a resource that checks fencing
 //! tokens ([`fenced`]), the checker of recorded holds for overlaps and token order ([`history`],
 //! also used by `distlock bench`), private servers a test may stop and start ([`servers`]),
-//! a TCP proxy that delays a real server's replies ([`proxy`]), this process's connections
-//! ([`sockets`]), to have the server end exactly a client's sessions,
+//! the workloads of failover tests on replicated stores ([`failover`]), this process's
+//! connections ([`sockets`]), to have the server end exactly a client's sessions,
 //! and Apache Curator as another holder of a ZooKeeper lock ([`curator`]) running a
 //! critical-section protocol that catches any two holders inside at once ([`section`]).
 //!
@@ -35,7 +35,6 @@ pub mod failover;
 pub mod faults;
 pub mod fenced;
 pub mod history;
-pub mod proxy;
 pub mod section;
 pub mod servers;
 pub mod sockets;

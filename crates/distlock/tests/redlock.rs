@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use distlock::backend::Hold;
 use distlock::{Attempt, ErrorKind, Lease, LockKind, LockName, LockRequest, OwnerToken};
+use distlock_testkit::faults::FaultProxy;
 use distlock_testkit::fenced::FencedFile;
-use distlock_testkit::proxy::DelayProxy;
 use distlock_testkit::servers::{
     Persistence, PrivateStore, redlock_url, start_redis, start_redlock,
 };
@@ -153,7 +153,7 @@ fn request(name: &str, lease: Duration) -> Result<LockRequest, Failure> {
 async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
     let masters = tokio::task::block_in_place(|| start_redlock(4, Persistence::None))?;
     let slow = tokio::task::block_in_place(|| start_redis(Persistence::None))?;
-    let proxy = DelayProxy::start(slow.port()).await?;
+    let proxy = FaultProxy::start(slow.port()).await?;
     let mut ports: Vec<u16> = masters.masters.iter().map(|m| m.port()).collect();
     ports.insert(2, proxy.port());
     let url = redlock_url(ports);
