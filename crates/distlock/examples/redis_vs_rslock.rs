@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Workers are spread over processes (this program started again with `RVR_CHILD` set), as
-//! services run as many instances.
+//! services run as many instances. With `--url redlock://h1:p1,h2:p2,…` (and `--features
+//! redlock`) both libraries run Redlock over the same masters.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -166,7 +167,7 @@ async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
             }
         }
         _ => {
-            let manager = Arc::new(rslock::LockManager::new(vec![url.to_string()]));
+            let manager = Arc::new(rslock::LockManager::new(rslock_uris(url)));
             for w in 0..workers {
                 let manager = manager.clone();
                 let key = format!("rvr/rslock/{tag}/{w}");
@@ -189,4 +190,19 @@ async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
         t.await??;
     }
     Ok(cycles.load(Ordering::Relaxed))
+}
+
+/// rslock's servers for `url`: the URL itself for one Redis; for `redlock://h1:p1,h2:p2,…`, one
+/// `redis://` URI per master, so both libraries run Redlock over the same masters.
+fn rslock_uris(url: &str) -> Vec<String> {
+    match url.strip_prefix("redlock://") {
+        Some(hosts) => hosts
+            .split(['/', '?'])
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .map(|h| format!("redis://{h}"))
+            .collect(),
+        None => vec![url.to_string()],
+    }
 }
