@@ -107,7 +107,18 @@ impl Conn {
             return Err(Fault::Transport { error, sent: false });
         }
         let mut line = String::new();
-        let n = self.stream.read_line(&mut line).await?;
+        let n = match self.stream.read_line(&mut line).await {
+            Ok(n) => n,
+            // Reset before answering: the server process that held this connection is gone (a
+            // restart), so on a pooled connection it never saw the request, as below.
+            Err(error) if error.kind() == io::ErrorKind::ConnectionReset => {
+                return Err(Fault::Transport {
+                    error,
+                    sent: !self.reused,
+                });
+            }
+            Err(error) => return Err(error.into()),
+        };
         if n == 0 || !line.ends_with("\r\n") {
             // Closed before answering: on a pooled connection, a server that went away while it
             // was idle never saw the request.
@@ -291,8 +302,8 @@ impl Server {
     }
 
     /// Runs `task` on a connection of the pool, within the response timeout. A connection the
-    /// server closed while it sat idle is replaced and `task` run again, once: the request
-    /// never reached it. Every other fault is the caller's.
+    /// server closed or reset while it sat idle is replaced (with every other idle one) and
+    /// `task` run again, once: the request never reached it. Every other fault is the caller's.
     pub(super) async fn run<T: Task>(
         &self,
         what: &str,
@@ -325,6 +336,9 @@ impl Server {
                     return Ok(value);
                 }
                 Err(Fault::Transport { sent: false, .. }) if conn.reused && !second_try => {
+                    // The other idle connections predate the same server going away: the second
+                    // try opens a fresh one instead of meeting the next dead one.
+                    self.idle().clear();
                     second_try = true;
                 }
                 Err(fault) => return Err(fail(fault)),
