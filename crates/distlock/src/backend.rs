@@ -10,7 +10,12 @@
 //! * how a waiter waits: by default the core polls `try_take` and wakes on
 //!   [`Backend::watch_free`]; a store whose waiters hold a place in a queue (a fair lock, a
 //!   ZooKeeper node, an etcd key) supplies its own [`Waiter`] instead;
-//! * [`Capabilities`]: whether it notifies, its lease model, whether waiters queue.
+//! * [`Capabilities`]: whether it notifies, its lease model, whether waiters queue;
+//! * optionally, the few steps leader election and the count-down latch need beyond the lock
+//!   ([`Backend::elect_write`], [`Backend::latch_count_down`], …; see [`Capabilities::elections`]
+//!   and [`Capabilities::latches`]), and for operations, a description of its locks and a
+//!   forced release ([`Backend::status`], [`Backend::force_release`]; see
+//!   [`Capabilities::inspects`]). The defaults answer [`crate::ErrorKind::Unsupported`].
 
 use std::fmt;
 use std::future::Future;
@@ -23,6 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
 /// A future that resolves once: "the store ended the session that held the lock".
@@ -126,6 +132,31 @@ impl fmt::Debug for Attempt {
     }
 }
 
+/// One entry of an election's log in the store: a leader's value in its term, or the end of a
+/// term (the leader resigned). Entries of one election are numbered by `seq` in the order they
+/// were written, and their terms never decrease in that order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElectionEntry {
+    /// Position in the election's log: each entry's is larger than the one before.
+    pub seq: u64,
+    /// The term: the fencing token of the leader's hold of the election's lock.
+    pub term: FencingToken,
+    /// What the leader proclaimed; `None` once it resigned.
+    pub value: Option<String>,
+}
+
+impl ElectionEntry {
+    /// An entry (for backends building their answers).
+    pub fn new(seq: u64, term: FencingToken, value: Option<String>) -> Self {
+        ElectionEntry { seq, term, value }
+    }
+}
+
+/// How many entries of an election's log a store keeps (older ones are trimmed): an observer
+/// further behind than this misses the oldest of the terms it has not read.
+pub const ELECTION_LOG_KEEP: u64 = 1000;
+
 /// How a store keeps a holding alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -156,6 +187,15 @@ pub struct Capabilities {
     /// A release hands the lock to a waiter of the same client itself (the backend's
     /// [`Waiter`]), so the core does not also wake one of them to try again.
     pub hands_over: bool,
+    /// The store keeps election records: [`Backend::elect_write`], [`Backend::elect_current`],
+    /// [`Backend::elect_log`] and [`Backend::watch_election`] work.
+    pub elections: bool,
+    /// The store keeps count-down latches: [`Backend::latch_set`], [`Backend::latch_count_down`],
+    /// [`Backend::latch_count`] and [`Backend::watch_latch`] work.
+    pub latches: bool,
+    /// The store can describe its locks and remove holdings by force: [`Backend::status`] and
+    /// [`Backend::force_release`] work.
+    pub inspects: bool,
 }
 
 impl Capabilities {
@@ -168,6 +208,9 @@ impl Capabilities {
             },
             queues: false,
             hands_over: false,
+            elections: false,
+            latches: false,
+            inspects: false,
         }
     }
 
@@ -191,6 +234,23 @@ impl Capabilities {
     pub fn handing_over(self) -> Self {
         Capabilities {
             hands_over: true,
+            ..self
+        }
+    }
+
+    /// The same, with election records and count-down latches kept in the store.
+    pub fn electing_and_latching(self) -> Self {
+        Capabilities {
+            elections: true,
+            latches: true,
+            ..self
+        }
+    }
+
+    /// The same, with [`Backend::status`] and [`Backend::force_release`].
+    pub fn inspecting(self) -> Self {
+        Capabilities {
+            inspects: true,
             ..self
         }
     }
@@ -339,5 +399,83 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Free permits of the semaphore `req` names (`req.kind` is [`LockKind::Permit`]).
     async fn available_permits(&self, _req: &LockRequest) -> Result<u32> {
         Err(Error::unsupported(self.name(), "counting permits"))
+    }
+
+    /// Writes an election's record, fenced by its term: only if `term` is at least the largest
+    /// term ever written for `election` (so a deposed leader can never overwrite a newer one).
+    /// If `(term, value)` differs from the latest entry, a new entry is appended to the log
+    /// (keeping the last [`ELECTION_LOG_KEEP`]) and watchers are notified; in any case the
+    /// record is live for `ttl` from now by the store's clock (`value: None` ends the term: no
+    /// live leader). `Ok(false)`, with nothing changed, if a larger term was written.
+    async fn elect_write(
+        &self,
+        _election: &LockName,
+        _term: FencingToken,
+        _value: Option<&str>,
+        _ttl: Duration,
+    ) -> Result<bool> {
+        Err(Error::unsupported(self.name(), "leader election"))
+    }
+
+    /// The live leader of `election`: the latest entry, if it has a value and its `ttl` has not
+    /// run out by the store's clock.
+    async fn elect_current(&self, _election: &LockName) -> Result<Option<ElectionEntry>> {
+        Err(Error::unsupported(self.name(), "leader election"))
+    }
+
+    /// The entries after `after` (by `seq`, oldest first); with `None`, only the latest entry
+    /// (where an observer starts). Expired or not.
+    async fn elect_log(
+        &self,
+        _election: &LockName,
+        _after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        Err(Error::unsupported(self.name(), "leader election"))
+    }
+
+    /// Starts listening for "the election's log may have grown". The default never yields: the
+    /// core then polls (bounded, jittered), as it does for a store that does not notify.
+    async fn watch_election(&self, _election: &LockName) -> Result<Wakeups> {
+        Ok(Box::pin(futures_util::stream::pending()))
+    }
+
+    /// Sets the latch's count to `count` (at least 1) if it is 0 or the latch does not exist;
+    /// `Ok(false)`, with nothing changed, if a count is running.
+    async fn latch_set(&self, _latch: &LockName, _count: u64) -> Result<bool> {
+        Err(Error::unsupported(self.name(), "count-down latches"))
+    }
+
+    /// Counts the latch down by one, never below 0, and answers the count after; the step that
+    /// reaches 0 notifies the latch's watchers.
+    async fn latch_count_down(&self, _latch: &LockName) -> Result<u64> {
+        Err(Error::unsupported(self.name(), "count-down latches"))
+    }
+
+    /// The latch's count (0 if it does not exist).
+    async fn latch_count(&self, _latch: &LockName) -> Result<u64> {
+        Err(Error::unsupported(self.name(), "count-down latches"))
+    }
+
+    /// Starts listening for "the latch may have reached 0". The default never yields: the core
+    /// then polls.
+    async fn watch_latch(&self, _latch: &LockName) -> Result<Wakeups> {
+        Ok(Box::pin(futures_util::stream::pending()))
+    }
+
+    /// The locks `which` selects, as the store sees them now: each holding's token, the
+    /// [`Holder`](crate::status::Holder) record and time of its take, its lease left; waiters
+    /// where the store keeps them. A lock nobody holds or waits for may be left out. Expired
+    /// holdings are not listed.
+    async fn status(&self, _which: &Selection) -> Result<Vec<LockStatus>> {
+        Err(Error::unsupported(self.name(), "lock status"))
+    }
+
+    /// Removes every holding of `name` of flavour `kind`, whoever holds it, and advances the
+    /// lock's fencing counter in the same atomic step, so every later holding's token is above
+    /// the removed ones: a newer holder's fenced write makes the resource refuse the old
+    /// holder's, and the old holder's next renewal finds its holding gone (its `lost()`
+    /// fires). Waiters keep their places. Answers what was removed.
+    async fn force_release(&self, _name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
+        Err(Error::unsupported(self.name(), "forced release"))
     }
 }

@@ -26,10 +26,13 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::core::Engine;
+use crate::election::Election;
 use crate::error::{Error, ErrorKind, Result};
+use crate::latch::Latch;
 use crate::lock::{Lock, MultiLock};
 use crate::options::Options;
-use crate::types::LockKind;
+use crate::status::{ForcedRelease, LockStatus, Selection};
+use crate::types::{LockKind, LockName};
 use crate::url::Scheme;
 
 /// The URL used when none is given: an SQLite file in the working directory.
@@ -189,6 +192,56 @@ impl Client {
     /// A semaphore with `permits` permits; each acquired permit is a guard with its own lease.
     pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Lock {
         Lock::new(self.clone(), name.as_ref(), LockKind::Permit { permits })
+    }
+
+    /// A leader election named `name` (see [`Election`]): campaign, observe, read the leader.
+    /// On a backend without elections its calls answer [`ErrorKind::Unsupported`].
+    pub fn election(&self, name: impl AsRef<str>) -> Election {
+        Election::new(self.clone(), name.as_ref())
+    }
+
+    /// A count-down latch named `name` (see [`Latch`]), its count kept in the store. On a
+    /// backend without latches its calls answer [`ErrorKind::Unsupported`].
+    pub fn latch(&self, name: impl AsRef<str>) -> Latch {
+        Latch::new(self.clone(), name.as_ref())
+    }
+
+    /// What the store says of the locks named exactly `name` (one entry per flavour held or
+    /// waited for; empty if none is): holdings with their fencing tokens, who took them and
+    /// when, lease left, waiters where the store keeps them. See [`crate::status`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// for lock in client.status("order:42").await? {
+    ///     for h in &lock.holdings {
+    ///         let who = h.holder.as_ref().map(|w| format!("pid {} on {}", w.pid, w.host));
+    ///         println!("{} held with token {} by {:?}", lock.name, h.token, who);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self, name: &str) -> Result<Vec<LockStatus>> {
+        let which = Selection::Name(LockName::new(name)?);
+        self.engine.backend.status(&which).await
+    }
+
+    /// [`status`](Client::status) of every lock whose name starts with `prefix` (`""`: all).
+    pub async fn status_prefix(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        let which = Selection::Prefix(prefix.to_string());
+        self.engine.backend.status(&which).await
+    }
+
+    /// Removes the lock `name` of flavour `kind` whoever holds it (every reader or permit of a
+    /// read lock or semaphore), advancing its fencing token in the same step: the old holder's
+    /// next renewal finds the holding gone and its [`Guard::lost`](crate::Guard::lost) fires,
+    /// and once a newer holder has written to a fenced resource the old holder's writes are
+    /// refused. For wedged holders; a healthy holder loses its lock mid-work.
+    pub async fn force_release(&self, name: &str, kind: LockKind) -> Result<ForcedRelease> {
+        let name = LockName::new(name)?;
+        if !self.engine.backend.supports(kind) {
+            return Err(Error::unsupported(self.engine.backend.name(), kind));
+        }
+        self.engine.backend.force_release(&name, kind).await
     }
 
     /// All of `names` or none, taken in a fixed order so that callers naming the same locks in

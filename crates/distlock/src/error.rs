@@ -19,7 +19,7 @@ pub enum ErrorKind {
     InvalidUrl,
     /// Another argument that makes no sense (zero permits, an empty multi-lock, …).
     InvalidInput,
-    /// The wait for a lock reached its deadline.
+    /// The wait for a lock, a leadership or a latch reached its deadline.
     Timeout,
     /// The caller released (or extended) a lock it does not hold.
     NotHeld,
@@ -46,7 +46,7 @@ impl ErrorKind {
             ErrorKind::InvalidLease => "invalid lease",
             ErrorKind::InvalidUrl => "invalid URL",
             ErrorKind::InvalidInput => "invalid input",
-            ErrorKind::Timeout => "timed out waiting for the lock",
+            ErrorKind::Timeout => "timed out waiting",
             ErrorKind::NotHeld => "lock not held",
             ErrorKind::LeaseLost => "lease lost",
             ErrorKind::Unsupported => "unsupported by this backend",

@@ -21,6 +21,9 @@
 //!
 //! * [`client`]: `connect(url)` and the scheme table; [`Client`] makes locks.
 //! * [`lock`], [`guard`]: the user API ([`Lock`], [`Guard`], [`MultiLock`]).
+//! * [`election`]: leader election over the lock ([`Election`], [`Leadership`], [`Leader`]);
+//!   [`latch`]: the count-down latch ([`Latch`]). Both written once; a backend supplies a few
+//!   record and counter steps ([`Capabilities::elections`], [`Capabilities::latches`]).
 //! * [`backend`]: the [`Backend`] trait — the few steps that must be atomic in a store.
 //! * `core`: written once for every backend — the wait loop, the watchdog and lost signal,
 //!   reentrant holders sharing one holding. It stands alone: the user API wraps it.
@@ -36,20 +39,29 @@ pub mod backend;
 pub mod backends;
 pub mod client;
 mod core;
+pub mod election;
 pub mod error;
 pub mod fence;
 pub mod guard;
+pub mod latch;
 pub mod lock;
+pub mod metrics;
 mod options;
 pub mod sql;
+pub mod status;
+#[cfg(test)]
+mod sync_tests;
 mod types;
 pub mod url;
 
-pub use backend::{Attempt, Backend, Capabilities, LockRequest};
+pub use backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest};
 pub use client::{Client, DEFAULT_URL, RwLock, connect, connect_with};
+pub use election::{Election, Leader, Leadership};
 pub use error::{Error, ErrorKind, Result};
 pub use guard::Guard;
+pub use latch::Latch;
 pub use lock::{Lock, MultiGuard, MultiLock};
 pub use options::Options;
+pub use status::{ForcedRelease, Holder, Holding, LockStatus, Selection};
 pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 pub use url::redact;

@@ -9,6 +9,7 @@ use crate::client::Client;
 use crate::core::wait::{self, Deadline};
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::Guard;
+use crate::metrics::Labels;
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
 /// A named lock, not yet taken. Configure it (lease, renewal, owner), then acquire.
@@ -79,6 +80,11 @@ impl Lock {
         &self.name
     }
 
+    /// Which synchronizer it is (lock, fair lock, read or write side, semaphore permit).
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
     fn request(&self) -> Result<LockRequest> {
         if let LockKind::Permit { permits: 0 } = self.kind {
             return Err(Error::new(
@@ -95,12 +101,42 @@ impl Lock {
     }
 
     async fn take(&self, req: LockRequest, deadline: Deadline) -> Result<Option<Guard>> {
+        use tracing::Instrument;
         let engine = &self.client.engine;
-        let lease = wait::acquire(engine, req, self.renew, deadline).await?;
-        Ok(lease.map(|lease| Guard::new(engine.clone(), lease)))
+        let labels = Labels::of(engine.backend.name(), &req.name);
+        // The span carries the lock's name and, once granted, its fencing token; never the
+        // owner token (the secret that proves ownership).
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            backend = engine.backend.name(),
+            lock = %req.name,
+            kind = ?req.kind,
+            token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let waiting = labels.waiting();
+        let taken = wait::acquire(engine, req, self.renew, deadline)
+            .instrument(span.clone())
+            .await;
+        drop(waiting);
+        match &taken {
+            Ok(Some(lease)) => {
+                span.record("token", lease.token.get());
+                labels.acquired(started.elapsed());
+            }
+            Ok(None) => labels.timed_out(),
+            Err(e) => labels.failed(e),
+        }
+        Ok(taken?.map(|lease| Guard::new(engine.clone(), lease)))
     }
 
     /// Waits as long as it takes to acquire the lock.
+    ///
+    /// Once it has found the lock held, a waiter rides out store errors that may pass (a
+    /// database restarting, a connection reset: [`Error::is_retryable`]) by trying again, for
+    /// up to 30 s of failures in a row (within its deadline, for `acquire_timeout`); then the
+    /// store's error is the answer. A store that fails at the first attempt answers at once.
+    /// Stores whose waiters hold a place in a queue (ZooKeeper, etcd) answer the error at once.
     ///
     /// # Cancel Safety
     ///

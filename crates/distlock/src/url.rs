@@ -93,6 +93,12 @@ impl Scheme {
 /// the URL; [`redact`] shows their values.
 pub const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
 
+/// The query parameters of the backends that read their own URLs (etcd's session `ttl`,
+/// ZooKeeper's session `timeout`, Redlock's per-master timeouts): [`redact`] shows them, as a
+/// run's figures depend on them and they hold no secret.
+const SHOWN_BACKEND_PARAMETERS: &[&str] =
+    &["ttl", "timeout", "connect_timeout", "response_timeout"];
+
 /// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they
 /// shape the connection and hold no secret.
 /// Every other parameter's value is masked, so a secret under any name (`password`, `pass`,
@@ -177,6 +183,7 @@ fn redact_parameter(pair: &str) -> String {
     let harmless = OWN_PARAMETERS
         .iter()
         .chain(SHOWN_DRIVER_PARAMETERS)
+        .chain(SHOWN_BACKEND_PARAMETERS)
         .any(|shown| shown.eq_ignore_ascii_case(key));
     match pair.split_once('=') {
         _ if harmless || pair.is_empty() => pair.to_string(),
@@ -479,6 +486,9 @@ mod tests {
             "rediss://h:6380/0#insecure",
             "redis://h:6379/0?protocol=resp3",
             "postgres://h/db?",
+            "zk://h:2181/locks?timeout=3s",
+            "etcd://h:2379?ttl=3",
+            "redlock://a:1,b:2,c:3?connect_timeout=50ms&response_timeout=100ms",
         ] {
             assert_eq!(redact(url), url);
         }

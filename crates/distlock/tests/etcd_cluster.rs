@@ -141,19 +141,24 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
     let leader = blocking(|| cluster.leader())?;
     let killed_ns = monotonic_ns();
     blocking(|| cluster.kill(leader))?;
-    // What the lock's queue holds as the workers stop: a key nobody deletes shows here.
-    tokio::time::sleep_until(until).await;
-    let keys_at_end = lock_keys(&cluster, "counter")?;
-    let contended = contention.finish().await?;
+    let killed = Instant::now();
     let new_leader = blocking(|| cluster.leader())?;
+    let election = killed.elapsed();
     check!(
         new_leader != leader,
         "no new leader after m{leader} was killed"
     );
+    // What the lock's queue holds as the workers stop: a key nobody deletes shows here.
+    tokio::time::sleep_until(until).await;
+    let keys_at_end = lock_keys(&cluster, "counter")?;
+    let contended = contention.finish().await?;
     contended.check(
         killed_ns,
         (10, 20),
-        &format!("keys (create revision, lease) at the end: {keys_at_end:?}"),
+        &format!(
+            "m{new_leader} led {election:?} after the kill; keys (create revision, lease) at the \
+             end: {keys_at_end:?}"
+        ),
     )
 }
 

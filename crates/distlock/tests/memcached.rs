@@ -2,11 +2,13 @@
 //! memcached://127.0.0.1:11211), exclusive lock only, with a private memcached for the restart
 //! cases; then the cases only it has (`memcached::…`): names that memcached keys cannot hold as
 //! they are, fencing tokens after a lost counter and a restart, a taker that crashed between its
-//! `add` and its grant, locks spread over two servers, and what its whole-second leases refuse.
+//! `add` and its grant, locks spread over two servers, what its whole-second leases refuse, and
+//! the election record and latch built from check-and-set steps (stale writes, racing writers,
+//! a lost head, a latch that is never created by a count-down).
 
 use std::time::Duration;
 
-use distlock::{ErrorKind, OwnerToken};
+use distlock::{ErrorKind, FencingToken, LockName, OwnerToken};
 use distlock_testkit::servers::start_memcached;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -40,6 +42,18 @@ fn main() -> std::process::ExitCode {
             "memcached::sub_second_leases_are_refused_and_seconds_kept",
             whole_seconds,
         )
+        .case(
+            "memcached::stale_election_writes_change_nothing",
+            stale_election_writes,
+        )
+        .case(
+            "memcached::racing_election_writers_leave_no_log_hole",
+            racing_election_writers,
+        )
+        .case(
+            "memcached::latch_count_down_never_creates_or_goes_below_zero",
+            latch_count_down,
+        )
         .run()
 }
 
@@ -55,9 +69,15 @@ impl Raw {
         Ok(Raw(BufReader::new(TcpStream::connect(addr).await?)))
     }
 
-    /// `mg KEY v`: the value, if the item is there.
+    /// The value, if the item is there (`mg KEY c v`, its CAS left out).
     async fn get(&mut self, key: &str) -> Result<Option<String>, Failure> {
-        let line = self.command(&format!("mg {key} v")).await?;
+        Ok(self.get_with_cas(key).await?.map(|(_, value)| value))
+    }
+
+    /// `mg KEY c v`: the reply line (with the item's CAS) and the value, if the item is there:
+    /// equal before and after only if nothing rewrote the item, even with the same value.
+    async fn get_with_cas(&mut self, key: &str) -> Result<Option<(String, String)>, Failure> {
+        let line = self.command(&format!("mg {key} c v")).await?;
         if line == "EN" {
             return Ok(None);
         }
@@ -69,7 +89,7 @@ impl Raw {
         let mut data = vec![0; len + 2];
         self.0.read_exact(&mut data).await?;
         data.truncate(len);
-        Ok(Some(String::from_utf8_lossy(&data).into_owned()))
+        Ok(Some((line, String::from_utf8_lossy(&data).into_owned())))
     }
 
     /// Sends `command` and returns the reply line.
@@ -86,7 +106,12 @@ impl Raw {
 
 /// The lock key of a name made only of characters a key keeps as they are.
 fn plain_lock_key(name: &str) -> String {
-    format!("distlock:lock:{}", name.replace('%', "%25"))
+    plain_key("lock", name)
+}
+
+/// The key of role `role` (`lock`, `elect`, `alive`, `latch`, …) of such a name.
+fn plain_key(role: &str, name: &str) -> String {
+    format!("distlock:{role}:{}", name.replace('%', "%25"))
 }
 
 async fn names_never_collide(ctx: Ctx) -> Outcome {
@@ -344,5 +369,241 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
         "a lease of 1.2 s ended before 1.5 s"
     );
     check!(guard.release().await?, "the holder lost its lock");
+    Ok(())
+}
+
+/// A deposed leader's late writes (a lower term, with a value or resigning) change neither the
+/// head nor the liveness item, not even their CAS; after the head is lost (an eviction), the
+/// live leader's liveness item still bars a lower term from starting the new head, and the
+/// leader's next refresh starts it above every earlier seq.
+async fn stale_election_writes(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("stale");
+    let record = LockName::new(&name)?;
+    let backend = ctx.client.backend();
+    let ttl = Duration::from_secs(5);
+    let (leader, deposed) = (FencingToken(1_000), FencingToken(999));
+    check!(
+        backend
+            .elect_write(&record, deposed, Some("old"), ttl)
+            .await?,
+        "the first write was refused"
+    );
+    check!(
+        backend
+            .elect_write(&record, leader, Some("new"), ttl)
+            .await?,
+        "a newer term was refused"
+    );
+    let mut raw = Raw::connect(&ctx.url).await?;
+    let (head_key, alive_key) = (plain_key("elect", &name), plain_key("alive", &name));
+    let head = raw.get_with_cas(&head_key).await?;
+    let alive = raw.get_with_cas(&alive_key).await?;
+    check!(head.is_some() && alive.is_some(), "{head:?} {alive:?}");
+    for value in [Some("late"), Some("new"), None] {
+        check!(
+            !backend.elect_write(&record, deposed, value, ttl).await?,
+            "a write of the older term with {value:?} was accepted"
+        );
+        check!(
+            raw.get_with_cas(&head_key).await? == head,
+            "a refused write with {value:?} touched the head"
+        );
+        check!(
+            raw.get_with_cas(&alive_key).await? == alive,
+            "a refused write with {value:?} touched the liveness item"
+        );
+    }
+    let current = backend.elect_current(&record).await?;
+    check!(
+        current.as_ref().map(|e| (e.term, e.value.as_deref())) == Some((leader, Some("new"))),
+        "the leader is {current:?}"
+    );
+    let before = backend.elect_log(&record, None).await?;
+    let last_seq = before.last().map_or(0, |e| e.seq);
+
+    // The head is evicted while the leader is live.
+    check!(
+        raw.command(&format!("md {head_key}")).await? == "HD",
+        "the head was not there to delete"
+    );
+    check!(
+        !backend
+            .elect_write(&record, deposed, Some("late"), ttl)
+            .await?,
+        "an older term started a new head under a live leader"
+    );
+    check!(
+        raw.get(&head_key).await?.is_none(),
+        "a refused write made a head"
+    );
+    check!(
+        backend.elect_current(&record).await?.is_none(),
+        "a leader without a head"
+    );
+    check!(
+        backend
+            .elect_write(&record, leader, Some("new"), ttl)
+            .await?,
+        "the leader's refresh was refused"
+    );
+    let current = backend.elect_current(&record).await?;
+    check!(
+        current.as_ref().map(|e| (e.term, e.value.as_deref())) == Some((leader, Some("new"))),
+        "after the refresh the leader is {current:?}"
+    );
+    // An observer placed before the loss finds the new head's entry after its place.
+    let after = backend.elect_log(&record, Some(last_seq)).await?;
+    check!(
+        after.len() == 1 && after[0].seq > last_seq && after[0].term == leader,
+        "entries after seq {last_seq}: {after:?}"
+    );
+    check!(
+        backend.elect_write(&record, leader, None, ttl).await?,
+        "the leader could not resign"
+    );
+    check!(
+        raw.get(&alive_key).await?.is_none(),
+        "resigning left the liveness item"
+    );
+    check!(
+        backend.elect_current(&record).await?.is_none(),
+        "a leader after resigning"
+    );
+
+    // A head lost and started again below an observer's place (the client that started it had
+    // its clock behind): the observer still gets its entries, not nothing until seqs pass it.
+    let place = backend.elect_log(&record, None).await?;
+    let place = place.last().map_or(0, |e| e.seq);
+    let restarted = "5 5 2000 1 restarted";
+    check!(
+        raw.command(&format!("ms {head_key} {}\r\n{restarted}", restarted.len()))
+            .await?
+            == "HD",
+        "the head could not be replaced"
+    );
+    let after = backend.elect_log(&record, Some(place)).await?;
+    check!(
+        after.len() == 1 && after[0].seq == 5 && after[0].value.as_deref() == Some("restarted"),
+        "entries after seq {place} of a head restarted at 5: {after:?}"
+    );
+    Ok(())
+}
+
+/// Writers on separate clients append distinct values in the same term at once, so their
+/// check-and-sets collide all the time: every write lands exactly once, the log has no hole and
+/// no duplicate, and each writer's values are in the order it wrote them.
+async fn racing_election_writers(ctx: Ctx) -> Outcome {
+    const WRITERS: usize = 4;
+    const WRITES: usize = 50;
+    let name = ctx.unique_name("race");
+    let record = LockName::new(&name)?;
+    let term = FencingToken(7);
+    let ttl = Duration::from_secs(5);
+    let backend = ctx.client.backend();
+    check!(
+        backend
+            .elect_write(&record, term, Some("start"), ttl)
+            .await?,
+        "the first write was refused"
+    );
+    let start = backend.elect_log(&record, None).await?;
+    let start = start.last().map_or(0, |e| e.seq);
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let client = ctx.connect().await?;
+        let record = record.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..WRITES {
+                let value = format!("w{w}-{i}");
+                if !client
+                    .backend()
+                    .elect_write(&record, term, Some(&value), ttl)
+                    .await?
+                {
+                    return Err(Failure(format!("{value} was refused")));
+                }
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|e| Failure(format!("a writer panicked: {e}")))??;
+    }
+    let entries = backend.elect_log(&record, Some(start)).await?;
+    let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (start + 1..=start + (WRITERS * WRITES) as u64).collect();
+    check!(
+        seqs == expected,
+        "{} entries after seq {start}; the first hole or extra after {:?}",
+        seqs.len(),
+        seqs.iter().zip(&expected).find(|(a, b)| a != b)
+    );
+    for w in 0..WRITERS {
+        let mine: Vec<String> = entries
+            .iter()
+            .filter_map(|e| e.value.clone())
+            .filter(|v| v.starts_with(&format!("w{w}-")))
+            .collect();
+        let written: Vec<String> = (0..WRITES).map(|i| format!("w{w}-{i}")).collect();
+        check!(mine == written, "writer {w}'s values in the log: {mine:?}");
+    }
+    check!(
+        entries.iter().all(|e| e.term == term),
+        "an entry of another term"
+    );
+    Ok(())
+}
+
+/// A count-down of a latch memcached does not hold answers 0 and creates nothing; racing
+/// count-downs of a latch of 3 answer 2, 1 and then 0 every time; a latch lost mid-count (an
+/// eviction) reads 0, so its waiters go: what docs.md says.
+async fn latch_count_down(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("latch");
+    let latch = ctx.client.latch(&name);
+    let key = plain_key("latch", &name);
+    let mut raw = Raw::connect(&ctx.url).await?;
+    check!(
+        latch.count_down().await? == 0,
+        "a missing latch counted down"
+    );
+    check!(
+        raw.get(&key).await?.is_none(),
+        "a count-down created the latch"
+    );
+    check!(
+        latch.try_set_count(3).await?,
+        "a new latch refused its count"
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let client = ctx.connect().await?;
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            client.latch(&name).count_down().await
+        }));
+    }
+    let mut afters = Vec::new();
+    for task in tasks {
+        afters.push(
+            task.await
+                .map_err(|e| Failure(format!("a count-down panicked: {e}")))??,
+        );
+    }
+    afters.sort_unstable();
+    check!(
+        afters == [0, 0, 0, 0, 0, 0, 0, 0, 1, 2],
+        "counts after 10 count-downs of 3: {afters:?}"
+    );
+    check!(
+        latch.try_set_count(2).await?,
+        "a latch at 0 refused a new round"
+    );
+    check!(
+        raw.command(&format!("md {key}")).await? == "HD",
+        "the latch item was not there"
+    );
+    check!(latch.count().await? == 0, "a lost latch does not read 0");
+    latch.wait_timeout(Duration::from_secs(2)).await?;
     Ok(())
 }

@@ -55,6 +55,15 @@ fn main() -> std::process::ExitCode {
             "redis::options_bound_a_stalled_server",
             options_bound_a_stalled_server,
         )
+        .case(
+            "redis::pipelined_replies_reach_their_requests",
+            pipelined_replies_reach_their_requests,
+        )
+        .case("redis::database_in_the_url", database_in_the_url)
+        .case(
+            "redis::status_shows_each_flavour_and_escapes_prefixes",
+            status_of_every_flavour,
+        )
         .run()
 }
 
@@ -448,5 +457,144 @@ async fn options_bound_a_stalled_server(_ctx: Ctx) -> Outcome {
         waited < Duration::from_secs(2),
         "the request waited {waited:?} despite a 300 ms response timeout"
     );
+    // The connection that timed out is replaced: the resumed server serves the same client.
+    let after = client.lock("stall/after").try_acquire().await?;
+    check!(after.is_some(), "no lock after the server resumed");
+    Ok(())
+}
+
+/// Many tasks share the client's one command connection, whose requests leave in batches: each
+/// answer must reach the request it answers. 32 tasks cycle on names of their own, so every take
+/// must succeed, with tokens rising per name; a reply handed to the wrong request would show as a
+/// refused take, a foreign token or an error.
+async fn pipelined_replies_reach_their_requests(ctx: Ctx) -> Outcome {
+    let mut tasks = Vec::new();
+    for t in 0..32 {
+        let lock = ctx.client.lock(ctx.unique_name(&format!("pipe{t}")));
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for i in 0..100 {
+                let Some(guard) = lock.try_acquire().await? else {
+                    return Err(Failure(format!(
+                        "task {t}: take {i} of a free lock refused"
+                    )));
+                };
+                let token = guard.fencing_token().get();
+                if token <= last {
+                    return Err(Failure(format!("task {t}: token {token} after {last}")));
+                }
+                last = token;
+                guard.release().await?;
+            }
+            Ok::<_, Failure>(last)
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// The database number in the URL is the one the locks live in.
+async fn database_in_the_url(ctx: Ctx) -> Outcome {
+    let server = start_redis(Persistence::None)?;
+    let port = server.port();
+    let client = distlock::connect(&format!("redis://127.0.0.1:{port}/3")).await?;
+    let name = ctx.unique_name("db");
+    let guard = client.lock(&name).acquire().await?;
+    let key = format!("distlock:lock:{{{name}}}");
+    for (db, expected) in [(3, true), (0, false)] {
+        let mut conn = raw(&format!("redis://127.0.0.1:{port}/{db}")).await?;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        check!(exists == expected, "lock key in database {db}: {exists}");
+    }
+    guard.release().await?;
+    Ok(())
+}
+
+/// One name with a lock, two readers and a fair lock with a waiter: its status shows each
+/// flavour apart (the write side, neither held nor waited for, not at all) and the fair lock's
+/// waiter; a prefix with glob characters and braces matches only itself; a forced release of the
+/// read side removes both readers and leaves the lock.
+async fn status_of_every_flavour(ctx: Ctx) -> Outcome {
+    use distlock::LockKind;
+    let base = ctx.unique_name("ops");
+    let name = format!("{base}/a*b{{x}}");
+    let other = format!("{base}/aXb{{x}}");
+    let lock = ctx.client.lock(&name).acquire().await?;
+    let _other = ctx.client.lock(&other).acquire().await?;
+    let rw = ctx.client.rw_lock(&name);
+    let readers = [rw.read().acquire().await?, rw.read().acquire().await?];
+    let fair = ctx.client.fair_lock(&name);
+    let fair_held = fair.acquire().await?;
+    let queued = fair.clone();
+    let waiter = tokio::spawn(async move { queued.acquire_timeout(Duration::from_secs(20)).await });
+    eventually(
+        Duration::from_secs(5),
+        "the fair lock's waiter in the status",
+        || async {
+            let found = ctx.client.status(&name).await?;
+            Ok(found
+                .iter()
+                .any(|s| s.kind == LockKind::Fair && s.waiters == Some(1)))
+        },
+    )
+    .await?;
+
+    let found = ctx.client.status_prefix(&format!("{base}/a*")).await?;
+    check!(
+        found.iter().all(|s| s.name == name),
+        "the prefix ending in '*' matched another name: {found:?}"
+    );
+    let kinds: Vec<(LockKind, usize)> = found.iter().map(|s| (s.kind, s.holdings.len())).collect();
+    for want in [
+        (LockKind::Mutex, 1),
+        (LockKind::Read, 2),
+        (LockKind::Fair, 1),
+    ] {
+        check!(kinds.contains(&want), "{want:?} missing from {kinds:?}");
+    }
+    check!(
+        !kinds.iter().any(|(k, _)| *k == LockKind::Write),
+        "the write side, free and not waited for, is shown: {kinds:?}"
+    );
+    let mut tokens = vec![lock.fencing_token(), fair_held.fencing_token()];
+    tokens.extend(readers.iter().map(|r| r.fencing_token()));
+    for s in &found {
+        for h in &s.holdings {
+            check!(tokens.contains(&h.token), "unknown holding {h:?} in {s:?}");
+            check!(
+                h.holder.as_ref().map(|w| w.pid) == Some(std::process::id()),
+                "the holder is {:?}",
+                h.holder
+            );
+        }
+    }
+
+    let forced = ctx.client.force_release(&name, LockKind::Read).await?;
+    check!(forced.removed.len() == 2, "removed {:?}", forced.removed);
+    let after = ctx.client.status(&name).await?;
+    check!(
+        after
+            .iter()
+            .all(|s| s.kind != LockKind::Read || s.holdings.is_empty()),
+        "readers left after the forced release: {after:?}"
+    );
+    check!(
+        after
+            .iter()
+            .any(|s| s.kind == LockKind::Mutex && s.holdings.len() == 1),
+        "the lock of the same name was touched: {after:?}"
+    );
+    check!(fair_held.release().await?, "the fair lock was lost");
+    waiter
+        .await
+        .map_err(|e| Failure(e.to_string()))??
+        .release()
+        .await?;
+    check!(lock.release().await?, "the lock was lost");
     Ok(())
 }

@@ -519,12 +519,11 @@ async fn mixed_readers_and_writers_of_both_sides() -> Result<(), Failure> {
         last - first + 1 > written.len() as u64,
         "distlock's 16 writes were one block ({first}..={last}): Curator's writer never came between"
     );
+    // Whether two readers happened to be inside at once here depends on the scheduler (a loaded
+    // CI machine queued them strictly R, W, R, W): reported, not asserted. That readers of both
+    // sides share is proved step by step by `readers_share_across_sides_and_writers_wait_for_them`.
     let rust_shares: u64 = rust[..readers].iter().flatten().sum();
     let java_shares = java[0].count("shared");
-    check!(
-        rust_shares + java_shares as u64 > 0,
-        "no reader ever had another inside with it: {java:?}"
-    );
     eprintln!("readers that shared: distlock {rust_shares} of 16, Curator {java_shares} of 8");
     for client in clients {
         client.shutdown().await;

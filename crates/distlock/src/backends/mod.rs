@@ -4,7 +4,11 @@
 pub(crate) mod sqlx_error;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod records;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_inspect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_url;
 
@@ -25,6 +29,8 @@ pub mod mysql;
 
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod queue;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod text_records;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;

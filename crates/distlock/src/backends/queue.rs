@@ -1,11 +1,12 @@
 //! What the stores whose locks are queues of contender entries held by a session (etcd keys,
 //! ZooKeeper sequential nodes) share: the client's holdings, found again by fencing token, and
-//! the read-write rules such a queue cannot honour.
+//! the read-write rules such a queue cannot honour; and the entries a session's periodic check
+//! reads to find holdings someone else removed (a forced release).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::LockRequest;
+use crate::backend::{LockRequest, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{LockKind, LockName, OwnerToken};
 
@@ -16,6 +17,66 @@ pub(crate) struct Holding<S> {
     pub(crate) owner: OwnerToken,
     pub(crate) key: String,
     pub(crate) session: Arc<S>,
+}
+
+/// The entries of a session's holdings that its periodic check (ZooKeeper's session check,
+/// etcd's keep-alive) reads along with it, so a holding whose entry someone else deleted ends:
+/// no request per acquisition, and no watch beside the successor's.
+#[derive(Default)]
+pub(crate) struct Watched(Mutex<Vec<WatchedEntry>>);
+
+struct WatchedEntry {
+    key: String,
+    token: i64,
+    gone: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Watched {
+    /// Resolves when the check finds `key` (created as `token`) gone or replaced, or when
+    /// `session_ended` does (the check then ends and drops the sender too). Dropping the signal
+    /// stops the reads of that entry.
+    pub(crate) fn holding_ended(&self, key: String, token: i64, session_ended: Signal) -> Signal {
+        let (gone, found_gone) = tokio::sync::oneshot::channel();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(WatchedEntry { key, token, gone });
+        Box::pin(async move {
+            tokio::select! {
+                _ = found_gone => {}
+                () = session_ended => {}
+            }
+        })
+    }
+
+    /// The entries to read now (those whose holding still listens), with their tokens.
+    pub(crate) fn to_check(&self) -> Vec<(String, i64)> {
+        let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|e| !e.gone.is_closed());
+        entries.iter().map(|e| (e.key.clone(), e.token)).collect()
+    }
+
+    /// Ends the holdings of `checked` (as [`to_check`](Self::to_check) gave them) whose read
+    /// found them gone: `None`, or an entry created as another token.
+    pub(crate) fn found(&self, checked: &[(String, i64)], now: &[Option<i64>]) {
+        let gone: Vec<&str> = checked
+            .iter()
+            .zip(now)
+            .filter(|((_, token), now)| **now != Some(*token))
+            .map(|((key, _), _)| key.as_str())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for entry in std::mem::take(&mut *entries) {
+            if gone.contains(&entry.key.as_str()) {
+                let _ = entry.gone.send(());
+            } else {
+                entries.push(entry);
+            }
+        }
+    }
 }
 
 /// This client's holdings by fencing token: release and confirmation name a holding by token,

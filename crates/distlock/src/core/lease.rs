@@ -19,11 +19,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{Backend, Hold, LockRequest, Signal};
 use crate::core::reentrancy::Slot;
 use crate::core::renewals::{QueueKey, Renewals};
 use crate::error::{Error, ErrorKind};
+use crate::metrics::Labels;
 use crate::types::{FencingToken, show_duration};
 
 /// What a holding's guards can see of it.
@@ -36,6 +38,8 @@ struct LeaseState {
     lost: Option<Arc<str>>,
     /// Why the last renewal failed, if it did: the likely reason when the lease then runs out.
     renewal_error: Option<Arc<str>>,
+    /// The labels of this holding's metrics (a loss is counted where it is marked).
+    labels: Option<Arc<Labels>>,
 }
 
 impl LeaseState {
@@ -63,6 +67,10 @@ pub(crate) struct HeldLease {
     is_session: bool,
     /// Serialises this owner's takes and releases of the lock (see [`Slot`]).
     pub(crate) slot: Arc<Slot>,
+    /// When it was taken, and whether its hold time was recorded (once, when it ends here).
+    taken: Instant,
+    hold_recorded: std::sync::atomic::AtomicBool,
+    labels: Arc<Labels>,
 }
 
 impl HeldLease {
@@ -85,8 +93,10 @@ impl HeldLease {
                 None,
             ),
         };
+        let labels = Arc::new(Labels::of(backend.name(), &req.name));
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
+            labels: Some(labels.clone()),
             ..LeaseState::default()
         }));
         let is_session = session.is_some();
@@ -113,6 +123,9 @@ impl HeldLease {
             session_watch: Mutex::new(session_watch),
             is_session,
             slot,
+            taken: sent,
+            hold_recorded: std::sync::atomic::AtomicBool::new(false),
+            labels,
         });
         if let (Some(renewals), Some(at)) = (renewals, first_renewal) {
             renewals.schedule(at, &lease);
@@ -162,6 +175,9 @@ impl HeldLease {
 
     /// Nothing more to renew or watch: leaves the renewal queue, stops the session watch.
     fn stop(&self) {
+        if !self.hold_recorded.swap(true, Ordering::AcqRel) {
+            self.labels.held(self.taken.elapsed());
+        }
         let queued = self
             .renewal
             .lock()
@@ -306,6 +322,9 @@ fn mark_lost(state: &watch::Sender<LeaseState>, why: &str) {
             return false;
         }
         s.lost = Some(why.into());
+        if let Some(labels) = &s.labels {
+            labels.lost();
+        }
         true
     });
 }
@@ -368,7 +387,20 @@ pub(crate) async fn renew_once(backend: &dyn Backend, lease: &HeldLease) -> Rene
         let error = state.borrow().renewal_error.clone();
         return lost(lease_ended(req.lease.duration(), true, error.as_deref()));
     }
-    match tokio::time::timeout_at(until, backend.extend(req, token)).await {
+    let span = tracing::debug_span!(
+        "distlock.renew",
+        backend = backend.name(),
+        lock = %req.name,
+        token = token.get(),
+    );
+    let extended = tokio::time::timeout_at(until, backend.extend(req, token)).instrument(span);
+    let answer = extended.await;
+    match &answer {
+        Ok(Ok(Some(_))) => lease.labels.renewed(),
+        Ok(Ok(None)) => {}
+        Ok(Err(_)) | Err(_) => lease.labels.renewal_failed(),
+    }
+    match answer {
         Ok(Ok(Some(valid_for))) => {
             if !confirm(state, sent, valid_for) {
                 return lost("the renewal was confirmed only after the lease had ended".into());

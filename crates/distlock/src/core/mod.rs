@@ -3,6 +3,7 @@
 //! ([`reentrancy`]). Backends only supply the atomic steps of [`crate::backend::Backend`]; the
 //! user API (`Client`, `Lock`, `Guard`) wraps the [`Engine`] and the holdings it hands out.
 
+pub(crate) mod changes;
 pub(crate) mod lease;
 pub(crate) mod reentrancy;
 pub(crate) mod renewals;
@@ -78,7 +79,16 @@ impl Engine {
 
     /// Releases one hold of `lease`; `Ok(true)` if the holding was still ours.
     pub(crate) async fn release(&self, lease: &Arc<HeldLease>) -> Result<bool> {
-        let outcome = reentrancy::release(&*self.backend, lease).await?;
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "distlock.release",
+            backend = self.backend.name(),
+            lock = %lease.req.name,
+            token = lease.token.get(),
+        );
+        let outcome = reentrancy::release(&*self.backend, lease)
+            .instrument(span)
+            .await?;
         if outcome.freed {
             self.local.released(&lease.req.name);
         }

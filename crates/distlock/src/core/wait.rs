@@ -102,6 +102,10 @@ pub(crate) async fn acquire(
         acquired: false,
     };
     let mut backoff = Backoff::default();
+    // Whether an attempt found the lock held (the caller is waiting now), and since when the
+    // attempts have been failing.
+    let mut waited = false;
+    let mut failing_since: Option<Instant> = None;
     // A backend that hands the lock over to this client's waiters itself needs no second
     // wake-up: it would only send a take that finds the lock handed to another.
     let local = (!caps.hands_over).then(|| engine.local.subscribe(&req.name));
@@ -113,17 +117,50 @@ pub(crate) async fn acquire(
         }
 
         let attempt = waiting.attempt();
-        let taken = match deadline {
+        let answer = match deadline {
             // The deadline bounds a slow attempt too (a store riding out an election or a dead
             // server); the attempt is then finished, and undone, in the background (`Drop`).
             Deadline::At(at) if at > Instant::now() => {
                 match tokio::time::timeout_at(at, attempt).await {
-                    Ok(taken) => taken?,
+                    Ok(taken) => taken,
                     Err(_) => return Ok(None),
                 }
             }
-            _ => attempt.await?,
+            _ => attempt.await,
         };
+        let taken = match answer {
+            Ok(taken) => {
+                failing_since = None;
+                taken
+            }
+            // A waiter that has found the lock held rides out a store that fails for a moment
+            // (a database restarting, a connection reset): its caller asked to wait, and the
+            // next attempt is as good as the first. Only where a waiter holds no place in the
+            // store (nothing to lose between attempts), within its deadline, and for at most
+            // RIDE_OUT of failures in a row; then the store's error is the answer.
+            Err(e)
+                if e.is_retryable()
+                    && waited
+                    && !caps.queues
+                    && !matches!(deadline, Deadline::Now)
+                    && failing_since.is_none_or(|since: Instant| since.elapsed() < RIDE_OUT) =>
+            {
+                failing_since.get_or_insert_with(Instant::now);
+                tracing::debug!(lock = %req.name, "a waiter's attempt failed, trying again: {e}");
+                let mut nap = backoff.next().max(Duration::from_millis(50));
+                if let Deadline::At(at) = deadline {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(e);
+                    }
+                    nap = nap.min(left);
+                }
+                tokio::time::sleep(nap).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        waited = true;
         let retry_after = match taken {
             Taken::Got(lease) => return Ok(Some(lease)),
             Taken::Held(retry_after) => retry_after,
@@ -285,6 +322,9 @@ impl Waiter for PollingWaiter {
         Ok(())
     }
 }
+
+/// The longest a waiter goes on trying through store errors in a row (see `acquire`).
+const RIDE_OUT: Duration = Duration::from_secs(30);
 
 /// Maps a wait that reached its deadline to the timeout error.
 pub(crate) fn timed_out(name: &LockName, waited: Duration) -> Error {

@@ -25,6 +25,7 @@ pub fn postgres_lease(suite: Suite) -> Suite {
     suite
         .private_store(start_postgres)
         .case("release_wakes_waiters_by_notify", release_wakes_waiters)
+        .case("old_tables_get_holder_columns", pg_old_tables_migrate)
 }
 
 /// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
@@ -92,7 +93,9 @@ async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<us
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    suite.private_store(start_mariadb)
+    suite
+        .private_store(start_mariadb)
+        .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
 }
 
 pub fn mysql_session(suite: Suite) -> Suite {
@@ -121,4 +124,121 @@ async fn end_mysql_sessions(url: String, client_ports: Vec<u16>) -> Result<usize
             .await?;
     }
     Ok(ids.len())
+}
+
+/// `url` with its database (the path) replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, params) = url
+        .split_once('?')
+        .map_or((url, None), |(b, p)| (b, Some(p)));
+    let base = &base[..base.rfind('/').map_or(base.len(), |i| i + 1)];
+    match params {
+        Some(p) => format!("{base}{database}?{p}"),
+        None => format!("{base}{database}"),
+    }
+}
+
+/// The lock tables as distlock made them before it recorded holders, with one live holding.
+const PG_OLD_TABLES: &str = "
+    CREATE TABLE distlock_locks (
+        name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL,
+        holds integer NOT NULL CHECK (holds >= 0), token bigint NOT NULL,
+        expires_at timestamptz NOT NULL);
+    CREATE SEQUENCE distlock_fencing START 10;
+    INSERT INTO distlock_locks VALUES ('old-holding', 'x', 1, 1, now() + interval '1 hour');";
+
+const MYSQL_OLD_TABLES: &str = "
+    CREATE TABLE distlock_locks (
+        name VARBINARY(512) NOT NULL PRIMARY KEY,
+        owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        holds INT UNSIGNED NOT NULL, token BIGINT UNSIGNED NOT NULL,
+        expires_at DATETIME(6) NOT NULL) ENGINE = InnoDB;
+    CREATE TABLE distlock_session_tokens (
+        name VARBINARY(512) NOT NULL PRIMARY KEY,
+        token BIGINT UNSIGNED NOT NULL) ENGINE = InnoDB;
+    INSERT INTO distlock_locks
+        VALUES ('old-holding', 'x', 1, 1, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR);";
+
+/// Tables made by a version that recorded no holders get the holder columns at connect (in a
+/// database of their own): the old holding shows without a holder, a new one with this
+/// process, and a forced release fences it.
+async fn pg_old_tables_migrate(ctx: Ctx) -> Outcome {
+    let database = db::unique_table("migrate");
+    let admin = distlock::backends::postgres::PostgresBackend::connect(&ctx.url).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(admin.pool())
+        .await?;
+    let url = with_database(&ctx.url, &database);
+    let outcome = async {
+        let old = sqlx::postgres::PgPool::connect(&url).await?;
+        sqlx::raw_sql(PG_OLD_TABLES).execute(&old).await?;
+        old.close().await;
+        migrated_tables_work(&url).await
+    }
+    .await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {database} WITH (FORCE)"
+    )))
+    .execute(admin.pool())
+    .await?;
+    outcome
+}
+
+/// The same on MySQL / MariaDB, which has no ADD COLUMN IF NOT EXISTS in MySQL 8.
+async fn mysql_old_tables_migrate(ctx: Ctx) -> Outcome {
+    let database = db::unique_table("migrate");
+    let admin = distlock::backends::mysql::MysqlBackend::connect(&ctx.url).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(admin.pool())
+        .await?;
+    let url = with_database(&ctx.url, &database);
+    let outcome = async {
+        let old = sqlx::mysql::MySqlPool::connect(&url).await?;
+        sqlx::raw_sql(MYSQL_OLD_TABLES).execute(&old).await?;
+        old.close().await;
+        migrated_tables_work(&url).await
+    }
+    .await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {database}")))
+        .execute(admin.pool())
+        .await?;
+    outcome
+}
+
+async fn migrated_tables_work(url: &str) -> Outcome {
+    // Two clients at once: both may find the columns missing, and both must connect.
+    let (client, other) = tokio::join!(distlock::connect(url), distlock::connect(url));
+    let (client, _other) = (client?, other?);
+    let old = client.status("old-holding").await?;
+    check!(
+        old.iter()
+            .flat_map(|s| &s.holdings)
+            .any(|h| h.token.get() == 1 && h.holder.is_none() && h.since.is_none()),
+        "the holding taken before the migration: {old:?}"
+    );
+    let guard = client
+        .lock("new-holding")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await?;
+    let token = guard.fencing_token();
+    let found = client.status("new-holding").await?;
+    check!(
+        found
+            .iter()
+            .flat_map(|s| &s.holdings)
+            .any(|h| h.token == token
+                && h.holder.as_ref().map(|w| w.pid) == Some(std::process::id())
+                && h.since.is_some()),
+        "the holding taken after the migration: {found:?}"
+    );
+    let forced = client
+        .force_release("new-holding", distlock::LockKind::Mutex)
+        .await?;
+    check!(
+        forced.fence > token && forced.removed.iter().any(|h| h.token == token),
+        "forced release: {forced:?}"
+    );
+    drop(guard);
+    Ok(())
 }

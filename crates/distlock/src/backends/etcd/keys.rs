@@ -3,7 +3,7 @@
 //!
 //! The exclusive lock is etcd's own mutex layout, so `etcdctl lock NAME` and distlock's lock
 //! `NAME` are one lock: each contender puts a key under `<prefix><name>/` (value: its owner
-//! token), attached to its session's lease; the key with the oldest create revision holds the
+//! token and who put it, a [contender entry](crate::backends::text_records)), attached to its session's lease; the key with the oldest create revision holds the
 //! lock, and that revision is the fencing token. etcd names the key `<name>/<lease id in hex>`,
 //! one per session; distlock adds `-<n>`, one per contender, so two owners of one client queue in
 //! etcd in arrival order like everyone else instead of taking turns at one key.
@@ -109,6 +109,33 @@ impl LockKeys {
         }
     }
 
+    /// This flavour's holders among `range` (the keys of [`range`](Self::range) in create order),
+    /// by the rule [`holds`](Self::holds) applies, and how many of this flavour's keys wait.
+    pub(super) fn holders<'a>(&self, range: &'a [KeyValue]) -> (Vec<&'a KeyValue>, u64) {
+        let mut holders = Vec::new();
+        let mut waiters = 0;
+        let mut blockers = 0usize;
+        for kv in range {
+            let own = kv.key().starts_with(self.own.as_bytes());
+            let blocker = kv.key().starts_with(self.blockers.as_bytes());
+            let holds = match self.rule {
+                // The oldest blocker holds (the write lock's blockers are the whole range).
+                Rule::Exclusive => blockers == 0,
+                Rule::Shared => blockers == 0,
+                Rule::Permits(n) => blockers < n as usize,
+            };
+            if own {
+                if holds {
+                    holders.push(kv);
+                } else {
+                    waiters += 1;
+                }
+            }
+            blockers += usize::from(blocker);
+        }
+        (holders, waiters)
+    }
+
     /// The key to wait for, for a contender created at `mine` that does not hold: the newest
     /// blocker older than it. `None` for a semaphore, whose waiters watch the whole range.
     pub(super) fn ahead_read(&self, mine: i64) -> Option<(String, GetOptions)> {
@@ -124,11 +151,61 @@ impl LockKeys {
     }
 }
 
+/// The lock ranges a key of a prefix read belongs to, found by parsing it: the lock's name and
+/// flavour range, `None` for anything else (election and latch keys, keys distlock did not
+/// make). `key` is without the URL's prefix.
+pub(super) fn parse_key(key: &str) -> Option<(String, Range)> {
+    let (head, _) = key.split_once('/')?;
+    // After the escaped name, a `%` not starting an escape starts the flavour.
+    let mut end = head.len();
+    let mut i = 0;
+    while let Some(at) = head[i..].find('%') {
+        let at = i + at;
+        let next = head.get(at + 1..at + 3);
+        if matches!(next, Some("25" | "2F")) {
+            i = at + 3;
+        } else {
+            end = at;
+            break;
+        }
+    }
+    let range = match &head[end..] {
+        "" => Range::Mutex,
+        "%fair" => Range::Fair,
+        "%rw" => Range::ReadWrite,
+        "%sem" => Range::Semaphore,
+        _ => return None,
+    };
+    let name = head[..end].replace("%2F", "/").replace("%25", "%");
+    (escape(&name) == head[..end]).then_some((name, range))
+}
+
+/// Which of a name's key ranges a key is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Range {
+    Mutex,
+    Fair,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Range {
+    /// The flavours whose keys are in this range (a semaphore's with its permit count).
+    pub(super) fn kinds(self, permits: u32) -> Vec<LockKind> {
+        match self {
+            Range::Mutex => vec![LockKind::Mutex],
+            Range::Fair => vec![LockKind::Fair],
+            Range::ReadWrite => vec![LockKind::Read, LockKind::Write],
+            Range::Semaphore => vec![LockKind::Permit { permits }],
+        }
+    }
+}
+
 /// A name as one key segment: `/` would let one lock's range hold another's keys (`a/` holds
 /// `a/b/…`), so it becomes `%2F`, and `%` becomes `%25` so escaping stays one-to-one (and a `%`
 /// after a name always starts a flavour). Every other name (letters, digits, `-_.:`, any
 /// Unicode) is the key as written, as `etcdctl lock` uses it.
-fn escape(name: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn escape(name: &str) -> std::borrow::Cow<'_, str> {
     if name.contains(['/', '%']) {
         name.replace('%', "%25").replace('/', "%2F").into()
     } else {
@@ -170,5 +247,22 @@ mod tests {
                     .starts_with(keys("", "a%", LockKind::Mutex).range())
             );
         }
+    }
+
+    #[test]
+    fn keys_parse_back_to_their_lock() {
+        for (name, kind, range) in [
+            ("orders:42", LockKind::Mutex, Range::Mutex),
+            ("a/b%c", LockKind::Fair, Range::Fair),
+            ("a%2Fb", LockKind::Read, Range::ReadWrite),
+            ("x", LockKind::Write, Range::ReadWrite),
+            ("x", LockKind::Permit { permits: 2 }, Range::Semaphore),
+        ] {
+            let key = keys("", name, kind).contender(0x694d, 3);
+            assert_eq!(parse_key(&key), Some((name.to_string(), range)), "{key}");
+        }
+        assert_eq!(parse_key("a%elect/rec"), None);
+        assert_eq!(parse_key("a%latch"), None);
+        assert_eq!(parse_key("a%2/x"), None);
     }
 }

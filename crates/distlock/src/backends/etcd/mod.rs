@@ -4,11 +4,17 @@
 //! * [`keys`]: where a lock's contenders put their keys.
 //! * [`session`]: the client's lease and its keep-alive; its end is every holding's lost signal.
 //! * [`waiter`]: a contender's place in the queue, and the watch on the one ahead of it.
+//! * [`election`]: election records (fenced by compare-and-set, live while their writer's lease
+//!   is) and the watch on a key; [`latch`]: count-down latches.
+//! * [`inspect`]: a lock's status and its forced release.
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod election;
+mod inspect;
 mod keys;
+mod latch;
 mod session;
 mod waiter;
 
@@ -25,10 +31,12 @@ use etcd_client::{
 use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
+use crate::backends::text_records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockKind, OwnerToken};
+use crate::status::{ForcedRelease, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
 
@@ -44,6 +52,8 @@ pub(crate) struct Inner {
     config: config::Config,
     /// Numbers this client's contender keys.
     contenders: AtomicU64,
+    /// How long answers take, for when to send a request again beside an unanswered one.
+    answers: AnswerTimes,
     holdings: Holdings,
     retry_for: Duration,
 }
@@ -117,6 +127,42 @@ fn passing(message: &str) -> bool {
 /// How long a request that failed with a connection fault is tried again, unless
 /// [`Options::retry_for`] says otherwise: long enough to ride out an election.
 const RETRY_FOR: Duration = Duration::from_secs(5);
+/// The most attempts of one request in flight at once (see [`Inner::retrying`]); past it the
+/// oldest is given up.
+const MOST_IN_FLIGHT: usize = 8;
+
+/// A moving average of how long answered requests took: an attempt unanswered for many times
+/// that is sent again beside it. etcd-client spreads requests over every endpoint, a member cut
+/// off (connection open, nothing answered) included: without this every third request waited
+/// for a member that would never answer.
+#[derive(Default)]
+struct AnswerTimes {
+    average_us: AtomicU64,
+}
+
+impl AnswerTimes {
+    /// The least wait before a second attempt: above a healthy answer on a loaded machine.
+    const SHORTEST_WAIT: Duration = Duration::from_millis(25);
+    /// The most: below the response timeout, and past an election's usual length.
+    const LONGEST_WAIT: Duration = Duration::from_millis(750);
+
+    fn record(&self, took: Duration) {
+        let sample = took.as_micros().min(u128::from(u32::MAX)) as u64;
+        let old = self.average_us.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 8 + sample / 8
+        };
+        self.average_us.store(new, Ordering::Relaxed);
+    }
+
+    /// How long an attempt may go unanswered before another is sent beside it.
+    fn wait_before_another(&self) -> Duration {
+        let average = Duration::from_micros(self.average_us.load(Ordering::Relaxed));
+        (average * 8).clamp(Self::SHORTEST_WAIT, Self::LONGEST_WAIT)
+    }
+}
 /// How long a release or leave that could not delete its key keeps trying in the background
 /// between tries (until it succeeds or the session is over).
 const CLEANUP_EVERY: Duration = Duration::from_millis(500);
@@ -168,6 +214,7 @@ impl EtcdBackend {
                 sessions,
                 config,
                 contenders: AtomicU64::new(0),
+                answers: AnswerTimes::default(),
                 holdings: Holdings::default(),
                 retry_for: options.retry_for.unwrap_or(RETRY_FOR),
             }),
@@ -201,6 +248,17 @@ fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
     Ok(tls)
 }
 
+/// The compares that hold when `key`'s value is a contender entry of `owner`
+/// ([`text_records::contender_of`](super::text_records::contender_of)): it starts with the owner
+/// token and a newline. etcd compares values as bytes and has no prefix compare; the two bounds
+/// make one: above `owner\n` (no entry is that alone) and below `owner` + the byte after `\n`.
+fn owned_by(key: &str, owner: &str) -> [Compare; 2] {
+    [
+        Compare::value(key, CompareOp::Greater, format!("{owner}\n")),
+        Compare::value(key, CompareOp::Less, format!("{owner}\u{b}")),
+    ]
+}
+
 impl Inner {
     /// A number no other contender of this client has.
     pub(crate) fn next_contender(&self) -> u64 {
@@ -212,15 +270,14 @@ impl Inner {
     async fn delete_if_same(&self, key: &str, revision: i64, owner: Option<&str>) -> Result<bool> {
         let mut when = vec![Compare::create_revision(key, CompareOp::Equal, revision)];
         if let Some(owner) = owner {
-            when.push(Compare::value(key, CompareOp::Equal, owner));
+            when.extend(owned_by(key, owner));
         }
         self.delete_when(key, when).await
     }
 
     /// Deletes `key` if it holds `owner`'s token.
     async fn delete_if_owner(&self, key: &str, owner: &str) -> Result<bool> {
-        self.delete_when(key, vec![Compare::value(key, CompareOp::Equal, owner)])
-            .await
+        self.delete_when(key, owned_by(key, owner).into()).await
     }
 
     async fn delete_when(&self, key: &str, when: Vec<Compare>) -> Result<bool> {
@@ -267,33 +324,86 @@ impl Inner {
     /// Runs one request, again while it fails with a connection fault, for up to `retry_for`:
     /// etcd-client keeps sending a share of requests to a member that is down, and an election
     /// fails requests for a moment. Every request sent this way is safe to repeat (reads,
-    /// conditional writes, and puts of a key named before the first try).
-    async fn retrying<T, F, Fut>(&self, what: &'static str, mut request: F) -> Result<T>
+    /// conditional writes, and puts of a key named before the first try), so an attempt left
+    /// unanswered for several times the usual answer time ([`AnswerTimes`]) gets another sent
+    /// beside it and the first answer wins: a write that reached a member just as its leader
+    /// died is never answered (etcd drops the proposal and the member waits out its own request
+    /// timeout), and waiting on it alone kept a released key, and the lock, for the whole
+    /// response timeout; a member cut off from this client never answers at all. Not when
+    /// `hedged` is false: a request that could do harm landing late (see [`Self::txn_alone`]).
+    async fn retrying<T, F, Fut>(
+        &self,
+        what: &'static str,
+        hedged: bool,
+        mut request: F,
+    ) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let until = tokio::time::Instant::now() + self.retry_for;
         let mut nap = Duration::from_millis(10);
+        let mut send = |client: Client| {
+            let attempt = request(client);
+            Box::pin(async move {
+                let sent = tokio::time::Instant::now();
+                (attempt.await, sent.elapsed())
+            })
+        };
+        // Oldest first. Each attempt sent beside others waits twice as long as the one before
+        // (an election can leave several unanswered); past MOST_IN_FLIGHT the oldest is dropped.
+        let mut in_flight = vec![send(self.client.clone())];
+        let mut wait = self.answers.wait_before_another();
         loop {
-            match request(self.client.clone()).await {
-                Ok(answer) => return Ok(answer),
-                Err(e) => {
-                    let error = from_etcd(what)(e);
-                    if error.kind() != ErrorKind::Connection
-                        || tokio::time::Instant::now() + nap >= until
-                    {
+            let another = hedged && tokio::time::Instant::now() < until;
+            tokio::select! {
+                ((answer, took), i, _) = futures_util::future::select_all(in_flight.iter_mut()) => {
+                    drop(in_flight.remove(i));
+                    let error = match answer {
+                        Ok(answer) => {
+                            self.answers.record(took);
+                            return Ok(answer);
+                        }
+                        Err(e) => from_etcd(what)(e),
+                    };
+                    if error.kind() != ErrorKind::Connection {
+                        return Err(error);
+                    }
+                    if !in_flight.is_empty() {
+                        continue;
+                    }
+                    if tokio::time::Instant::now() + nap >= until {
                         return Err(error);
                     }
                     tokio::time::sleep(nap).await;
                     nap = (nap * 2).min(Duration::from_millis(320));
+                    in_flight.push(send(self.client.clone()));
+                }
+                () = tokio::time::sleep(wait), if another => {
+                    if in_flight.len() == MOST_IN_FLIGHT {
+                        drop(in_flight.remove(0));
+                    }
+                    in_flight.push(send(self.client.clone()));
+                    wait = (wait * 2).min(AnswerTimes::LONGEST_WAIT);
                 }
             }
         }
     }
 
     async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
-        self.retrying(what, |client| {
+        self.retrying(what, true, |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        })
+        .await
+    }
+
+    /// [`txn`](Self::txn) with one attempt in flight at a time: for a put that creates a
+    /// contender's key when it is absent. A second attempt sent beside a slow one could land
+    /// after the key was deleted (released, or left by a waiter that gave up) and create it
+    /// again, held by the live session, blocking the lock for as long as this client lives.
+    async fn txn_alone(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
+        self.retrying(what, false, |client| {
             let txn = txn.clone();
             async move { client.kv_client().txn(txn).await }
         })
@@ -306,7 +416,7 @@ impl Inner {
         key: &str,
         options: Option<GetOptions>,
     ) -> Result<GetResponse> {
-        self.retrying(what, |client| {
+        self.retrying(what, true, |client| {
             let (key, options) = (key.to_string(), options.clone());
             async move { client.kv_client().get(key, options).await }
         })
@@ -319,7 +429,7 @@ impl Inner {
         key: &[u8],
         options: WatchOptions,
     ) -> Result<WatchStream> {
-        self.retrying(what, |client| {
+        self.retrying(what, true, |client| {
             let (key, options) = (key.to_vec(), options.clone());
             async move { client.watch_client().watch(key, Some(options)).await }
         })
@@ -334,7 +444,11 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::sessions().notifying().queueing()
+        Capabilities::sessions()
+            .notifying()
+            .queueing()
+            .electing_and_latching()
+            .inspecting()
     }
 
     fn supports(&self, kind: LockKind) -> bool {
@@ -382,7 +496,7 @@ impl Backend for EtcdBackend {
         }
         let answer = self.inner.get("confirming a holding", &key, None).await?;
         let held = answer.kvs().first().is_some_and(|kv| {
-            kv.create_revision() == revision && kv.value() == req.owner.as_str().as_bytes()
+            kv.create_revision() == revision && contender_of(kv.value(), req.owner.as_str())
         });
         Ok(held.then_some(Duration::ZERO))
     }
@@ -401,5 +515,55 @@ impl Backend for EtcdBackend {
 
     fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
         Some(Box::new(EtcdWaiter::new(self.inner.clone(), req.clone())))
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        election::write(&self.inner, election, term, value, ttl).await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        election::current(&self.inner, election).await
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        election::log(&self.inner, election, after).await
+    }
+
+    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
+        election::watch(&self.inner, election).await
+    }
+
+    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
+        latch::set(&self.inner, latch, count).await
+    }
+
+    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
+        latch::count_down(&self.inner, latch).await
+    }
+
+    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
+        latch::count(&self.inner, latch).await
+    }
+
+    async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
+        latch::watch(&self.inner, latch).await
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        inspect::status(&self.inner, which).await
+    }
+
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        inspect::force_release(&self.inner, name, kind).await
     }
 }

@@ -4,16 +4,21 @@
 //! (a paused or cut-off process finds it over as soon as it runs again), or etcd says the lease
 //! is gone. Every holding of the session then fires its lost signal at once, and the next take
 //! starts a new session.
+//!
+//! Each keep-alive also reads the keys of the session's holdings (one transaction, sent beside
+//! it: no round trip of its own and none per acquisition): a holding whose key someone else
+//! deleted (a forced release) is over, and its own lost signal fires.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{NAME, from_etcd};
 use crate::backend::Signal;
+use crate::backends::queue::Watched;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a failed keep-alive waits before it is tried again (within the TTL).
@@ -28,9 +33,18 @@ pub(super) struct Session {
     /// plus the TTL.
     valid_until: watch::Receiver<Instant>,
     keep_alive: tokio::task::AbortHandle,
+    /// The keys of this session's holdings the keep-alive reads.
+    held: Arc<Watched>,
 }
 
 impl Session {
+    /// Resolves when the holding whose key is `key`, created at `revision`, is over: the key
+    /// found gone (or put anew) by a keep-alive's read, or the session over. Dropping the signal
+    /// stops the reads of that key.
+    pub(super) fn holding_ended(&self, key: String, revision: i64) -> Signal {
+        self.held.holding_ended(key, revision, self.ended())
+    }
+
     /// Whether the session can no longer be assumed alive: said so, or past its confirmed end
     /// by the clock (before the keep-alive task has even run, after a pause).
     pub(super) fn is_over(&self) -> bool {
@@ -113,18 +127,21 @@ impl Sessions {
         let ttl = Duration::from_secs(granted.ttl() as u64);
         let (over_tx, over) = watch::channel(false);
         let (until_tx, valid_until) = watch::channel(sent + ttl);
+        let held = Arc::new(Watched::default());
         let task = tokio::spawn(keep_alive(
             self.client.clone(),
             granted.id(),
             ttl,
             until_tx,
             over_tx,
+            held.clone(),
         ));
         Ok(Session {
             id: granted.id(),
             over,
             valid_until,
             keep_alive: task.abort_handle(),
+            held,
         })
     }
 
@@ -171,15 +188,29 @@ async fn keep_alive(
     ttl: Duration,
     confirmed: watch::Sender<Instant>,
     over: watch::Sender<bool>,
+    held: Arc<Watched>,
 ) {
     let mut valid_until = *confirmed.borrow();
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut next = valid_until - ttl + ttl / 3;
+    let mut reading: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::time::sleep_until(next).await;
         let sent = Instant::now();
         if sent >= valid_until {
             break;
+        }
+        // The read goes beside the keep-alive, never in its way: a read stuck in a fault must not
+        // hold back the keep-alive's retries. One at a time; a read that failed is not known
+        // this time and is asked again at the next keep-alive.
+        if reading.as_ref().is_none_or(|r| r.is_finished()) {
+            let (client, held) = (client.clone(), held.clone());
+            reading = Some(tokio::spawn(async move {
+                let keys = held.to_check();
+                if let Ok(Ok(now)) = tokio::time::timeout(ttl, read_keys(&client, &keys)).await {
+                    held.found(&keys, &now);
+                }
+            }));
         }
         match tokio::time::timeout(valid_until - sent, renew(&client, id, &mut stream)).await {
             Ok(Ok(true)) => {
@@ -199,9 +230,35 @@ async fn keep_alive(
             }
         }
     }
+    if let Some(reading) = reading {
+        reading.abort();
+    }
     // Best effort: the keys go now rather than when etcd expires the lease by its own clock.
     let _ = over.send(true);
     let _ = tokio::time::timeout(ttl, client.lease_client().revoke(id)).await;
+}
+
+/// Each key's create revision now (`None`: gone), in transactions of at most 128 reads (etcd's
+/// default limit of operations per transaction). No request when there is no key.
+async fn read_keys(
+    client: &Client,
+    keys: &[(String, i64)],
+) -> std::result::Result<Vec<Option<i64>>, etcd_client::Error> {
+    let mut now = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(128) {
+        let reads: Vec<TxnOp> = chunk
+            .iter()
+            .map(|(key, _)| TxnOp::get(key.as_str(), None))
+            .collect();
+        let answer = client.kv_client().txn(Txn::new().and_then(reads)).await?;
+        for op in answer.op_responses() {
+            now.push(match op {
+                TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.create_revision()),
+                _ => None,
+            });
+        }
+    }
+    Ok(now)
 }
 
 /// One keep-alive: `Ok(true)` renewed, `Ok(false)` the lease is gone.

@@ -3,6 +3,9 @@
 //! A contender that is not the oldest watches the one key just older than its own for deletion,
 //! and polls once more when the watch exists, so no release is missed and one release wakes one
 //! waiter.
+//!
+//! A holding's key deleted by someone else (a forced release) ends it as its session's end does:
+//! the session's keep-alive reads its holdings' keys (see [`session`](super::session)).
 
 use std::sync::Arc;
 
@@ -18,8 +21,9 @@ use super::session::Session;
 use super::{Holding, Inner, NAME, from_etcd};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter};
 use crate::backends::etcd::keys::LockKeys;
+use crate::backends::text_records::{contender_of, encode_contender};
 use crate::error::{Error, ErrorKind, Result};
-use crate::types::FencingToken;
+use crate::types::{FencingToken, LockKind};
 
 /// This contender's key, named before it is put (so a put whose answer was lost is found again
 /// and removed), and the create revision etcd gave it (its fencing token once it holds).
@@ -71,12 +75,18 @@ impl EtcdWaiter {
         let (key, lease) = (place.key.clone(), place.session.id);
         self.place = Some(place);
         let owner = self.req.owner.as_str();
+        let permits = match self.req.kind {
+            LockKind::Permit { permits } => permits,
+            _ => 0,
+        };
+        // The owner token (how this client knows its key again), and who put it, for a status.
+        let value = encode_contender(owner, permits);
         let put = PutOptions::new().with_lease(lease);
         let (blockers, options) = self.keys.holder_read();
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(key.clone(), owner, Some(put)),
+                TxnOp::put(key.clone(), value, Some(put)),
                 TxnOp::get(blockers.clone(), Some(options.clone())),
             ])
             .or_else([
@@ -85,7 +95,7 @@ impl EtcdWaiter {
             ]);
         let answer = self
             .inner
-            .txn("taking a place in the lock's queue", txn)
+            .txn_alone("taking a place in the lock's queue", txn)
             .await?;
         let read_at = answer.header().map_or(0, |h| h.revision());
         let mut ops = answer.op_responses().into_iter();
@@ -95,7 +105,7 @@ impl EtcdWaiter {
         } else {
             // The key is this waiter's alone: it is there because an earlier put landed.
             match kvs(first).into_iter().next() {
-                Some(kv) if kv.value() == owner.as_bytes() => kv.create_revision(),
+                Some(kv) if contender_of(kv.value(), owner) => kv.create_revision(),
                 _ => {
                     return Err(Error::new(
                         ErrorKind::Backend,
@@ -210,7 +220,9 @@ impl Waiter for EtcdWaiter {
                     retry_after: Some(Duration::ZERO),
                 });
             }
-            let (ended, valid_until) = (place.session.ended(), place.session.valid_until());
+            // Its key deleted by someone else (a forced release) ends it too.
+            let ended = place.session.holding_ended(place.key.clone(), revision);
+            let valid_until = place.session.valid_until();
             let place = self.place.take().expect("placed");
             self.inner.holdings.hold(
                 revision,

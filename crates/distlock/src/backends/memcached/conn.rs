@@ -1,6 +1,8 @@
 //! The server: a small pool of connections to one memcached, and the five meta-protocol commands
 //! the lock needs (`mg`, `ms` in add mode, `ms` with a CAS, `md` with a CAS, `ma` with
-//! autovivify), spoken directly over TCP.
+//! autovivify), spoken directly over TCP; three more for elections and latches (a plain `ms`, a
+//! plain `md`, `ma` decrementing without autovivify); and `lru_crawler metadump` for a status by
+//! prefix.
 //!
 //! A connection serves one request at a time and goes back to the pool only after a complete
 //! reply: a call cancelled or failed mid-request drops its connection, so a reply never reaches
@@ -221,6 +223,83 @@ impl Conn {
             "HD" => Ok(true),
             "EX" | "NF" => Ok(false),
             line => Err(bad_reply(line)),
+        }
+    }
+
+    /// `ms`: stores `value` at `key` for `ttl` seconds (0: no expiry), whatever was there.
+    pub(super) async fn set(&mut self, key: &str, value: &str, ttl: u32) -> Result<(), Fault> {
+        let command = format!("ms {key} {} T{ttl}", value.len());
+        match self.request(&command, Some(value)).await?.as_str() {
+            "HD" => Ok(()),
+            line => Err(bad_reply(line)),
+        }
+    }
+
+    /// `md` without a CAS: deletes the item at `key`, if any. Whether there was one.
+    pub(super) async fn remove(&mut self, key: &str) -> Result<bool, Fault> {
+        match self.request(&format!("md {key}"), None).await?.as_str() {
+            "HD" => Ok(true),
+            "NF" => Ok(false),
+            line => Err(bad_reply(line)),
+        }
+    }
+
+    /// `ma` in decrement mode, without autovivify: the counter at `key` minus one (memcached
+    /// stops at 0), or `None` if there is no counter (none is created).
+    pub(super) async fn decrement(&mut self, key: &str) -> Result<Option<u64>, Fault> {
+        let line = self.request(&format!("ma {key} MD v"), None).await?;
+        if line == "NF" {
+            return Ok(None);
+        }
+        if !line.starts_with("VA ") {
+            return Err(bad_reply(&line));
+        }
+        let value = self.value(&line).await?;
+        // A decrement that shortens the number may leave it padded with spaces.
+        value
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| bad_reply(&value))
+    }
+
+    /// `lru_crawler metadump all` (memcached 1.4.31 and later): the key of every item the server
+    /// holds, as the server writes it (URL-encoded). It walks every item, so it is for
+    /// operations, not for locking. `None` from a server that does not know the command (older,
+    /// or its crawler disabled); a server crawling already answers `BUSY`, a [`Fault::Reply`].
+    pub(super) async fn metadump(&mut self) -> Result<Option<Vec<String>>, Fault> {
+        if let Err(error) = self
+            .stream
+            .get_mut()
+            .write_all(b"lru_crawler metadump all\r\n")
+            .await
+        {
+            return Err(Fault::Transport { error, sent: false });
+        }
+        let mut keys = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.stream.read_line(&mut line).await? == 0 {
+                let error = io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed");
+                return Err(Fault::Transport {
+                    error,
+                    sent: !self.reused,
+                });
+            }
+            self.reused = false;
+            // Item lines end in '\n' alone, the last one ('END') in '\r\n'.
+            let item = line.trim_end();
+            if item == "END" {
+                return Ok(Some(keys));
+            }
+            if keys.is_empty() && (item == "ERROR" || item.starts_with("CLIENT_ERROR")) {
+                return Ok(None);
+            }
+            match item.strip_prefix("key=") {
+                Some(rest) => keys.push(rest.split(' ').next().unwrap_or_default().to_string()),
+                None => return Err(bad_reply(item)),
+            }
         }
     }
 

@@ -5,7 +5,9 @@
 //! `distlock:<role>:<escaped name>` (every byte outside `!`..`~`, and `%` itself, as `%XX`: one
 //! name, one key, and nothing a name holds can end the command line) when that fits, and
 //! `distlock:<role>#<SHA-256 of the name, hex>` when it does not. The `:` and `#` after the role
-//! keep the two forms apart, so an escaped name never equals a digest.
+//! keep the two forms apart, so an escaped name never equals a digest; no role holds either, so
+//! keys of different roles never meet. Roles: `lock` and `fence` (a lock), `elect`, `alive` and
+//! `elog.<seq>` (an election), `latch` (a count-down latch).
 
 use sha2::{Digest, Sha256};
 
@@ -29,6 +31,34 @@ impl Keys {
             fence: key("fence", name),
         }
     }
+}
+
+/// The keys of one election (named by the election's name, not its lock's): the head with the
+/// latest entry, the item whose expiry says the leader is live, and one item per older entry.
+pub(super) struct ElectionKeys<'a> {
+    name: &'a LockName,
+    pub(super) head: String,
+    pub(super) alive: String,
+}
+
+impl<'a> ElectionKeys<'a> {
+    pub(super) fn new(name: &'a LockName) -> Self {
+        ElectionKeys {
+            name,
+            head: key("elect", name),
+            alive: key("alive", name),
+        }
+    }
+
+    /// The item of log entry `seq`.
+    pub(super) fn log(&self, seq: u64) -> String {
+        key(&format!("elog.{seq}"), self.name)
+    }
+}
+
+/// The item of the count-down latch `name`.
+pub(super) fn latch(name: &LockName) -> String {
+    key("latch", name)
 }
 
 fn key(role: &str, name: &LockName) -> String {
@@ -56,6 +86,33 @@ fn key(role: &str, name: &LockName) -> String {
         key.push_str(&format!("{b:02x}"));
     }
     key
+}
+
+/// The lock name of a key `lru_crawler metadump` listed (URL-encoded by the server), if it is a
+/// lock item's key in the escaped form; `None` for counters, other keys, and the digest form
+/// (a SHA-256 cannot be read back: such names are not listed by prefix).
+pub(super) fn name_of_dumped(dumped: &str) -> Option<String> {
+    let key = String::from_utf8(percent_decode(dumped)?).ok()?;
+    let escaped = key.strip_prefix("distlock:lock:")?;
+    String::from_utf8(percent_decode(escaped)?).ok()
+}
+
+/// `%XX` → the byte; `None` if an escape is malformed.
+fn percent_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// Which of `servers` servers holds the lock `name`: a jump consistent hash (Lamping and Veach)
@@ -121,6 +178,40 @@ mod tests {
     }
 
     #[test]
+    fn election_and_latch_keys_are_their_own_families() {
+        let long = "l".repeat(300);
+        for name in ["x", "order 42", long.as_str()] {
+            let name = LockName::new(name).unwrap();
+            let (k, e) = (Keys::new(&name), ElectionKeys::new(&name));
+            let all = [
+                k.lock,
+                k.fence,
+                e.head.clone(),
+                e.alive.clone(),
+                e.log(1),
+                e.log(11),
+                e.log(u64::MAX),
+                latch(&name),
+            ];
+            for key in &all {
+                assert!(is_protocol_safe(key), "{key:?}");
+            }
+            // A status by prefix lists lock items only.
+            for key in &all[1..] {
+                assert_eq!(name_of_dumped(key), None, "{key:?} reads as a lock");
+            }
+            let mut unique = all.to_vec();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), all.len(), "{all:?}");
+        }
+        // The election's own lock (`distlock-election:<name>`) is a lock key, not a record key.
+        let lock = Keys::new(&LockName::new("distlock-election:x").unwrap()).lock;
+        let x = LockName::new("x").unwrap();
+        assert!(![ElectionKeys::new(&x).head, latch(&x)].contains(&lock));
+    }
+
+    #[test]
     fn names_past_the_key_limit_differ_by_digest() {
         // Equal for the first 250 bytes and more.
         let a = format!("{}/a", "p".repeat(260));
@@ -134,6 +225,28 @@ mod tests {
             Keys::new(&LockName::new(&fits).unwrap()).fence,
             format!("distlock:fence:{fits}")
         );
+    }
+
+    #[test]
+    fn dumped_keys_give_back_their_names() {
+        // As memcached's metadump writes keys: every byte outside the unreserved set as %XX.
+        let dumped = |key: &str| -> String {
+            key.bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        char::from(b).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect()
+        };
+        for name in ["order:42", "a b%c", "注文", "x/y"] {
+            let k = Keys::new(&LockName::new(name).unwrap());
+            assert_eq!(name_of_dumped(&dumped(&k.lock)).as_deref(), Some(name));
+            assert_eq!(name_of_dumped(&dumped(&k.fence)), None);
+        }
+        assert_eq!(name_of_dumped("distlock%3Alock%3Abad%2"), None);
     }
 
     #[test]

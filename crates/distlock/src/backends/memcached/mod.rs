@@ -4,13 +4,18 @@
 //! * `config`: the URL (one or more servers; each lock lives on one of them).
 //! * `keys`: a lock name → two protocol-safe keys, and the server that holds them.
 //! * `conn`: a small connection pool per server and the meta-protocol commands.
-//! * `ops`: take, extend and release, each a few of those commands (the algorithm of docs.md).
+//! * `ops`: take, extend and release, each a few of those commands (the algorithm of docs.md);
+//!   status and forced release (docs.md, "Status and forced release").
+//! * `election`, `latch`: election records and count-down latches, each a few check-and-set
+//!   steps on the items of one server (docs.md, "Leader election and the count-down latch").
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
 mod conn;
+mod election;
 mod keys;
+mod latch;
 mod ops;
 
 use std::sync::Arc;
@@ -18,14 +23,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, Hold, LockRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockName, show_duration};
+use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName, show_duration};
 
-use conn::{Server, Timeouts};
-use keys::Keys;
-use ops::{Extend, Release, Take, Taken, value};
+use conn::{Item, Server, Timeouts};
+use keys::{ElectionKeys, Keys};
+use ops::{Dump, Extend, ForceRelease, Inspect, Release, Take, Taken, value};
 
 const NAME: &str = "memcached";
 
@@ -81,6 +87,81 @@ impl MemcachedBackend {
     fn server(&self, name: &LockName) -> &Server {
         &self.servers[keys::server_of(name, self.servers.len())]
     }
+
+    /// The status of the lock `name` (none if neither its item nor its counter exists).
+    async fn status_of(&self, name: &LockName) -> Result<Option<LockStatus>> {
+        let inspect = Inspect { k: Keys::new(name) };
+        let (item, counter) = self
+            .server(name)
+            .run("reading lock status", &inspect)
+            .await?;
+        if item.is_none() && counter.is_none() {
+            return Ok(None);
+        }
+        let mut status = LockStatus::new(name.as_str(), LockKind::Mutex);
+        status.holdings = item.as_ref().and_then(holding).into_iter().collect();
+        status.last_token = counter.map(FencingToken);
+        Ok(Some(status))
+    }
+
+    /// The names of every lock item on every server whose name starts with `prefix`.
+    async fn names(&self, prefix: &str) -> Result<Vec<LockName>> {
+        let mut names = Vec::new();
+        for server in &self.servers {
+            let Some(keys) = server.run("listing locks", &Dump).await? else {
+                return Err(Error::unsupported(
+                    NAME,
+                    format!(
+                        "a status by prefix (memcached at {} does not know `lru_crawler \
+                         metadump`: version 1.4.31 or later, crawler enabled)",
+                        server.addr
+                    ),
+                ));
+            };
+            names.extend(
+                keys.iter()
+                    .filter_map(|k| keys::name_of_dumped(k))
+                    .filter(|n| n.starts_with(prefix))
+                    .filter_map(|n| LockName::new(n).ok()),
+            );
+        }
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names.dedup_by(|a, b| a.as_str() == b.as_str());
+        Ok(names)
+    }
+}
+
+/// The holding a lock item shows: `None` while its taker draws its token (nothing is granted
+/// yet). Its lease left is memcached's whole seconds less the tick the expiry adds (see
+/// [`expiry`]).
+fn holding(item: &Item) -> Option<Holding> {
+    let (_, token) = ops::parse_value(&item.value).ok()?;
+    let (since, record) = ops::parse_took(&item.value);
+    let left_ms = item.ttl.saturating_sub(1).saturating_mul(1000);
+    Some(
+        Holding::new(FencingToken(token?))
+            .holder_record(record)
+            .since_unix_ms(since)
+            .lease_left_ms(left_ms),
+    )
+}
+
+/// The expiry of an election record that must stay live for `ttl`: as a lease's (see
+/// [`expiry`]), whole seconds rounded up plus the tick, so it lives at least `ttl`.
+fn record_expiry(ttl: Duration) -> Result<u32> {
+    let secs = (ttl.as_millis().div_ceil(1000) as u64).max(1);
+    let expiry = secs + 1;
+    if expiry > MAX_RELATIVE_TTL {
+        return Err(Error::new(
+            ErrorKind::InvalidLease,
+            format!(
+                "memcached keeps election records live for up to 30 days, not {}",
+                show_duration(ttl)
+            ),
+        )
+        .with_backend(NAME));
+    }
+    Ok(expiry as u32)
 }
 
 /// The expiry that keeps a lease of `lease`, and the validity it promises. memcached's clock
@@ -109,7 +190,10 @@ impl Backend for MemcachedBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().granularity(GRANULARITY)
+        Capabilities::leases()
+            .granularity(GRANULARITY)
+            .inspecting()
+            .electing_and_latching()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -152,6 +236,93 @@ impl Backend for MemcachedBackend {
             .run("releasing the lock", &release)
             .await
     }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let write = election::Write {
+            k: ElectionKeys::new(election),
+            term: term.get(),
+            value,
+            ttl: record_expiry(ttl)?,
+        };
+        self.server(election)
+            .run("writing the election record", &write)
+            .await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        let current = election::Current {
+            k: ElectionKeys::new(election),
+        };
+        self.server(election)
+            .run("reading the election's leader", &current)
+            .await
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        let log = election::Log {
+            k: ElectionKeys::new(election),
+            after,
+        };
+        self.server(election)
+            .run("reading the election's log", &log)
+            .await
+    }
+
+    async fn latch_set(&self, name: &LockName, count: u64) -> Result<bool> {
+        let set = latch::Set {
+            key: keys::latch(name),
+            count,
+        };
+        self.server(name).run("setting the latch", &set).await
+    }
+
+    async fn latch_count_down(&self, name: &LockName) -> Result<u64> {
+        let down = latch::CountDown {
+            key: keys::latch(name),
+        };
+        self.server(name)
+            .run("counting the latch down", &down)
+            .await
+    }
+
+    async fn latch_count(&self, name: &LockName) -> Result<u64> {
+        let count = latch::Count {
+            key: keys::latch(name),
+        };
+        self.server(name).run("reading the latch", &count).await
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        let names = match which {
+            Selection::Name(name) => vec![name.clone()],
+            Selection::Prefix(prefix) => self.names(prefix).await?,
+        };
+        let mut all = Vec::new();
+        for name in &names {
+            all.extend(self.status_of(name).await?);
+        }
+        Ok(all)
+    }
+
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if !self.supports(kind) {
+            return Err(Error::unsupported(NAME, kind));
+        }
+        let force = ForceRelease { k: Keys::new(name) };
+        let (item, fence) = self.server(name).run("forcing a release", &force).await?;
+        let removed = item.as_ref().and_then(holding).into_iter().collect();
+        Ok(ForcedRelease::new(removed, FencingToken(fence)))
+    }
 }
 
 #[cfg(test)]
@@ -176,5 +347,19 @@ mod tests {
         assert_eq!(expiry(&request(ms(30_000))).unwrap(), (31, ms(30_000)));
         let day = Duration::from_secs(24 * 3600);
         assert_eq!(expiry(&request(day)).unwrap().1, day);
+    }
+
+    #[test]
+    fn records_live_at_least_their_ttl() {
+        let ms = Duration::from_millis;
+        assert_eq!(record_expiry(ms(0)).unwrap(), 2);
+        assert_eq!(record_expiry(ms(300)).unwrap(), 2);
+        assert_eq!(record_expiry(ms(1000)).unwrap(), 2);
+        assert_eq!(record_expiry(ms(2001)).unwrap(), 4);
+        let too_long = Duration::from_secs(MAX_RELATIVE_TTL);
+        assert_eq!(
+            record_expiry(too_long).unwrap_err().kind(),
+            ErrorKind::InvalidLease
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use super::conn::{Conn, Fault, Task};
+use super::conn::{Conn, Fault, Item, Task};
 use super::keys::Keys;
 
 /// A fencing counter lives this long from its creation, then starts again from the clock.
@@ -22,9 +22,39 @@ pub(super) fn value(owner: &str, token: Option<u64>) -> String {
     }
 }
 
-fn parse_value(value: &str) -> Result<(&str, Option<u64>), Fault> {
+/// The holding part of a lock item's value (`<owner> <token>`), without the record a grant
+/// puts before it (see [`took`]): what extend and release compare.
+pub(super) fn holding_part(value: &str) -> &str {
+    value
+        .rsplit_once('\n')
+        .map_or(value, |(_, holding)| holding)
+}
+
+/// What a grant stores before the holding: `<taken, ms since the epoch>\t<holder record>\n`
+/// (before, so the value still ends with the token, as it always did). The time is this
+/// client's clock (memcached has no clock a client can read cheaply); the record has no control
+/// characters, so the newline cannot occur in it.
+fn took() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    format!("{ms}\t{}\n", crate::status::Holder::this_process_record())
+}
+
+/// The time and holder record of a lock item's value, if its grant stored them.
+pub(super) fn parse_took(value: &str) -> (Option<i64>, Option<&str>) {
+    let Some((took, _)) = value.rsplit_once('\n') else {
+        return (None, None);
+    };
+    match took.split_once('\t') {
+        Some((ms, record)) => (ms.parse().ok(), Some(record)),
+        None => (None, None),
+    }
+}
+
+pub(super) fn parse_value(value: &str) -> Result<(&str, Option<u64>), Fault> {
     let bad = || Fault::Reply(format!("a lock item that is not distlock's: {value:?}"));
-    let (owner, token) = value.split_once(' ').ok_or_else(bad)?;
+    let (owner, token) = holding_part(value).split_once(' ').ok_or_else(bad)?;
     match token {
         "-" => Ok((owner, None)),
         t => t.parse().map(|t| (owner, Some(t))).map_err(|_| bad()),
@@ -65,7 +95,9 @@ impl Take<'_> {
     /// changed meanwhile (it expired and another taker added theirs): nothing was granted.
     async fn grant(&self, conn: &mut Conn, cas: u64) -> Result<Option<u64>, Fault> {
         let token = conn.bump(&self.k.fence, now_micros(), FENCE_TTL).await?;
-        let granted = value(self.owner, Some(token));
+        // Only a grant writes the record; the owner's re-take and extend keep the item's value.
+        let mut granted = took();
+        granted.push_str(&value(self.owner, Some(token)));
         let stored = conn.swap(&self.k.lock, &granted, self.ttl, cas).await?;
         Ok(stored.then_some(token))
     }
@@ -117,10 +149,71 @@ impl Task for Take<'_> {
     }
 }
 
+/// A lock's item and counter as they are (a status).
+pub(super) struct Inspect {
+    pub(super) k: Keys,
+}
+
+#[async_trait]
+impl Task for Inspect {
+    /// The lock item, if any, and the counter (the last token drawn), if any.
+    type Output = (Option<Item>, Option<u64>);
+
+    async fn run(&self, conn: &mut Conn) -> Result<Self::Output, Fault> {
+        let item = conn.get(&self.k.lock).await?;
+        let counter = match conn.get(&self.k.fence).await? {
+            Some(c) => Some(c.value.trim().parse().map_err(|_| Fault::Reply(c.value))?),
+            None => None,
+        };
+        Ok((item, counter))
+    }
+}
+
+/// Removes the lock item whoever holds it, and advances the counter first: the counter moves
+/// while the removed item still blocks every take, and the delete names the item read before
+/// (CAS), so no take can draw a token between the two (a take draws only while its own item is
+/// in the key). If the item changed between the read and the delete (its holder renewed it),
+/// the round is tried again; the counter then moves more than once, which is harmless.
+pub(super) struct ForceRelease {
+    pub(super) k: Keys,
+}
+
+#[async_trait]
+impl Task for ForceRelease {
+    /// The item removed, if there was one, and the counter after it moved.
+    type Output = (Option<Item>, u64);
+
+    async fn run(&self, conn: &mut Conn) -> Result<Self::Output, Fault> {
+        for _ in 0..MAX_ROUNDS {
+            let item = conn.get(&self.k.lock).await?;
+            let fence = conn.bump(&self.k.fence, now_micros(), FENCE_TTL).await?;
+            let Some(item) = item else {
+                return Ok((None, fence));
+            };
+            if conn.delete(&self.k.lock, item.cas).await? {
+                return Ok((Some(item), fence));
+            }
+        }
+        Err(too_busy())
+    }
+}
+
+/// Every key the server lists (a status by prefix).
+pub(super) struct Dump;
+
+#[async_trait]
+impl Task for Dump {
+    type Output = Option<Vec<String>>;
+
+    async fn run(&self, conn: &mut Conn) -> Result<Self::Output, Fault> {
+        conn.metadump().await
+    }
+}
+
 /// Restarts the lease of one holding.
 pub(super) struct Extend {
     pub(super) k: Keys,
-    /// The item's value while that holding is there.
+    /// The item's value while that holding is there (its holding part, see [`holding_part`]).
     pub(super) ours: String,
     pub(super) ttl: u32,
 }
@@ -134,12 +227,13 @@ impl Task for Extend {
             let Some(item) = conn.get(&self.k.lock).await? else {
                 return Ok(false);
             };
-            if item.value != self.ours {
+            if holding_part(&item.value) != self.ours {
                 return Ok(false);
             }
-            // Only the item just read: never a lease that is no longer this holding's.
+            // Only the item just read: never a lease that is no longer this holding's. Its
+            // value as it is (with the holder record).
             if conn
-                .swap(&self.k.lock, &self.ours, self.ttl, item.cas)
+                .swap(&self.k.lock, &item.value, self.ttl, item.cas)
                 .await?
             {
                 return Ok(true);
@@ -188,5 +282,11 @@ mod tests {
         assert_eq!(parse_value(&value("ab", None)).unwrap(), ("ab", None));
         assert!(parse_value("ab").is_err());
         assert!(parse_value("ab x").is_err());
+        let granted = format!("{}{}", took(), value("ab", Some(7)));
+        assert_eq!(parse_value(&granted).unwrap(), ("ab", Some(7)));
+        let (since, record) = parse_took(&granted);
+        assert!(since.is_some_and(|ms| ms > 0));
+        assert_eq!(record, Some(crate::status::Holder::this_process_record()));
+        assert_eq!(parse_took("ab 7"), (None, None));
     }
 }

@@ -9,20 +9,23 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod inspect;
 mod session;
+mod sync;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest};
 use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
 use crate::options::Options;
-use crate::types::FencingToken;
+use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "mysql";
 
@@ -94,6 +97,11 @@ impl MysqlBackend {
             .execute(&pool)
             .await
             .map_err(err("creating the lock tables"))?;
+        inspect::add_holder_columns(&pool).await?;
+        sqlx::raw_sql(include_str!("sql/schema_sync.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the election and latch tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
             LockMode::Session => Some(Sessions::new(
@@ -126,11 +134,12 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        if self.sessions.is_some() {
+        let base = if self.sessions.is_some() {
             Capabilities::sessions()
         } else {
             Capabilities::leases()
-        }
+        };
+        base.electing_and_latching().inspecting()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -141,6 +150,7 @@ impl Backend for MysqlBackend {
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() * 1000)
+            .bind(Holder::this_process_record())
             .execute(&self.pool)
             .await
             .map_err(err("taking the lock"))?;
@@ -186,5 +196,48 @@ impl Backend for MysqlBackend {
             .await
             .map_err(err("releasing the lock"))?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        sync::elect_write(&self.pool, election, term, value, ttl).await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        sync::elect_current(&self.pool, election).await
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        sync::elect_log(&self.pool, election, after).await
+    }
+
+    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
+        sync::latch_set(&self.pool, latch, count).await
+    }
+
+    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
+        sync::latch_count_down(&self.pool, latch).await
+    }
+
+    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
+        sync::latch_count(&self.pool, latch).await
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        inspect::status(&self.pool, self.sessions.is_some(), which).await
+    }
+
+    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
+        // Only mutexes live in this store: the kind names nothing else.
+        inspect::force_release(&self.pool, self.sessions.is_some(), name).await
     }
 }

@@ -50,6 +50,7 @@ impl SessionConn for MySqlSessionConn {
         }
         let drawn = sqlx::query(include_str!("sql/session_token.sql"))
             .bind(name.as_str().as_bytes())
+            .bind(crate::status::Holder::this_process_record())
             .execute(&mut *self.0)
             .await
             .map_err(|e| from_sqlx(super::NAME, "drawing a fencing token", e));

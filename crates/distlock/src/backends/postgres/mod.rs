@@ -10,6 +10,7 @@
 mod config;
 mod notify;
 mod session;
+mod sync;
 
 use std::time::Duration;
 
@@ -17,13 +18,15 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Wakeups};
 use crate::backends::session::Sessions;
+use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, Result};
 use crate::options::Options;
-use crate::types::FencingToken;
+use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "postgres";
 
@@ -94,6 +97,10 @@ impl PostgresBackend {
             .execute(&pool)
             .await
             .map_err(err("creating the lock tables"))?;
+        sqlx::raw_sql(include_str!("sql/schema_sync.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the election and latch tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
             LockMode::Session => Some(Sessions::new(
@@ -141,7 +148,7 @@ impl Backend for PostgresBackend {
         } else {
             Capabilities::leases()
         };
-        base.notifying()
+        base.notifying().electing_and_latching().inspecting()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -152,6 +159,7 @@ impl Backend for PostgresBackend {
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() as i64)
+            .bind(Holder::this_process_record())
             .fetch_optional(&self.pool)
             .await
             .map_err(err("taking the lock"))?;
@@ -201,5 +209,85 @@ impl Backend for PostgresBackend {
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
         self.releases.watch(&req.name).await
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        sync::elect_write(&self.pool, election, term, value, ttl).await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        sync::elect_current(&self.pool, election).await
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        sync::elect_log(&self.pool, election, after).await
+    }
+
+    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
+        self.releases
+            .watch_changes(format!("e:{}", election.as_str()))
+            .await
+    }
+
+    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
+        sync::latch_set(&self.pool, latch, count).await
+    }
+
+    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
+        sync::latch_count_down(&self.pool, latch).await
+    }
+
+    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
+        sync::latch_count(&self.pool, latch).await
+    }
+
+    async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
+        self.releases
+            .watch_changes(format!("l:{}", latch.as_str()))
+            .await
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        let (name, prefix) = sql_inspect::selection(NAME, which)?;
+        let statement = if self.sessions.is_some() {
+            include_str!("sql/session_status.sql")
+        } else {
+            include_str!("sql/status.sql")
+        };
+        let rows = sqlx::query(statement)
+            .bind(name)
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("reading the locks"))?;
+        rows.iter()
+            .map(sql_inspect::status_row)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(err("reading the locks"))
+    }
+
+    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
+        // Only mutexes live in this store: the kind names nothing else.
+        let statement = if self.sessions.is_some() {
+            include_str!("sql/session_force_release.sql")
+        } else {
+            include_str!("sql/force_release.sql")
+        };
+        let row = sqlx::query(statement)
+            .bind(name.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("releasing the lock by force"))?;
+        sql_inspect::forced_row(&row).map_err(err("releasing the lock by force"))
     }
 }

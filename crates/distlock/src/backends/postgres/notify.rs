@@ -2,6 +2,10 @@
 //! every waiter of every lock. The release statement sends `pg_notify('distlock_released', name)`
 //! in its own transaction, so the notice arrives only once the lock is really free.
 //!
+//! The same connection listens on `distlock_changed` for election entries and latches reaching 0
+//! (payload `e:NAME` or `l:NAME`); those wake *every* watcher of the name ([`Broadcasts`]):
+//! each observer and each latch waiter must read again, not just one.
+//!
 //! The listener starts with the first waiter and stays. When its connection breaks, every waiter
 //! is woken (notices may have been missed while it was down) and it reconnects.
 
@@ -19,6 +23,43 @@ use crate::types::LockName;
 
 /// The channel releases are announced on; the payload is the lock name.
 const CHANNEL: &str = "distlock_released";
+/// The channel election entries and latches reaching 0 are announced on (`sql/notify_changed.sql`).
+const CHANGED: &str = "distlock_changed";
+
+/// Watchers of election logs and latches by key (`e:NAME`, `l:NAME`): a notice wakes all of
+/// them. Each watcher holds a `watch` receiver, which remembers a change that arrives while it
+/// is busy reading, so none is lost between two waits.
+#[derive(Default)]
+struct Broadcasts {
+    by_key: Mutex<HashMap<String, tokio::sync::watch::Sender<()>>>,
+}
+
+impl Broadcasts {
+    fn subscribe(&self, key: String) -> tokio::sync::watch::Receiver<()> {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        if by_key.len() > 1024 {
+            by_key.retain(|_, tx| tx.receiver_count() > 0);
+        }
+        by_key
+            .entry(key)
+            .or_insert_with(|| tokio::sync::watch::channel(()).0)
+            .subscribe()
+    }
+
+    fn wake(&self, key: &str) {
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = by_key.get(key) {
+            tx.send_replace(());
+        }
+    }
+
+    fn wake_all(&self) {
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for tx in by_key.values() {
+            tx.send_replace(());
+        }
+    }
+}
 
 /// Waiters by lock name. A notice wakes one waiter of the name on this client (the one that
 /// will try next), not all of them: one release makes one new holder, and waking every waiter
@@ -66,6 +107,7 @@ impl Waiters {
 pub(super) struct Releases {
     pool: PgPool,
     waiters: Arc<Waiters>,
+    broadcasts: Arc<Broadcasts>,
     listening: OnceCell<tokio::task::AbortHandle>,
 }
 
@@ -74,6 +116,7 @@ impl Releases {
         Releases {
             pool,
             waiters: Arc::default(),
+            broadcasts: Arc::default(),
             listening: OnceCell::new(),
         }
     }
@@ -81,19 +124,7 @@ impl Releases {
     /// Notices for `name`. Returns once the `LISTEN` is in effect, so a release committed after
     /// this call is seen.
     pub(super) async fn watch(&self, name: &LockName) -> Result<Wakeups> {
-        self.listening
-            .get_or_try_init(|| async {
-                let mut listener = PgListener::connect_with(&self.pool)
-                    .await
-                    .map_err(|e| from_sqlx(super::NAME, "opening the listening connection", e))?;
-                listener
-                    .listen(CHANNEL)
-                    .await
-                    .map_err(|e| from_sqlx(super::NAME, "LISTEN", e))?;
-                let task = tokio::spawn(listen(listener, Arc::downgrade(&self.waiters)));
-                Ok(task.abort_handle())
-            })
-            .await?;
+        self.listen().await?;
         let notify = self.waiters.subscribe(name);
         Ok(Box::pin(futures_util::stream::unfold(
             notify,
@@ -102,6 +133,42 @@ impl Releases {
                 Some(((), notify))
             },
         )))
+    }
+
+    /// Notices for the election or latch `key` (`e:NAME`, `l:NAME`), to every watcher. Returns
+    /// once the `LISTEN` is in effect.
+    pub(super) async fn watch_changes(&self, key: String) -> Result<Wakeups> {
+        self.listen().await?;
+        let rx = self.broadcasts.subscribe(key);
+        Ok(Box::pin(futures_util::stream::unfold(
+            rx,
+            |mut rx| async move {
+                rx.changed().await.ok()?;
+                Some(((), rx))
+            },
+        )))
+    }
+
+    /// Starts the listening connection once.
+    async fn listen(&self) -> Result<()> {
+        self.listening
+            .get_or_try_init(|| async {
+                let mut listener = PgListener::connect_with(&self.pool)
+                    .await
+                    .map_err(|e| from_sqlx(super::NAME, "opening the listening connection", e))?;
+                listener
+                    .listen_all([CHANNEL, CHANGED])
+                    .await
+                    .map_err(|e| from_sqlx(super::NAME, "LISTEN", e))?;
+                let task = tokio::spawn(listen(
+                    listener,
+                    Arc::downgrade(&self.waiters),
+                    Arc::downgrade(&self.broadcasts),
+                ));
+                Ok(task.abort_handle())
+            })
+            .await?;
+        Ok(())
     }
 }
 
@@ -113,24 +180,32 @@ impl Drop for Releases {
     }
 }
 
-async fn listen(mut listener: PgListener, waiters: Weak<Waiters>) {
+async fn listen(mut listener: PgListener, waiters: Weak<Waiters>, broadcasts: Weak<Broadcasts>) {
     let mut pause = Duration::from_millis(50);
     loop {
         let received = listener.try_recv().await;
-        let Some(waiters) = waiters.upgrade() else {
+        let (Some(waiters), Some(broadcasts)) = (waiters.upgrade(), broadcasts.upgrade()) else {
             return;
         };
         match received {
+            Ok(Some(notice)) if notice.channel() == CHANGED => {
+                broadcasts.wake(notice.payload());
+                pause = Duration::from_millis(50);
+            }
             Ok(Some(notice)) => {
                 waiters.wake(notice.payload());
                 pause = Duration::from_millis(50);
             }
             // The connection broke and was re-established: notices in between are lost.
-            Ok(None) => waiters.wake_all(),
+            Ok(None) => {
+                waiters.wake_all();
+                broadcasts.wake_all();
+            }
             Err(e) => {
                 tracing::debug!("the listening connection failed, retrying: {e}");
                 waiters.wake_all();
-                drop(waiters);
+                broadcasts.wake_all();
+                drop((waiters, broadcasts));
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }

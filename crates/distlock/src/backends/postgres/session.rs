@@ -45,6 +45,7 @@ impl SessionConn for PgSessionConn {
     async fn take(&mut self, name: &LockName) -> Result<Option<FencingToken>> {
         let row = sqlx::query(include_str!("sql/session_take.sql"))
             .bind(name.as_str())
+            .bind(crate::status::Holder::this_process_record())
             .fetch_one(&mut self.0)
             .await
             .map_err(|e| from_sqlx(super::NAME, "trying the advisory lock", e))?;

@@ -54,6 +54,7 @@ impl Waiter for FairWaiter {
             &waiter_ttl,
             &channel,
             if in_line { "1" } else { "0" },
+            crate::status::Holder::this_process_record(),
         ];
         let script = &SCRIPTS.ops(self.req.kind).acquire;
         let answer = self

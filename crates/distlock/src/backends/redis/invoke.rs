@@ -3,10 +3,14 @@
 
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Cmd, FromRedisValue, RedisError, Script, ServerErrorKind};
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::{
+    Cmd, ConnectionAddr, FromRedisValue, Pipeline, RedisError, RedisFuture, Script,
+    ServerErrorKind, Value,
+};
 
 use super::config;
+use super::pipelined::{Pipelined, Target};
 use super::subscriber::Subscriber;
 use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
@@ -14,11 +18,12 @@ use crate::options::Options;
 
 /// One server, shared by a client's backend and its waiters.
 ///
-/// Commands from every task share one multiplexed connection (redis-rs `ConnectionManager`,
-/// which also reconnects), so many acquires are pipelined on it instead of waiting for each
-/// other's round trips. Waiters share one pub/sub connection ([`Subscriber`]).
+/// Commands from every task share one pipelined connection, so many acquires share writes
+/// instead of waiting for each other's round trips (see `pipelined.rs` for why it is not
+/// redis-rs' own; TLS connections use redis-rs' `ConnectionManager`). Waiters share one pub/sub
+/// connection ([`Subscriber`]).
 pub(crate) struct Server {
-    conn: ConnectionManager,
+    conn: Conn,
     /// How long requests that surely were not sent are tried again.
     retry_for: Duration,
     pub(crate) subscriber: Subscriber,
@@ -41,25 +46,72 @@ impl Server {
             )
             .with_backend(NAME)
         })?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout.unwrap_or(CONNECT_TIMEOUT)))
-            .set_response_timeout(Some(options.response_timeout.unwrap_or(RESPONSE_TIMEOUT)))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = client
-            .get_connection_manager_with_config(manager)
-            .await
-            .map_err(|e| {
-                from_redis(&format!("connecting to {}", config.shown), e).with_hint(
-                    "is redis-server running? (for the test servers: run scripts/services.sh)",
-                )
-            })?;
+        let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+        let failed = |e| {
+            from_redis(&format!("connecting to {}", config.shown), e).with_hint(
+                "is redis-server running? (for the test servers: run scripts/services.sh)",
+            )
+        };
+        let conn = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let settings = client.get_connection_info().redis_settings();
+                let conn = Pipelined::new(Target {
+                    host: host.clone(),
+                    port: *port,
+                    username: settings.username().map(str::to_string),
+                    password: settings.password().map(str::to_string),
+                    db: settings.db(),
+                    connect_timeout,
+                    response_timeout,
+                });
+                conn.open().await.map_err(failed)?;
+                Conn::Pipelined(conn)
+            }
+            _ => {
+                let manager = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(Some(response_timeout))
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_millis(500));
+                let conn = client
+                    .get_connection_manager_with_config(manager)
+                    .await
+                    .map_err(failed)?;
+                Conn::Managed(conn)
+            }
+        };
         Ok(Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn,
             subscriber: Subscriber::start(client),
             shown_url: config.shown,
         })
+    }
+
+    /// Every key matching `pattern`, by `SCAN` (a few thousand keys a round trip, never blocking
+    /// the server as `KEYS` would). A key may be answered twice (SCAN's promise), or be gone by
+    /// the time it is read; keys that are not UTF-8 are not distlock's and are left out.
+    pub(crate) async fn scan(&self, pattern: &str, what: &str) -> Result<Vec<String>> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut found = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = ::redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| from_redis(what, e))?;
+            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
     }
 
     /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
@@ -112,6 +164,41 @@ impl Server {
                 }
                 Some(e) => return Err(from_redis(what, e)),
             }
+        }
+    }
+}
+
+/// The command connection: pipelined over plain TCP, redis-rs' own over TLS.
+#[derive(Clone)]
+enum Conn {
+    Pipelined(Pipelined),
+    Managed(ConnectionManager),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Pipelined(c) => c.req_packed_command(cmd),
+            Conn::Managed(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Pipelined(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Pipelined(c) => c.get_db(),
+            Conn::Managed(c) => c.get_db(),
         }
     }
 }

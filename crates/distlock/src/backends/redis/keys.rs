@@ -10,28 +10,85 @@ pub(crate) struct Keys {
     base: String,
 }
 
+/// The families of lock keys, `distlock:<family>:{name}…` (elections and latches have others).
+pub(crate) const FAMILIES: [&str; 4] = ["lock", "fair", "rw", "sem"];
+
+/// The family of `kind`'s keys (one of [`FAMILIES`]).
+pub(crate) fn family(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Fair => "fair",
+        LockKind::Read | LockKind::Write => "rw",
+        LockKind::Permit { .. } => "sem",
+        _ => "lock",
+    }
+}
+
+/// `name` as keys carry it: braces escaped so the tag is always the whole name, and `%` so the
+/// escaping stays 1:1.
+fn escape_into(out: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// A `SCAN … MATCH` pattern for the lock keys of every family whose name starts with `prefix`:
+/// the prefix escaped as keys carry it, then its glob characters escaped so they match only
+/// themselves.
+pub(crate) fn scan_pattern(prefix: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len() + 8);
+    escape_into(&mut escaped, prefix);
+    let mut pattern = String::with_capacity(escaped.len() + 16);
+    pattern.push_str("distlock:*:{");
+    for c in escaped.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    pattern
+}
+
+/// The family and lock name of a key `scan_pattern` found; `None` for keys that are not a lock's
+/// (another family, or not distlock's).
+pub(crate) fn parse_key(key: &str) -> Option<(&'static str, String)> {
+    let rest = key.strip_prefix("distlock:")?;
+    let (family, rest) = rest.split_once(":{")?;
+    let family = FAMILIES.into_iter().find(|f| *f == family)?;
+    // Names carry no '}' (escaped), so the first one closes the tag.
+    let (escaped, _) = rest.split_once('}')?;
+    let mut name = String::with_capacity(escaped.len());
+    let mut chars = escaped.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c != '%' {
+            name.push(c);
+            continue;
+        }
+        let code = escaped.get(i + 1..i + 3)?;
+        name.push(match code {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        });
+        chars.nth(1);
+    }
+    Some((family, name))
+}
+
 impl Keys {
     pub(crate) fn new(kind: LockKind, name: &LockName) -> Self {
-        let family = match kind {
-            LockKind::Fair => "fair",
-            LockKind::Read | LockKind::Write => "rw",
-            LockKind::Permit { .. } => "sem",
-            _ => "lock",
-        };
-        // Escape the braces so the tag is always the whole name (and `%` so it stays 1:1).
         let name = name.as_str();
         let mut base = String::with_capacity("distlock:rw:{}".len() + name.len() + 8);
         base.push_str("distlock:");
-        base.push_str(family);
+        base.push_str(family(kind));
         base.push_str(":{");
-        for c in name.chars() {
-            match c {
-                '%' => base.push_str("%25"),
-                '{' => base.push_str("%7B"),
-                '}' => base.push_str("%7D"),
-                c => base.push(c),
-            }
-        }
+        escape_into(&mut base, name);
         base.push('}');
         Keys { kind, base }
     }
@@ -95,6 +152,15 @@ impl Keys {
         }
     }
 
+    /// For `status.lua` and `force_release.lua`: every key of the family, the counter last.
+    pub(crate) fn inspect(&self) -> Vec<String> {
+        match self.kind {
+            LockKind::Fair => self.keys(&["", ":queue", ":due", ":fence"]),
+            LockKind::Read | LockKind::Write | LockKind::Permit { .. } => self.acquire(),
+            _ => self.keys(&["", ":fence"]),
+        }
+    }
+
     /// For `sem_available.lua`.
     pub(super) fn holders(&self) -> Vec<String> {
         self.keys(&[":holders"])
@@ -123,5 +189,26 @@ mod tests {
         let a = Keys::new(LockKind::Mutex, &LockName::new("a}").unwrap()).key("");
         let b = Keys::new(LockKind::Mutex, &LockName::new("a%7D").unwrap()).key("");
         assert_ne!(a, b, "escaping must keep names apart");
+    }
+
+    #[test]
+    fn scanned_keys_give_back_their_names() {
+        for name in ["order:42", "}x{", "a%7Db", "{}", "注文", "a*b?[c]\\"] {
+            let n = LockName::new(name).unwrap();
+            for kind in [LockKind::Mutex, LockKind::Fair, LockKind::Read] {
+                let k = Keys::new(kind, &n);
+                for key in [k.key(""), k.channel(), k.key(":fence")] {
+                    assert_eq!(
+                        parse_key(&key),
+                        Some((family(kind), name.to_string())),
+                        "{key}"
+                    );
+                }
+            }
+        }
+        assert_eq!(parse_key("distlock:elect:{x}"), None);
+        assert_eq!(parse_key("other"), None);
+        assert_eq!(parse_key("distlock:lock:{a%zz}"), None);
+        assert_eq!(scan_pattern("a*{"), "distlock:*:{a\\*%7B*");
     }
 }

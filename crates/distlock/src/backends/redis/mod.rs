@@ -1,21 +1,27 @@
 //! The Redis backend: every synchronizer as a few Lua scripts, waiting by pub/sub.
 //! Its guarantees are below.
 //!
-//! * `invoke`: the server — one multiplexed command connection and one pub/sub connection
-//!   (`subscriber`) per client, scripts run by SHA-1 (`EVALSHA`) and loaded again after
-//!   `NOSCRIPT` (a restarted server).
+//! * `invoke`: the server — one command connection (`pipelined`: requests of concurrent tasks
+//!   share writes) and one pub/sub connection (`subscriber`) per client, scripts run by SHA-1
+//!   (`EVALSHA`) and loaded again after `NOSCRIPT` (a restarted server).
 //! * `keys`: where each lock lives; all keys of one lock share the hash tag `{name}`, so each
 //!   script touches one cluster slot.
 //! * `scripts`: the scripts of each flavour (the Lua lives in `scripts/`).
 //! * `fair`: the fair lock's waiter, which holds a place in the lock's queue.
+//! * `election`, `latch`: election records and count-down latches (their own scripts).
+//! * `inspect`: lock status and forced release.
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod election;
 mod fair;
+mod latch;
 // The single-master pieces Redlock runs on each of its masters.
+pub(crate) mod inspect;
 pub(crate) mod invoke;
 pub(crate) mod keys;
+mod pipelined;
 pub(crate) mod scripts;
 pub(crate) mod subscriber;
 
@@ -28,10 +34,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockKind};
+use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 use invoke::Server;
 use keys::Keys;
@@ -114,7 +121,11 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().notifying().queueing()
+        Capabilities::leases()
+            .notifying()
+            .queueing()
+            .electing_and_latching()
+            .inspecting()
     }
 
     fn supports(&self, kind: LockKind) -> bool {
@@ -127,26 +138,28 @@ impl Backend for RedisBackend {
         let lease = req.lease.as_millis().to_string();
         let waiter_ttl = || WAITER_TTL.as_millis().to_string();
         let script = &SCRIPTS.ops(req.kind).acquire;
+        // Stored only by a take (status shows it); a static string, so nothing is built per call.
+        let record = Holder::this_process_record();
         let answer: (i64, i64) = match req.kind {
             // A one-off attempt never joins the fair lock's queue (its waiter does).
             LockKind::Fair => {
                 let (channel, waiter_ttl) = (k.channel(), waiter_ttl());
-                let args = [owner, &lease, &waiter_ttl, &channel, "0"];
+                let args = [owner, &lease, &waiter_ttl, &channel, "0", record];
                 let what = "taking a fair lock";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
             LockKind::Read | LockKind::Write => {
-                let args = [owner, &lease, mode(req.kind), &waiter_ttl()];
+                let args = [owner, &lease, mode(req.kind), &waiter_ttl(), record];
                 let what = "taking a read-write lock";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
             LockKind::Permit { permits } => {
-                let args = [owner, &lease, &permits.to_string()];
+                let args = [owner, &lease, &permits.to_string(), record];
                 let what = "taking a semaphore permit";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
             _ => {
-                let args = [owner, &lease];
+                let args = [owner, &lease, record];
                 self.server
                     .run(script, &k.acquire(), &args, "taking the lock")
                     .await?
@@ -239,5 +252,61 @@ impl Backend for RedisBackend {
             )
             .await?;
         Ok(free.clamp(0, i64::from(permits)) as u32)
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        election::write(&self.server, election, term, value, ttl).await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        Ok(election::read(&self.server, election, "current")
+            .await?
+            .pop())
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        let what = after.map_or_else(|| "latest".to_string(), |seq| seq.to_string());
+        election::read(&self.server, election, &what).await
+    }
+
+    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
+        Ok(election::watch(&self.server, election).await)
+    }
+
+    async fn latch_set(&self, name: &LockName, count: u64) -> Result<bool> {
+        latch::set(&self.server, name, count).await
+    }
+
+    async fn latch_count_down(&self, name: &LockName) -> Result<u64> {
+        latch::count_down(&self.server, name).await
+    }
+
+    async fn latch_count(&self, name: &LockName) -> Result<u64> {
+        latch::count(&self.server, name).await
+    }
+
+    async fn watch_latch(&self, name: &LockName) -> Result<Wakeups> {
+        Ok(latch::watch(&self.server, name).await)
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        inspect::status(&self.server, which).await
+    }
+
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if !self.supports(kind) {
+            return Err(Error::unsupported(NAME, kind));
+        }
+        inspect::force_release(&self.server, name, kind).await
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct Scripts {
     pub(super) fair_abandon: Script,
     pub(super) rw_abandon: Script,
     pub(super) sem_available: Script,
+    /// Every flavour's, after `holdings.lua` (for Redlock's masters too).
+    pub(crate) status: Script,
+    pub(crate) force_release: Script,
 }
 
 impl Scripts {
@@ -43,6 +46,11 @@ pub(crate) fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
 }
 
+/// `body` with `prelude.lua` and `holdings.lua` put in front.
+fn inspecting(body: &str) -> Script {
+    script(&format!("{}\n{body}", include_str!("scripts/holdings.lua")))
+}
+
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     mutex: Ops {
         acquire: script(include_str!("scripts/acquire.lua")),
@@ -51,8 +59,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     },
     fair: Ops {
         acquire: script(include_str!("scripts/fair_acquire.lua")),
-        // The fair lock's holding is the exclusive lock's hash: the same renewal.
-        extend: script(include_str!("scripts/extend.lua")),
+        extend: script(include_str!("scripts/fair_extend.lua")),
         release: script(include_str!("scripts/fair_release.lua")),
     },
     rw: Ops {
@@ -68,6 +75,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fair_abandon: script(include_str!("scripts/fair_abandon.lua")),
     rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
     sem_available: script(include_str!("scripts/sem_available.lua")),
+    status: inspecting(include_str!("scripts/status.lua")),
+    force_release: inspecting(include_str!("scripts/force_release.lua")),
 });
 
 /// The fenced write of [`crate::fence::RedisFence`]: on the caller's connection, no prelude.

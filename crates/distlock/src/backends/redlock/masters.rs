@@ -155,6 +155,22 @@ impl Master {
         answer
     }
 
+    /// The keys matching `pattern` on this master (see `Server::scan`), within `limit`.
+    pub(super) async fn scan(&self, pattern: &str, limit: Duration) -> Result<Vec<String>> {
+        let what = "listing locks";
+        let scan = async {
+            let server = self.server().await?;
+            server.scan(pattern, what).await.map_err(|e| self.failed(e))
+        };
+        tokio::time::timeout(limit, scan).await.unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Connection,
+                format!("master {}: {what}: no answer within {limit:?}", self.shown),
+            )
+            .with_backend(NAME))
+        })
+    }
+
     fn resting(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
         self.resting_until.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -7,12 +7,14 @@
 //!   connection, one subscriber), connected lazily, every request bounded by a timeout;
 //! * `quorum`: the majority, the validity (lease − elapsed − drift), how long a loser waits;
 //! * `wakeups`: the masters' release notices merged into one wake-up stream;
+//! * `inspect`: lock status and forced release, the Redis backend's scripts on every master;
 //! * `scripts/raise_fence.lua`: the only Lua of its own (the take, renew and release scripts are
 //!   the Redis backend's, run on each master).
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod inspect;
 mod masters;
 mod quorum;
 mod wakeups;
@@ -30,7 +32,8 @@ use crate::backends::redis::keys::Keys;
 use crate::backends::redis::scripts::{SCRIPTS, script};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::FencingToken;
+use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 use masters::{Call, Master, connect_all, no_quorum};
 
@@ -38,6 +41,9 @@ const NAME: &str = "redlock";
 
 /// How long a take or release that found no majority answering is tried again, by default.
 const RETRY_FOR: Duration = Duration::from_secs(2);
+/// The least a round waits for the masters still silent once a majority has answered (see
+/// [`RedlockBackend::on_all_settled`]): healthy masters on one network answer within it.
+const STRAGGLER_GRACE: Duration = Duration::from_millis(5);
 
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/raise_fence.lua")));
@@ -119,9 +125,66 @@ impl RedlockBackend {
         join_all(self.masters.iter().map(|m| m.run(call, limit))).await
     }
 
+    /// Runs `call` on every master at once, like [`on_all`](Self::on_all), but once a majority
+    /// has answered, the others get only as long again as that took (at least [`STRAGGLER_GRACE`]):
+    /// a master that is cut off (its connection open, nothing answered) then costs a round
+    /// milliseconds, not the response timeout, and no longer eats the lease of every take and
+    /// renewal while a minority is unreachable. A master not waited for counts as failed; what
+    /// it was sent may still happen there (as after a timeout), and lapses with the lease.
+    async fn on_all_settled<T: redis::FromRedisValue>(
+        &self,
+        call: Call<'_>,
+        limit: Duration,
+    ) -> Vec<Result<T>> {
+        use futures_util::StreamExt;
+        let started = Instant::now();
+        let mut pending: futures_util::stream::FuturesUnordered<_> = self
+            .masters
+            .iter()
+            .enumerate()
+            .map(|(i, m)| async move { (i, m.run(call, limit).await) })
+            .collect();
+        let mut answers: Vec<Option<Result<T>>> = self.masters.iter().map(|_| None).collect();
+        let mut answered = 0;
+        let mut cut_off: Option<Instant> = None;
+        loop {
+            let next = match cut_off {
+                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+                None => pending.next().await,
+            };
+            let Some((i, answer)) = next else { break };
+            answered += usize::from(answer.is_ok());
+            answers[i] = Some(answer);
+            if cut_off.is_none() && answered >= self.quorum {
+                cut_off = Some(Instant::now() + started.elapsed().max(STRAGGLER_GRACE));
+            }
+        }
+        let waited = started.elapsed();
+        answers
+            .into_iter()
+            .zip(&self.masters)
+            .map(|(answer, master)| {
+                answer.unwrap_or_else(|| {
+                    Err(Error::new(
+                        ErrorKind::Connection,
+                        format!(
+                            "master {}: {}: no answer within {waited:?}, when a majority had \
+                             answered",
+                            master.shown, call.what
+                        ),
+                    )
+                    .with_backend(NAME))
+                })
+            })
+            .collect()
+    }
+
     /// Runs a script that answers 1 or 0 on every master at once, and counts the answers.
     async fn count(&self, req: &LockRequest, call: Call<'_>) -> Count {
-        let answers: Vec<Result<i64>> = self.on_all(call, self.limit(req)).await;
+        let answers: Vec<Result<i64>> = self.on_all_settled(call, self.limit(req)).await;
         let mut count = Count::default();
         for answer in answers {
             match answer {
@@ -266,7 +329,7 @@ impl Backend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().notifying()
+        Capabilities::leases().notifying().inspecting()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -284,6 +347,17 @@ impl Backend for RedlockBackend {
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
         let channel = Keys::new(req.kind, &req.name).channel();
         Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        self.inspect_status(which).await
+    }
+
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if !self.supports(kind) {
+            return Err(Error::unsupported(NAME, kind));
+        }
+        self.inspect_force(name).await
     }
 }
 
@@ -315,10 +389,12 @@ impl RedlockBackend {
         let keys = k.acquire();
         let lease = req.lease.duration();
         let lease_ms = req.lease.as_millis().to_string();
-        let args = [req.owner.as_str(), lease_ms.as_str()];
+        // Each master stores who took its share (status merges them).
+        let record = Holder::this_process_record();
+        let args = [req.owner.as_str(), lease_ms.as_str(), record];
         let sent = Instant::now();
         let answers: Vec<Result<(i64, i64)>> = self
-            .on_all(
+            .on_all_settled(
                 Call::new(
                     &SCRIPTS.ops(req.kind).acquire,
                     &keys,

@@ -11,15 +11,19 @@
 //! * `sidecar.rs`: the `PATH-distlock` file: its flock queues writers of all processes in the
 //!   kernel, its release counters are bumped by every release;
 //! * `notices.rs`: inotify on those counters, the waiters' notices;
+//! * `sync.rs`: election records and count-down latches (ops of the same writer);
+//! * `inspect.rs`: status and forced release (ops of the same writer);
 //! * `clock.rs`: CLOCK_BOOTTIME and the boot id that leases are judged by;
 //! * `sql/`: the statements.
 //!
 #![doc = include_str!("docs.md")]
 
 mod clock;
+mod inspect;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod notices;
 mod sidecar;
+mod sync;
 mod waiter;
 mod writer;
 
@@ -30,11 +34,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use self::sidecar::Sidecar;
+use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::FencingToken;
+use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "sqlite";
 
@@ -137,8 +143,46 @@ async fn take(writer: &Writer, req: &LockRequest) -> Result<Attempt> {
         Answer::Held(left) => Ok(Attempt::Held {
             retry_after: Some(left),
         }),
-        Answer::Done(_) => unreachable!("a take answers Taken or Held"),
+        other => Err(Error::new(
+            ErrorKind::Backend,
+            format!("taking the lock: unexpected answer {other:?}"),
+        )
+        .with_backend(NAME)),
     }
+}
+
+impl SqliteBackend {
+    /// Runs an election or latch step.
+    async fn sync(&self, op: SyncOp, what: &str) -> Result<SyncAnswer> {
+        match self.writer.run(Op::Sync(op)).await.map_err(err(what))? {
+            Answer::Sync(answer) => Ok(answer),
+            other => Err(Error::new(
+                ErrorKind::Backend,
+                format!("{what}: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME)),
+        }
+    }
+
+    /// Notices on the sidecar counter `slot` (never, without inotify: the core polls).
+    fn watch_slot(&self, slot: usize) -> Result<Wakeups> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(notices) = &self.notices {
+            return notices
+                .watch(slot)
+                .map_err(|e| err("listening for changes")(Failure::Io(e)));
+        }
+        let _ = slot;
+        Ok(Box::pin(futures_util::stream::pending()))
+    }
+}
+
+fn unexpected(what: &str, answer: SyncAnswer) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("{what}: unexpected answer {answer:?}"),
+    )
+    .with_backend(NAME)
 }
 
 /// Frees the owner's holding (the one with `token`, when given).
@@ -161,9 +205,16 @@ impl Backend for SqliteBackend {
     fn capabilities(&self) -> Capabilities {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if self.notices.is_some() {
-            return Capabilities::leases().notifying().handing_over();
+            return Capabilities::leases()
+                .notifying()
+                .handing_over()
+                .electing_and_latching()
+                .inspecting();
         }
-        Capabilities::leases().handing_over()
+        Capabilities::leases()
+            .handing_over()
+            .electing_and_latching()
+            .inspecting()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -207,5 +258,159 @@ impl Backend for SqliteBackend {
             self.notices.clone(),
             req.clone(),
         )))
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let op = SyncOp::ElectWrite {
+            name: election.as_str().to_string(),
+            term: term.get() as i64,
+            value: value.map(str::to_string),
+            ttl_ms: ttl.as_millis() as i64,
+        };
+        match self.sync(op, "writing the election record").await? {
+            SyncAnswer::Written { accepted, .. } => Ok(accepted),
+            other => Err(unexpected("writing the election record", other)),
+        }
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        let op = SyncOp::ElectCurrent {
+            name: election.as_str().to_string(),
+        };
+        match self.sync(op, "reading the election record").await? {
+            SyncAnswer::Entries(mut entries) => Ok(entries.pop()),
+            other => Err(unexpected("reading the election record", other)),
+        }
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        let op = SyncOp::ElectLog {
+            name: election.as_str().to_string(),
+            after: after.map(|a| a as i64),
+        };
+        match self.sync(op, "reading the election log").await? {
+            SyncAnswer::Entries(entries) => Ok(entries),
+            other => Err(unexpected("reading the election log", other)),
+        }
+    }
+
+    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
+        self.watch_slot(sync::election_slot(election.as_str()))
+    }
+
+    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
+        let op = SyncOp::LatchSet {
+            name: latch.as_str().to_string(),
+            count: count as i64,
+        };
+        match self.sync(op, "setting the latch").await? {
+            SyncAnswer::Written { accepted, .. } => Ok(accepted),
+            other => Err(unexpected("setting the latch", other)),
+        }
+    }
+
+    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
+        let op = SyncOp::LatchDown {
+            name: latch.as_str().to_string(),
+        };
+        match self.sync(op, "counting the latch down").await? {
+            SyncAnswer::Count { count, .. } => Ok(count),
+            other => Err(unexpected("counting the latch down", other)),
+        }
+    }
+
+    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
+        let op = SyncOp::LatchCount {
+            name: latch.as_str().to_string(),
+        };
+        match self.sync(op, "reading the latch").await? {
+            SyncAnswer::Count { count, .. } => Ok(count),
+            other => Err(unexpected("reading the latch", other)),
+        }
+    }
+
+    async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
+        self.watch_slot(sync::latch_slot(latch.as_str()))
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        let op = match which {
+            Selection::Name(name) => Op::Status {
+                name: Some(name.as_str().to_string()),
+                prefix: String::new(),
+            },
+            Selection::Prefix(prefix) => Op::Status {
+                name: None,
+                prefix: prefix.clone(),
+            },
+            #[allow(unreachable_patterns)]
+            _ => return Err(Error::unsupported(NAME, "this selection")),
+        };
+        match self
+            .writer
+            .run(op)
+            .await
+            .map_err(err("reading the locks"))?
+        {
+            Answer::Status(rows) => Ok(rows
+                .into_iter()
+                .map(|row| {
+                    let mut status = LockStatus::new(row.name, LockKind::Mutex);
+                    status.last_token = row.last_token.map(|t| FencingToken(t as u64));
+                    status.holdings.push(
+                        Holding::new(FencingToken(row.token as u64))
+                            .holder_record(row.holder.as_deref())
+                            .since_unix_ms(row.since_ms)
+                            .lease_left_ms(row.lease_left_ms),
+                    );
+                    status
+                })
+                .collect()),
+            other => Err(Error::new(
+                ErrorKind::Backend,
+                format!("reading the locks: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME)),
+        }
+    }
+
+    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
+        let op = Op::ForceRelease {
+            name: name.as_str().to_string(),
+        };
+        match self
+            .writer
+            .run(op)
+            .await
+            .map_err(err("releasing the lock by force"))?
+        {
+            Answer::Forced { removed, fence } => Ok(ForcedRelease::new(
+                removed
+                    .into_iter()
+                    .map(|row| {
+                        Holding::new(FencingToken(row.token as u64))
+                            .holder_record(row.holder.as_deref())
+                            .since_unix_ms(row.since_ms)
+                            .lease_left_ms(row.lease_left_ms)
+                    })
+                    .collect(),
+                FencingToken(fence as u64),
+            )),
+            other => Err(Error::new(
+                ErrorKind::Backend,
+                format!("releasing the lock by force: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME)),
+        }
     }
 }

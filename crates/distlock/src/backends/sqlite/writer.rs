@@ -27,7 +27,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::clock;
+use super::inspect::{self, Row};
 use super::sidecar::{Sidecar, WritersLock, slot_of};
+use super::sync::{SyncAnswer, SyncOp};
 
 /// The most ops one transaction carries, so one batch never keeps the file for long.
 const MAX_BATCH: usize = 64;
@@ -69,6 +71,16 @@ pub(super) enum Op {
     },
     /// The waiter gives up its place; once answered, no grant for it will be sent.
     Unpark { name: String, owner: String },
+    /// An election or latch step (`sync.rs`).
+    Sync(SyncOp),
+    /// The live holdings of lock `name`, or of every lock whose name starts with `prefix`
+    /// (`inspect.rs`).
+    Status {
+        name: Option<String>,
+        prefix: String,
+    },
+    /// Remove the lock whoever holds it and advance its fencing counter.
+    ForceRelease { name: String },
 }
 
 /// A lock taken for a parked waiter: its fencing token, and an instant no later than the start
@@ -115,6 +127,12 @@ pub(super) enum Answer {
     Held(Duration),
     /// Whether the extend or release found the holding.
     Done(bool),
+    /// What an election or latch step answered.
+    Sync(SyncAnswer),
+    /// The holdings a status found.
+    Status(Vec<Row>),
+    /// What a forced release removed, and the fencing token it advanced the counter to.
+    Forced { removed: Option<Row>, fence: i64 },
 }
 
 /// Why an op did not run; turned into distlock's error by the backend.
@@ -345,6 +363,14 @@ impl WriterThread {
             {
                 freed.push(slot_of(name));
             }
+            if let Op::ForceRelease { name } = &job.op {
+                freed.push(slot_of(name));
+            }
+            if let (Op::Sync(op), Ok(Answer::Sync(answer))) = (&job.op, &answer)
+                && let Some(slot) = op.notifies(answer)
+            {
+                freed.push(slot);
+            }
             replies.push(Reply::Answer(job, answer));
         }
         for (h, name) in handed.into_iter().zip(handed_names) {
@@ -458,7 +484,10 @@ fn ops_name(op: &Op) -> String {
         | Op::Extend { name, .. }
         | Op::Release { name, .. }
         | Op::Park { name, .. }
-        | Op::Unpark { name, .. } => name.clone(),
+        | Op::Unpark { name, .. }
+        | Op::ForceRelease { name } => name.clone(),
+        Op::Status { name, prefix } => name.clone().unwrap_or_else(|| prefix.clone()),
+        Op::Sync(op) => op.name().to_string(),
     }
 }
 
@@ -528,7 +557,15 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
                 .prepare_cached(include_str!("sql/next_token.sql"))?
                 .query_row(params![name, clock::wall_us()], |row| row.get(0))?;
             conn.prepare_cached(include_str!("sql/take.sql"))?
-                .execute(params![name, owner, token, boot_id, expires])?;
+                .execute(params![
+                    name,
+                    owner,
+                    token,
+                    boot_id,
+                    expires,
+                    crate::status::Holder::this_process_record(),
+                    clock::wall_us() / 1000
+                ])?;
             Ok(Answer::Taken(token))
         }
         Op::Extend {
@@ -545,6 +582,12 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
         }
         // Noted by the thread (`intake`), never run in a transaction.
         Op::Park { .. } | Op::Unpark { .. } => Ok(Answer::Done(false)),
+        Op::Sync(op) => super::sync::apply(conn, boot_id, op).map(Answer::Sync),
+        Op::Status { name, prefix } => {
+            inspect::status(conn, boot_id, name.as_deref(), prefix).map(Answer::Status)
+        }
+        Op::ForceRelease { name } => inspect::force_release(conn, boot_id, name)
+            .map(|(removed, fence)| Answer::Forced { removed, fence }),
     }
 }
 
@@ -592,5 +635,12 @@ pub(super) fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Conn
     // end at reboot anyway and fencing tokens have a wall-clock floor.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(include_str!("sql/schema.sql"))?;
+    let records_holders = conn
+        .prepare("SELECT 1 FROM pragma_table_info('distlock_locks') WHERE name = 'holder'")?
+        .exists([])?;
+    if !records_holders {
+        conn.execute_batch(include_str!("sql/schema_holder.sql"))?;
+    }
+    conn.execute_batch(include_str!("sql/schema_sync.sql"))?;
     Ok(conn)
 }

@@ -5,10 +5,16 @@
 //! * [`nodes`]: where a lock's contenders put their nodes, and the rule for who holds.
 //! * [`session`]: the client's session and its check; its end is every holding's lost signal.
 //! * [`waiter`]: a contender's node in the queue, and the watch on the one before it.
+//! * [`election`]: election records (fenced by compare-and-set, live while their writer's
+//!   session is) and the watch on a node; [`latch`]: count-down latches.
+//! * [`inspect`]: a lock's status and its forced release.
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod election;
+mod inspect;
+mod latch;
 mod nodes;
 mod session;
 mod waiter;
@@ -21,10 +27,11 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 
 use self::session::{Session, Sessions, on_session};
 use self::waiter::ZkWaiter;
-use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter};
+use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::types::{FencingToken, LockKind};
+use crate::status::{ForcedRelease, LockStatus, Selection};
+use crate::types::{FencingToken, LockKind, LockName};
 
 pub(crate) const NAME: &str = "zk";
 
@@ -224,7 +231,11 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::sessions().notifying().queueing()
+        Capabilities::sessions()
+            .notifying()
+            .queueing()
+            .electing_and_latching()
+            .inspecting()
     }
 
     fn supports(&self, kind: LockKind) -> bool {
@@ -288,5 +299,56 @@ impl Backend for ZooKeeperBackend {
 
     fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
         Some(Box::new(ZkWaiter::new(self.inner.clone(), req.clone())))
+    }
+
+    async fn elect_write(
+        &self,
+        election: &LockName,
+        term: FencingToken,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<bool> {
+        election::write(&self.inner, election, term, value, ttl).await
+    }
+
+    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
+        election::current(&self.inner, election).await
+    }
+
+    async fn elect_log(
+        &self,
+        election: &LockName,
+        after: Option<u64>,
+    ) -> Result<Vec<ElectionEntry>> {
+        election::log(&self.inner, election, after).await
+    }
+
+    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
+        let path = election::record_path(&self.inner.config.prefix, election);
+        election::watch_node(self.inner.clone(), path).await
+    }
+
+    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
+        latch::set(&self.inner, latch, count).await
+    }
+
+    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
+        latch::count_down(&self.inner, latch).await
+    }
+
+    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
+        latch::count(&self.inner, latch).await
+    }
+
+    async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
+        latch::watch(self.inner.clone(), latch).await
+    }
+
+    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
+        inspect::status(&self.inner, which).await
+    }
+
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        inspect::force_release(&self.inner, name, kind).await
     }
 }

@@ -93,28 +93,128 @@ impl LockNodes {
         })
     }
 
+    /// This flavour's holders and waiters among `children` (names, any order), by the same rule
+    /// [`standing`](Self::standing) applies: the holders' names in sequence order, the number of
+    /// this flavour's other contenders, and the first contender in sequence order that does not
+    /// hold (of any flavour on this parent: the next that may hold).
+    pub(super) fn holders<'a>(
+        &self,
+        children: &'a [String],
+    ) -> (Vec<&'a str>, u64, Option<&'a str>) {
+        let mut holders = Vec::new();
+        let mut waiters = 0;
+        let mut next = None;
+        let mut writer_seen = false;
+        for (index, child) in in_sequence(children).into_iter().enumerate() {
+            writer_seen |= !child.contains(READ);
+            let holds = match self.rule {
+                Rule::Exclusive => index == 0,
+                Rule::Shared => !writer_seen,
+                Rule::Permits(n) => index < n as usize,
+            };
+            if holds && self.is_own_kind(child) {
+                holders.push(child);
+            } else if !holds {
+                waiters += u64::from(self.is_own_kind(child));
+                next = next.or(Some(child));
+            }
+        }
+        (holders, waiters, next)
+    }
+
+    /// Whether `child` is a contender of this flavour (the lock, the read lock and the write
+    /// lock share a parent).
+    fn is_own_kind(&self, child: &str) -> bool {
+        child.contains(self.kind)
+    }
+
     /// Where the contender whose node is `mine` stands among `children` (names, any order).
     pub(super) fn standing(&self, children: &[String], mine: &str) -> Standing {
-        let mut queue: Vec<(u64, &str)> = children
-            .iter()
-            .filter_map(|c| Some((sequence(c)?, c.as_str())))
-            .collect();
-        queue.sort_unstable();
-        let Some(index) = queue.iter().position(|(_, c)| *c == mine) else {
+        let queue = in_sequence(children);
+        let Some(index) = queue.iter().position(|c| *c == mine) else {
             return Standing::Gone;
         };
         match self.rule {
             Rule::Exclusive if index == 0 => Standing::Holds,
-            Rule::Exclusive if index == 1 => Standing::NextAfter(queue[0].1.to_string()),
-            Rule::Exclusive => Standing::WaitsFor(queue[index - 1].1.to_string()),
-            Rule::Shared => match queue[..index].iter().find(|(_, c)| !c.contains(READ)) {
+            Rule::Exclusive if index == 1 => Standing::NextAfter(queue[0].to_string()),
+            Rule::Exclusive => Standing::WaitsFor(queue[index - 1].to_string()),
+            Rule::Shared => match queue[..index].iter().find(|c| !c.contains(READ)) {
                 None => Standing::Holds,
-                Some((_, writer)) => Standing::WaitsFor(writer.to_string()),
+                Some(writer) => Standing::WaitsFor(writer.to_string()),
             },
             Rule::Permits(n) if index < n as usize => Standing::Holds,
             Rule::Permits(_) => Standing::WaitsForAnyChange,
         }
     }
+}
+
+/// The lock parents `<name>`, `<name>%fair`, `<name>%sem` a status may find among the children
+/// of the chroot: the lock's name and which parent it is, `None` for anything else (election
+/// and latch nodes, names no escaping made).
+pub(super) fn parse_parent(child: &str) -> Option<(String, Parent)> {
+    let (escaped, parent) = if let Some(n) = child.strip_suffix("%fair") {
+        (n, Parent::Fair)
+    } else if let Some(n) = child.strip_suffix("%sem") {
+        (n, Parent::Semaphore)
+    } else if child.ends_with("%elect") || child.ends_with("%latch") {
+        return None;
+    } else {
+        (child, Parent::Shared)
+    };
+    let name = unescape(escaped)?;
+    (escape(&name) == escaped).then_some((name, parent))
+}
+
+/// Which of a name's parents a node is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Parent {
+    /// The lock, the read lock and the write lock (Curator's path).
+    Shared,
+    Fair,
+    Semaphore,
+}
+
+impl Parent {
+    /// The flavours whose contenders share this parent (a semaphore's with its permit count).
+    pub(super) fn kinds(self, permits: u32) -> Vec<LockKind> {
+        match self {
+            Parent::Shared => vec![LockKind::Mutex, LockKind::Read, LockKind::Write],
+            Parent::Fair => vec![LockKind::Fair],
+            Parent::Semaphore => vec![LockKind::Permit { permits }],
+        }
+    }
+}
+
+/// Undoes [`escape`]; `None` for text it cannot have made.
+fn unescape(escaped: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(escaped.len());
+    let mut rest = escaped.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The oldest contender among `children`.
+pub(super) fn first_in_sequence(children: &[String]) -> Option<&str> {
+    in_sequence(children).first().copied()
+}
+
+/// The contenders among `children`, in sequence order.
+fn in_sequence(children: &[String]) -> Vec<&str> {
+    let mut queue: Vec<(u64, &str)> = children
+        .iter()
+        .filter_map(|c| Some((sequence(c)?, c.as_str())))
+        .collect();
+    queue.sort_unstable();
+    queue.into_iter().map(|(_, c)| c).collect()
 }
 
 /// The sequence ZooKeeper appended to a child's name (10 digits, or 19 past 2^31); `None` for a
@@ -246,5 +346,57 @@ mod tests {
         ];
         let mutex = nodes("", "n", LockKind::Mutex);
         assert_eq!(mutex.standing(&big, &big[1]), Standing::Holds);
+    }
+
+    #[test]
+    fn holders_by_the_same_rules_and_parents_parse_back() {
+        let children: Vec<String> = [
+            "_c_r0-__READ__0000000001",
+            "_c_r1-__READ__0000000002",
+            "_c_w2-__WRIT__0000000004",
+            "_c_r3-__READ__0000000005",
+            "junk",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let read = nodes("", "n", LockKind::Read);
+        assert_eq!(
+            read.holders(&children),
+            (
+                vec![children[0].as_str(), children[1].as_str()],
+                1,
+                Some(children[2].as_str())
+            )
+        );
+        let write = nodes("", "n", LockKind::Write);
+        assert_eq!(
+            write.holders(&children),
+            (vec![], 1, Some(children[1].as_str()))
+        );
+        let sem = nodes("", "n", LockKind::Permit { permits: 3 });
+        assert_eq!(sem.holders(&children).0.len(), 0, "no semaphore nodes here");
+        assert_eq!(first_in_sequence(&children), Some(children[0].as_str()));
+        for (name, kind, parent) in [
+            ("orders:42", LockKind::Mutex, Parent::Shared),
+            ("a/b%c", LockKind::Fair, Parent::Fair),
+            (
+                "zookeeper",
+                LockKind::Permit { permits: 2 },
+                Parent::Semaphore,
+            ),
+            ("🚀", LockKind::Read, Parent::Shared),
+        ] {
+            let path = nodes("", name, kind).parent().to_string();
+            let child = path.trim_start_matches('/');
+            assert_eq!(
+                parse_parent(child),
+                Some((name.to_string(), parent)),
+                "{child}"
+            );
+        }
+        assert_eq!(parse_parent("x%elect"), None);
+        assert_eq!(parse_parent("x%latch"), None);
+        assert_eq!(parse_parent("x%zz"), None);
     }
 }

@@ -5,10 +5,16 @@
 //! the client says it expired or closed. Every holding of the session then fires its lost
 //! signal at once, the session is closed for good (were it to reconnect, its nodes would come
 //! back with it), and the next take starts a new session.
+//!
+//! The same check also reads the nodes of the session's holdings (pipelined with it: no round
+//! trip of its own, none per acquisition): a holding whose node someone else deleted (a forced
+//! release) is over, and its own lost signal fires. Not a watch on the node: its successor's
+//! watch is the node's only one, so a deletion wakes one waiter, not the herd.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
@@ -16,6 +22,7 @@ use zookeeper_client::{Client, SessionState};
 use super::config::Config;
 use super::{NAME, from_zk};
 use crate::backend::Signal;
+use crate::backends::queue::Watched;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a failed check waits before it is tried again (within the timeout).
@@ -31,6 +38,8 @@ pub(super) struct Session {
     /// request plus the timeout.
     valid_until: watch::Receiver<Instant>,
     checker: tokio::task::AbortHandle,
+    /// The nodes of this session's holdings the check reads.
+    held: Arc<Watched>,
 }
 
 impl Session {
@@ -55,6 +64,13 @@ impl Session {
     /// Until when the session is confirmed, as checks move it on.
     pub(super) fn valid_until(&self) -> watch::Receiver<Instant> {
         self.valid_until.clone()
+    }
+
+    /// Resolves when the holding whose node is `path`, created at `czxid`, is over: its node
+    /// found gone (or replaced) by a check, or the session over. Dropping the signal stops the
+    /// checks of that node.
+    pub(super) fn holding_ended(&self, path: String, czxid: i64) -> Signal {
+        self.held.holding_ended(path, czxid, self.ended())
     }
 
     /// Resolves when the session is over.
@@ -145,18 +161,21 @@ impl Sessions {
         let over = Arc::new(watch::channel(false).0);
         let (until_tx, valid_until) = watch::channel(sent + timeout);
         let shared = Arc::new(Mutex::new(Some(client.clone())));
+        let held = Arc::new(Watched::default());
         let checker = tokio::spawn(check(
             client,
             shared.clone(),
             timeout,
             until_tx,
             over.clone(),
+            held.clone(),
         ));
         Ok(Session {
             client: shared,
             over,
             valid_until,
             checker: checker.abort_handle(),
+            held,
         })
     }
 
@@ -179,6 +198,7 @@ async fn check(
     timeout: Duration,
     confirmed: watch::Sender<Instant>,
     over: Arc<watch::Sender<bool>>,
+    held: Arc<Watched>,
 ) {
     let mut valid_until = *confirmed.borrow();
     let mut next = valid_until - timeout + timeout / 3;
@@ -197,11 +217,28 @@ async fn check(
         if sent >= valid_until {
             break;
         }
-        match tokio::time::timeout(valid_until - sent, client.check_stat("/")).await {
+        // The holdings' nodes, asked right behind the session's own check (requests are sent
+        // when made, in order, on the one connection).
+        let nodes = held.to_check();
+        let session_check = client.check_stat("/");
+        let node_checks: Vec<_> = nodes.iter().map(|(p, _)| client.check_stat(p)).collect();
+        match tokio::time::timeout(valid_until - sent, session_check).await {
             Ok(Ok(_)) => {
                 valid_until = sent + timeout;
                 confirmed.send_replace(valid_until);
                 next = sent + timeout / 3;
+                let answers =
+                    tokio::time::timeout(valid_until - Instant::now(), join_all(node_checks));
+                if let Ok(answers) = answers.await {
+                    // A read that failed is not known this time: asked again at the next check.
+                    if let Some(now) = answers
+                        .into_iter()
+                        .map(|a| a.map(|stat| stat.map(|s| s.czxid)).ok())
+                        .collect::<Option<Vec<_>>>()
+                    {
+                        held.found(&nodes, &now);
+                    }
+                }
             }
             Ok(Err(e)) if terminal_error(&e) => break,
             Ok(Err(e)) => {

@@ -13,8 +13,9 @@ use super::nodes::{LockNodes, Standing};
 use super::session::{Session, on_session, session_over};
 use super::{CONTENDER, Holding, Inner, NAME, PARENT};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter};
+use crate::backends::text_records::encode_contender;
 use crate::error::{ErrorKind, Result};
-use crate::types::FencingToken;
+use crate::types::{FencingToken, LockKind};
 
 /// This contender's node: named by a random id before it is created, so a create whose answer
 /// was lost is found again by name (Curator's "protection").
@@ -66,11 +67,17 @@ impl ZkWaiter {
         let id = place.id.clone();
         self.place = Some(place);
         let path = self.nodes.contender(&id);
+        // Who put it, for a status (the owner token stays out: anyone may read the node).
+        let permits = match self.req.kind {
+            LockKind::Permit { permits } => permits,
+            _ => 0,
+        };
+        let record = encode_contender("", permits);
         let mut tries = 0;
         let node = loop {
             tries += 1;
             let client = session.client()?;
-            match client.create(&path, &[], &CONTENDER).await {
+            match client.create(&path, record.as_bytes(), &CONTENDER).await {
                 Ok((stat, sequence)) => {
                     let name = path.rsplit('/').next().unwrap_or_default();
                     break (format!("{name}{sequence}"), stat.czxid);
@@ -191,7 +198,9 @@ impl Waiter for ZkWaiter {
                     return Err(session_over());
                 }
                 self.place = None;
-                let (ended, valid_until) = (session.ended(), session.valid_until());
+                // Its node deleted by someone else (a forced release) ends it too.
+                let ended = session.holding_ended(self.path(&mine), czxid);
+                let valid_until = session.valid_until();
                 self.inner.holdings.hold(
                     czxid,
                     Holding {

@@ -8,8 +8,16 @@
 --   holds       1 while held, 0 once released (re-entry is counted by the holding client)
 --   token       fencing token of the current (or last) holding
 --   expires_at  when the lease ends, by the database server's clock
+--   holder      who took the current holding: distlock::Holder's record (pid, host, process),
+--               for `distlock status`; NULL in rows written before holders were recorded
+--   taken_at    when the current holding began (server clock); a re-take keeps it
 -- distlock_fencing: the sequence fencing tokens come from. Sequences never go back, also not
 --   across a crash (PostgreSQL logs values ahead of use), so tokens strictly increase per name.
+-- distlock_sessions: who holds each session (advisory) lock, written by the take, for `distlock
+--   status` and a forced release: name, token (drawn at take), pid (pg_backend_pid() of the
+--   holding connection), holder record, taken_at. A row describes a live holding only while
+--   pg_locks shows that pid holding the name's advisory lock: a released or dead holder's row
+--   stays until the next take overwrites it.
 -- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
 --   caller's transaction); never deleted, rows are tiny.
 -- Clients creating the objects at once would race in the catalog ("duplicate key value violates
@@ -21,9 +29,31 @@ CREATE TABLE IF NOT EXISTS distlock_locks (
     owner      text NOT NULL,
     holds      integer NOT NULL CHECK (holds >= 0),
     token      bigint NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    holder     text,
+    taken_at   timestamptz
 );
+-- Tables made before holders were recorded get the columns. Checked in the catalog first: an
+-- ALTER TABLE, even one that changes nothing, takes an exclusive lock on the table, and every
+-- client runs this at connect.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'distlock_locks'::regclass AND attname = 'holder'
+                     AND NOT attisdropped) THEN
+        ALTER TABLE distlock_locks ADD COLUMN IF NOT EXISTS holder text,
+                                   ADD COLUMN IF NOT EXISTS taken_at timestamptz;
+    END IF;
+END
+$$;
 CREATE SEQUENCE IF NOT EXISTS distlock_fencing;
+CREATE TABLE IF NOT EXISTS distlock_sessions (
+    name     text COLLATE "C" PRIMARY KEY,
+    token    bigint NOT NULL,
+    pid      integer NOT NULL,
+    holder   text,
+    taken_at timestamptz NOT NULL
+);
 CREATE TABLE IF NOT EXISTS distlock_row_locks (
     name text COLLATE "C" PRIMARY KEY
 );

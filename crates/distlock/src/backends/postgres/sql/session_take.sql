@@ -1,10 +1,23 @@
 -- Session lock: tries the advisory lock of a name on the caller's dedicated connection and, if
--- it got it, draws a fencing token in the same statement.
--- $1 name
+-- it got it, draws a fencing token and records the holding (distlock_sessions: token, this
+-- connection's pid, holder record, start) in the same statement, for `distlock status` and a
+-- forced release on other connections.
+-- $1 name, $2 the taker's holder record (distlock::Holder)
 -- returns: the token, or NULL when another session holds the lock.
 -- The advisory key is hashtextextended(name, seed): 64 bits, stable across PostgreSQL versions
 -- (hash partitioning depends on it). Two names with the same key would exclude each other; see
 -- docs.md for the odds. The token is drawn after the lock is taken, so it is larger than every
--- token drawn by earlier holders.
-SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 7306915764203548012))
-            THEN nextval('distlock_fencing') END AS token
+-- token drawn by earlier holders. Only the lock's holder writes the name's row, so takers of
+-- the same name never wait for each other here.
+WITH taken AS (
+    SELECT nextval('distlock_fencing') AS token
+    WHERE pg_try_advisory_lock(hashtextextended($1, 7306915764203548012))
+), recorded AS (
+    INSERT INTO distlock_sessions AS s (name, token, pid, holder, taken_at)
+    SELECT $1, token, pg_backend_pid(), $2, now() FROM taken
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token, pid = excluded.pid,
+        holder = excluded.holder, taken_at = excluded.taken_at
+    RETURNING token
+)
+SELECT (SELECT token FROM recorded) AS token

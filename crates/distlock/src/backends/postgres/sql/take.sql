@@ -1,5 +1,5 @@
 -- Takes a lease lock, confirms the caller's own holding, or reports it held, in one statement.
--- $1 name, $2 owner, $3 lease in milliseconds
+-- $1 name, $2 owner, $3 lease in milliseconds, $4 the taker's holder record (distlock::Holder)
 -- returns one row: (token, NULL) when the caller holds the lock now, (NULL, ms the holder's lease
 --   has left, or NULL if unknown) when someone else does. Rarely no row (the row appeared after
 --   this statement's snapshot): the caller treats that as held.
@@ -13,17 +13,20 @@
 -- Fast "held" answer: `current` reads the statement's snapshot; when it shows another owner's
 --   live lease the INSERT is skipped, so a waiter's try locks nothing and writes nothing (an
 --   ON CONFLICT DO UPDATE locks the row even when its WHERE fails, and that lock is a WAL
---   write and a commit flush). The snapshot only ever skips a take that the locked check would
+--   write and a commit flush). A new holding records its holder and start (taken_at); the
+--   caller's re-take keeps them. The snapshot only ever skips a take that the locked check would
 --   also refuse, or one racing a release that commits after it — whose NOTIFY then wakes us.
 WITH current AS (
     SELECT owner, expires_at FROM distlock_locks WHERE name = $1
 ), taken AS (
-    INSERT INTO distlock_locks AS l (name, owner, holds, token, expires_at)
-    SELECT $1, $2, 1, nextval('distlock_fencing'), now() + $3 * interval '1 millisecond'
+    INSERT INTO distlock_locks AS l (name, owner, holds, token, expires_at, holder, taken_at)
+    SELECT $1, $2, 1, nextval('distlock_fencing'), now() + $3 * interval '1 millisecond', $4, now()
     WHERE NOT EXISTS (SELECT 1 FROM current WHERE owner <> $2 AND expires_at > now())
     ON CONFLICT (name) DO UPDATE SET
         holds = 1,
         token = CASE WHEN l.expires_at > now() THEN l.token ELSE nextval('distlock_fencing') END,
+        holder = CASE WHEN l.expires_at > now() THEN l.holder ELSE excluded.holder END,
+        taken_at = CASE WHEN l.expires_at > now() THEN l.taken_at ELSE excluded.taken_at END,
         owner = excluded.owner,
         expires_at = excluded.expires_at
     WHERE l.owner = excluded.owner OR l.expires_at <= now()

@@ -1,12 +1,16 @@
 -- fair_acquire.lua: take the fair lock if it is our turn, confirm our holding, or wait in line.
 --
--- KEYS[1]  the lock hash, as for the exclusive lock (field <owner> = 1, '#fence' = token).
+-- KEYS[1]  the lock: a hash, field <owner token> = 1, field '#fence' = this holding's fencing
+--          token, field '#took' = '<taken, server ms>\t<holder record>' (see prelude.lua's
+--          took_at; absent without a record) (owner tokens never start with '#'); its PEXPIRE
+--          is the lease.
 -- KEYS[2]  the lock's fencing counter (see prelude.lua).
 -- KEYS[3]  the queue: a list of waiting owner tokens, first come first.
 -- KEYS[4]  each waiter's deadline: a sorted set, owner → server ms by which it must ask again.
 -- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] waiter ttl in ms; ARGV[4] channel;
 --          ARGV[5] '1' to wait in line, '0' for a one-off attempt (try_acquire, or the first
---          attempt before the waiter has subscribed), which never joins the queue.
+--          attempt before the waiter has subscribed), which never joins the queue;
+--          ARGV[6]  the holder record (distlock::Holder), optional.
 --
 -- Returns {1, token}  taken (we were first in line, or nobody waits), or our own holding
 --                     confirmed (same token, lease restarts).
@@ -43,6 +47,10 @@ if not held then
     end
     local token = next_fence(KEYS[2])
     redis.call('HSET', KEYS[1], owner, 1, '#fence', string.format('%.0f', token))
+    local took = took_at(now, ARGV[6])
+    if took then
+      redis.call('HSET', KEYS[1], '#took', took)
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, token}
   end

@@ -9,6 +9,11 @@
 --   same_holding(stored, wanted)
 --                        whether the fencing token stored for a holding is the one the caller
 --                        names ('' names any holding of the owner: release by owner token).
+--   holding_token(value, owner)
+--                        the fencing token (a decimal string) of the exclusive lock's holding
+--                        `value` if it is `owner`'s, else nil (see acquire.lua for the layout).
+--   took_at(now, record) what a take stores beside its holding: '<server ms>\t<holder record>'
+--                        (nil without a record: a client of an older version sent none).
 --
 -- Holdings: the store keeps one holding per owner and lock; re-entry is counted by the client.
 -- Every extend and release names the holding by its token, so a guard of an earlier holding of
@@ -41,6 +46,21 @@ end
 
 local function same_holding(stored, wanted)
   return stored ~= false and stored ~= nil and (wanted == '' or stored == wanted)
+end
+
+local function holding_token(value, owner)
+  if not value or string.sub(value, 1, #owner + 1) ~= owner .. ':' then
+    return nil
+  end
+  -- Only the digits: the holder record and a waiter's '+' mark may follow them.
+  return string.match(value, '^%d+', #owner + 2)
+end
+
+local function took_at(now, record)
+  if not record or record == '' then
+    return nil
+  end
+  return string.format('%d', now) .. '\t' .. record
 end
 
 local function keep_for(key, ms)

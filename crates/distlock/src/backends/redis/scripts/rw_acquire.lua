@@ -1,12 +1,16 @@
 -- rw_acquire.lua: take one side of a read-write lock, confirm our holding, or report it blocked.
 --
 -- KEYS[1]  the writer: a hash, 'w' = owner, 'wh' = 1, 'wexp' = server ms its lease ends,
---          'wt' = its fencing token (PEXPIRE = the lease, so a crashed writer's hash vanishes).
+--          'wt' = its fencing token, 'took' = '<taken, server ms>\t<holder record>' (see
+--          prelude.lua's took_at; absent without a record) (PEXPIRE = the lease, so a crashed
+--          writer's hash vanishes).
 -- KEYS[2]  readers: a sorted set, owner → server ms at which its read lease ends.
--- KEYS[3]  reader holds: a hash, field <owner> = 1, 't:'<owner> = its fencing token.
+-- KEYS[3]  reader holds: a hash, field <owner> = 1, 't:'<owner> = its fencing token,
+--          'h:'<owner> = its took_at (absent without a record).
 -- KEYS[4]  waiting writers: a sorted set, owner → server ms by which it must ask again.
 -- KEYS[5]  the lock's fencing counter, shared by both sides (see prelude.lua).
--- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] 'read' or 'write'; ARGV[4] waiter ttl ms.
+-- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] 'read' or 'write'; ARGV[4] waiter ttl ms;
+-- ARGV[5]  the holder record (distlock::Holder), optional.
 --
 -- Returns {1, token}  taken, or our own holding confirmed (same token, lease restarts).
 --         {0, ms}     blocked; ms = until the blocking lease ends (at most a third of the waiter
@@ -34,7 +38,7 @@ end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 for _, gone in ipairs(expired) do
   redis.call('ZREM', KEYS[2], gone)
-  redis.call('HDEL', KEYS[3], gone, 't:' .. gone)
+  redis.call('HDEL', KEYS[3], gone, 't:' .. gone, 'h:' .. gone)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 
@@ -62,6 +66,10 @@ if ARGV[3] == 'read' then
   end
   local token = next_fence(KEYS[5])
   redis.call('HSET', KEYS[3], owner, 1, 't:' .. owner, string.format('%.0f', token))
+  local took = took_at(now, ARGV[5])
+  if took then
+    redis.call('HSET', KEYS[3], 'h:' .. owner, took)
+  end
   redis.call('ZADD', KEYS[2], now + lease, owner)
   keep_for(KEYS[2], lease)
   keep_for(KEYS[3], lease)
@@ -91,5 +99,9 @@ redis.call('ZREM', KEYS[4], owner)
 local token = next_fence(KEYS[5])
 redis.call('HSET', KEYS[1], 'w', owner, 'wh', 1, 'wexp', now + lease,
   'wt', string.format('%.0f', token))
+local took = took_at(now, ARGV[5])
+if took then
+  redis.call('HSET', KEYS[1], 'took', took)
+end
 redis.call('PEXPIRE', KEYS[1], lease)
 return {1, token}

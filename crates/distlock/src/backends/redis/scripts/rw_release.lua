@@ -16,7 +16,7 @@ if ARGV[4] == 'read' then
     return 0
   end
   redis.call('ZREM', KEYS[2], owner)
-  redis.call('HDEL', KEYS[3], owner, 't:' .. owner)
+  redis.call('HDEL', KEYS[3], owner, 't:' .. owner, 'h:' .. owner)
   if redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') == 0 then
     redis.call('PUBLISH', ARGV[2], '')
   end

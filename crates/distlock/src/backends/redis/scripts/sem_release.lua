@@ -13,6 +13,6 @@ if (not ends) or tonumber(ends) <= now
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1], 't:' .. ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1], 't:' .. ARGV[1], 'h:' .. ARGV[1])
 redis.call('PUBLISH', ARGV[2], '')
 return 1

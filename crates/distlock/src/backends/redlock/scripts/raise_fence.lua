@@ -2,7 +2,7 @@
 -- acquisition chose (the largest its winning masters drew), and make that master's share of the
 -- holding carry that token, so extend and release name the holding by one token on every master.
 --
--- KEYS[1]  the lock hash (see the Redis backend's acquire.lua).
+-- KEYS[1]  the lock, '<owner>:<token>[record][+]' (see the Redis backend's acquire.lua).
 -- KEYS[2]  the lock's fencing counter (see prelude.lua).
 -- ARGV[1]  owner token.
 -- ARGV[2]  the token this master drew for the holding, or '' when this master holds no share
@@ -22,9 +22,12 @@ end
 if ARGV[2] == '' then
   return 1
 end
-local held = redis.call('HMGET', KEYS[1], ARGV[1], '#fence')
-if held[1] and (held[2] == ARGV[2] or held[2] == ARGV[3]) then
-  redis.call('HSET', KEYS[1], '#fence', ARGV[3])
+local held = redis.call('GET', KEYS[1])
+local token = holding_token(held, ARGV[1])
+if token and (token == ARGV[2] or token == ARGV[3]) then
+  -- Keep what follows the token (the holder record, a waiter's '+' mark) as it is.
+  local rest = string.sub(held, #ARGV[1] + 2 + #token)
+  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3] .. rest, 'KEEPTTL')
   return 1
 end
 return 0

@@ -8,6 +8,8 @@
 --   token       fencing token of this holding
 --   boot_id     the kernel boot this lease was taken in (/proc/sys/kernel/random/boot_id)
 --   expires_ms  CLOCK_BOOTTIME in ms when the lease ends
+--   holder      who took it: "pid<TAB>host<TAB>process" (distlock::Holder), NULL if unknown
+--   since_ms    when it was taken, wall clock ms since the Unix epoch, NULL if unknown
 -- A row is live only if boot_id is the current boot and expires_ms is in the future: after a
 -- reboot every lease is over, and setting the wall clock moves nothing.
 --
@@ -19,7 +21,9 @@ CREATE TABLE IF NOT EXISTS distlock_locks (
     holds      INTEGER NOT NULL CHECK (holds >= 1),
     token      INTEGER NOT NULL,
     boot_id    TEXT NOT NULL,
-    expires_ms INTEGER NOT NULL
+    expires_ms INTEGER NOT NULL,
+    holder     TEXT,
+    since_ms   INTEGER
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS distlock_fencing (

@@ -1,0 +1,58 @@
+//! Count-down latches in Redis (`scripts/latch.lua`): one key with the count, under the hash tag
+//! `{name}`; the count-down that reaches 0 publishes `*` on the latch's channel, which wakes
+//! every waiter of this client.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+use super::election::tagged;
+use super::invoke::Server;
+use crate::backend::Wakeups;
+use crate::error::Result;
+use crate::types::LockName;
+
+static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/latch.lua")));
+
+fn key(latch: &LockName) -> String {
+    tagged("latch", latch)
+}
+
+fn channel(latch: &LockName) -> String {
+    format!("{}:zero", key(latch))
+}
+
+/// See [`crate::Backend::latch_set`].
+pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result<bool> {
+    let count = count.to_string();
+    let set: i64 = server
+        .run(&LATCH, &[key(latch)], &["set", &count], "setting the latch")
+        .await?;
+    Ok(set == 1)
+}
+
+/// See [`crate::Backend::latch_count_down`].
+pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64> {
+    let after: i64 = server
+        .run(
+            &LATCH,
+            &[key(latch)],
+            &["down", &channel(latch)],
+            "counting the latch down",
+        )
+        .await?;
+    Ok(after.max(0) as u64)
+}
+
+/// See [`crate::Backend::latch_count`].
+pub(super) async fn count(server: &Server, latch: &LockName) -> Result<u64> {
+    let count: i64 = server
+        .run(&LATCH, &[key(latch)], &["count"], "reading the latch")
+        .await?;
+    Ok(count.max(0) as u64)
+}
+
+/// Wake-ups for the latch reaching 0.
+pub(super) async fn watch(server: &Server, latch: &LockName) -> Wakeups {
+    server.subscriber.watch(channel(latch), None).await
+}
