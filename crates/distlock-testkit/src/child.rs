@@ -68,6 +68,56 @@ pub enum Role {
         /// How many holds.
         acquisitions: u32,
     },
+    /// `campaigners` tasks each campaign in election `election` over and over, lead for
+    /// `hold_ms`, and resign, until the process is killed. Each leadership is reported when it
+    /// starts (`lead`: term, start ns, value) and when it ends (`resigned`: term, end ns, and
+    /// `held`: whether it was still leader up to the end, as far as the leader could tell).
+    Campaign {
+        /// Election name.
+        election: String,
+        /// Campaigning tasks in this process.
+        campaigners: u32,
+        /// The election's lease in milliseconds.
+        lease_ms: u64,
+        /// How long each leadership lasts before resigning.
+        hold_ms: u64,
+        /// Every `long_every`-th leadership of this process (0: none) lasts `long_hold_ms`
+        /// instead, and says so in its `lead` event (`long`): a leader the test can be sure to
+        /// find still leading when it kills or stops the process.
+        long_every: u32,
+        /// How long a long leadership lasts.
+        long_hold_ms: u64,
+        /// This process's number, part of each campaigner's value (`p{process}-t{task}`).
+        process: u32,
+    },
+    /// Follow election `election` and report every leader seen (`leader`: term, value).
+    Observe {
+        /// Election name.
+        election: String,
+    },
+    /// `waiters` tasks wait on latch `latch` (each at most `timeout_ms`) once `waiting` has been
+    /// reported; each reports `released` (ns) or fails.
+    LatchWait {
+        /// Latch name.
+        latch: String,
+        /// Waiting tasks in this process.
+        waiters: u32,
+        /// Each waiter's timeout.
+        timeout_ms: u64,
+    },
+    /// Count latch `latch` down once, reporting `counted` (the count after, and `sent`: ns just
+    /// before the request).
+    LatchCountDown {
+        /// Latch name.
+        latch: String,
+    },
+    /// Set latch `latch` to `count`, report `set` (whether it was set), then wait to be killed.
+    LatchSet {
+        /// Latch name.
+        latch: String,
+        /// The count.
+        count: u64,
+    },
 }
 
 /// A running child, seen from the test.
@@ -145,6 +195,11 @@ impl ChildProcess {
             .await?;
         self.stdin.flush().await?;
         Ok(())
+    }
+
+    /// The child's process id, while it has not been reaped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// Sends `sig` to the child.
@@ -295,6 +350,131 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
                 holds.push([start, end, token]);
             }
             say(json!({"event": "records", "holds": holds}));
+        }
+        Role::Campaign {
+            election,
+            campaigners,
+            lease_ms,
+            hold_ms,
+            long_every,
+            long_hold_ms,
+            process,
+        } => {
+            let leaderships = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let mut tasks = Vec::new();
+            for task in 0..campaigners {
+                let leaderships = leaderships.clone();
+                let election = client
+                    .election(&election)
+                    .lease(Duration::from_millis(lease_ms));
+                let value = format!("p{process}-t{task}");
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        // A store error that may pass (a connection refused by a server at its
+                        // client limit, a timeout on an overloaded machine) costs a turn, not the
+                        // process: it is reported, and counted by the test.
+                        let leadership = match election.campaign(value.clone()).await {
+                            Ok(leadership) => leadership,
+                            Err(e) if e.is_retryable() => {
+                                say(json!({"event": "retry", "error": e.to_string()}));
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
+                            }
+                            Err(e) => return Err(e.into()),
+                        };
+                        let start = monotonic_ns();
+                        let term = leadership.term().get();
+                        let nth = leaderships.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        let long = long_every > 0 && nth.is_multiple_of(long_every);
+                        say(json!({
+                            "event": "lead", "term": term, "start": start, "value": value,
+                            "long": long,
+                        }));
+                        let hold = if long { long_hold_ms } else { hold_ms };
+                        let until = tokio::time::Instant::now() + Duration::from_millis(hold);
+                        let lost = leadership.lost();
+                        let _ = tokio::time::timeout_at(until, lost).await;
+                        let end = monotonic_ns();
+                        // Judged after taking the time: a leader that knows it is still leader
+                        // now was leader up to `end`.
+                        let still = !leadership.is_lost();
+                        let resigned = match leadership.resign().await {
+                            Ok(resigned) => resigned,
+                            // Not known to have held to the end: only its start counts.
+                            Err(e) if e.is_retryable() => {
+                                say(json!({"event": "retry", "error": e.to_string()}));
+                                false
+                            }
+                            Err(e) => return Err(e.into()),
+                        };
+                        say(json!({
+                            "event": "resigned", "term": term, "end": end,
+                            "held": still && resigned,
+                        }));
+                    }
+                    #[allow(unreachable_code)]
+                    Ok::<(), Failure>(())
+                }));
+            }
+            for t in tasks {
+                t.await.map_err(|e| Failure(e.to_string()))??;
+            }
+        }
+        Role::Observe { election } => {
+            use futures_util::StreamExt;
+            let mut leaders = Box::pin(client.election(&election).observe().await?);
+            say(json!({"event": "observing"}));
+            while let Some(leader) = leaders.next().await {
+                let leader = match leader {
+                    Ok(leader) => leader,
+                    // The stream goes on after a store error; terms it then misses are caught up
+                    // from the store's log (and the test reports any it never saw).
+                    Err(e) if e.is_retryable() => {
+                        say(json!({"event": "retry", "error": e.to_string()}));
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                say(json!({"event": "leader", "term": leader.term.get(), "value": leader.value}));
+            }
+        }
+        Role::LatchWait {
+            latch,
+            waiters,
+            timeout_ms,
+        } => {
+            let mut tasks = Vec::new();
+            let (ready, mut all_ready) = tokio::sync::mpsc::channel::<()>(waiters as usize);
+            for _ in 0..waiters {
+                let latch = client.latch(&latch);
+                let ready = ready.clone();
+                tasks.push(tokio::spawn(async move {
+                    let _ = ready.send(()).await;
+                    drop(ready);
+                    latch
+                        .wait_timeout(Duration::from_millis(timeout_ms))
+                        .await?;
+                    say(json!({"event": "released", "at": monotonic_ns()}));
+                    Ok::<(), Failure>(())
+                }));
+            }
+            drop(ready);
+            while all_ready.recv().await.is_some() {}
+            say(json!({"event": "waiting"}));
+            for t in tasks {
+                t.await.map_err(|e| Failure(e.to_string()))??;
+            }
+        }
+        Role::LatchCountDown { latch } => {
+            let latch = client.latch(&latch);
+            let sent = monotonic_ns();
+            let after = latch.count_down().await?;
+            say(json!({"event": "counted", "after": after, "sent": sent}));
+        }
+        Role::LatchSet { latch, count } => {
+            let set = client.latch(&latch).try_set_count(count).await?;
+            say(json!({"event": "set", "set": set}));
+            std::future::pending::<()>().await;
         }
     }
     Ok(())

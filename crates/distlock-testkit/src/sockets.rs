@@ -14,10 +14,19 @@ pub struct Connection {
 
 /// Every TCP connection this process has open now (IPv4 and IPv6).
 pub fn tcp_connections() -> HashSet<Connection> {
-    // /proc/net/tcp lists every socket of the network namespace; ours are those whose inode
-    // one of our file descriptors points at.
+    tcp_connections_of("self")
+}
+
+/// Every TCP connection process `pid` has open now (a process of the same user).
+pub fn tcp_connections_of_pid(pid: u32) -> HashSet<Connection> {
+    tcp_connections_of(&pid.to_string())
+}
+
+fn tcp_connections_of(process: &str) -> HashSet<Connection> {
+    // /proc/net/tcp lists every socket of the network namespace; the process's are those whose
+    // inode one of its file descriptors points at.
     let mut inodes = HashSet::new();
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{process}/fd")) {
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 let target = target.to_string_lossy().to_string();

@@ -10,6 +10,11 @@ use crate::Failure;
 pub fn start_mariadb() -> Result<PrivateServer, Failure> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
+    // Its own temporary directory: with the default /tmp, a bootstrap beside another one (two
+    // test binaries start private servers at once) failed on CI removing its temporary tables
+    // ("Could not remove temporary table '/tmp/#sql-temptable-…', error: 2").
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp)?;
     run(
         Command::new("mariadb-install-db")
             .args([
@@ -18,7 +23,8 @@ pub fn start_mariadb() -> Result<PrivateServer, Failure> {
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ])
-            .arg(format!("--datadir={}", data.display())),
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display())),
         "mariadb-install-db",
     )?;
     let port = free_port()?;
@@ -40,6 +46,7 @@ pub fn start_mariadb() -> Result<PrivateServer, Failure> {
                 ])
                 .arg(format!("--port={port}"))
                 .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--tmpdir={}", tmp.display()))
                 .arg(format!(
                     "--socket={}",
                     run_dir.join("mysqld.sock").display()

@@ -87,6 +87,8 @@ impl<S: PrivateStore> PrivateStore for WithParam<S> {
 
 /// How long a server may take to answer after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to shut down once asked to.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a server module says about its server, to start it.
 pub(crate) struct Launch {
@@ -111,6 +113,8 @@ pub struct PrivateServer {
     launch: Launch,
     log: PathBuf,
     child: Option<Child>,
+    /// Variables set for the server process on top of the test's ([`Self::under_clock`]).
+    env: Vec<(&'static str, std::ffi::OsString)>,
 }
 
 impl PrivateServer {
@@ -121,9 +125,22 @@ impl PrivateServer {
             launch,
             log,
             child: None,
+            env: Vec::new(),
         };
         server.start_again()?;
         Ok(server)
+    }
+
+    /// The same server, started again with its wall clock on `clock` (which the test can then
+    /// jump): stopped cleanly, so what it keeps across a restart it keeps here too.
+    pub fn under_clock(
+        mut self,
+        clock: &crate::faults::clock::ServerClock,
+    ) -> Result<Self, Failure> {
+        self.stop()?;
+        self.env = clock.env()?;
+        self.start_again()?;
+        Ok(self)
     }
 
     /// The loopback port it listens on (for URLs with credentials).
@@ -200,6 +217,7 @@ impl PrivateStore for PrivateServer {
             .append(true)
             .open(&self.log)?;
         let mut child = (self.launch.command)()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -234,9 +252,36 @@ impl PrivateStore for PrivateServer {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
+        let pid = child.id() as libc::pid_t;
+        let signal = self.launch.stop_signal;
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).
-        unsafe { libc::kill(child.id() as libc::pid_t, self.launch.stop_signal) };
-        let status = child.wait()?;
+        unsafe { libc::kill(pid, signal) };
+        // A server can miss the signal when it arrives while the server is still starting
+        // (mariadbd listens before its signal thread runs, and a SIGTERM then was never acted
+        // on: a test stopped one right after its start and waited forever), so it is sent
+        // again every second; a server already shutting down ignores it. Killed past a minute.
+        let asked = Instant::now();
+        let mut sent = asked;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if asked.elapsed() > STOP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Failure(format!(
+                    "the private {} did not shut down within {STOP_TIMEOUT:?}: {}",
+                    self.launch.name,
+                    log_tail(&self.log)
+                )));
+            }
+            if sent.elapsed() >= Duration::from_secs(1) {
+                // SAFETY: as above; try_wait has not reaped it.
+                unsafe { libc::kill(pid, signal) };
+                sent = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         // A clean shutdown exits with 0, or, for a JVM (ZooKeeper), with 128 + the signal once
         // its shutdown hooks ran; anything else is worth seeing when a case fails later.
         let jvm_clean = status.code() == Some(128 + self.launch.stop_signal);

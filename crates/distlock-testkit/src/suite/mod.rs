@@ -7,9 +7,12 @@
 mod bad_input;
 mod cancel;
 mod crash;
+mod election;
 mod exclusion;
 mod fencing;
+mod latch;
 mod multi;
+mod operations;
 mod pause;
 mod reentrancy;
 mod release;
@@ -240,6 +243,16 @@ enum Need {
     PrivateStore,
     /// A way to end sessions from the server side ([`Suite::end_sessions`]).
     EndSessions,
+    /// Leader election ([`distlock::Capabilities::elections`]).
+    Elections,
+    /// Count-down latches ([`distlock::Capabilities::latches`]).
+    Latches,
+    /// A store lacking elections or latches (the case checks the typed `Unsupported` errors).
+    LacksElectionsOrLatches,
+    /// Lock status and forced release ([`distlock::Capabilities::inspects`]).
+    Inspects,
+    /// A store without them (the case checks the typed `Unsupported` errors).
+    LacksInspection,
 }
 
 impl Need {
@@ -271,6 +284,29 @@ impl Need {
                 "its test file gives no way to end a session from the server side \
                  (Suite::end_sessions)",
             ),
+            Need::Elections if capabilities.is_some_and(|c| !c.elections) => Some(
+                "SKIPPED, unsupported: this backend has no leader election yet \
+                 (Capabilities::elections is false; unsupported_election_and_latch_are_typed \
+                 checks that every call says so)",
+            ),
+            Need::Latches if capabilities.is_some_and(|c| !c.latches) => Some(
+                "SKIPPED, unsupported: this backend has no count-down latch yet \
+                 (Capabilities::latches is false; unsupported_election_and_latch_are_typed \
+                 checks that every call says so)",
+            ),
+            Need::LacksElectionsOrLatches
+                if capabilities.is_some_and(|c| c.elections && c.latches) =>
+            {
+                Some("it supports both leader election and the count-down latch")
+            }
+            Need::Inspects if capabilities.is_some_and(|c| !c.inspects) => Some(
+                "SKIPPED, unsupported: this backend has no lock status or forced release yet \
+                 (Capabilities::inspects is false; unsupported_status_is_typed checks that \
+                 both calls say so)",
+            ),
+            Need::LacksInspection if capabilities.is_some_and(|c| c.inspects) => {
+                Some("it has lock status and forced release")
+            }
             _ => None,
         }
     }
@@ -457,6 +493,66 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             Once,
             &[Need::Expires, Need::PrivateStore],
             case(restart::down_past_lease_fires_lost),
+        ),
+        (
+            "election_one_leader_across_processes",
+            Once,
+            &[Need::Elections],
+            case(election::one_leader_across_processes),
+        ),
+        (
+            "election_rules",
+            Once,
+            &[Need::Elections],
+            case(election::rules),
+        ),
+        (
+            "election_crashed_leader_lapses",
+            Once,
+            &[Need::Elections],
+            case(election::crashed_leader_lapses),
+        ),
+        (
+            "latch_releases_waiters_across_processes",
+            Once,
+            &[Need::Latches],
+            case(latch::releases_waiters_across_processes),
+        ),
+        (
+            "latch_wait_timeout_is_typed",
+            Once,
+            &[Need::Latches],
+            case(latch::wait_timeout_is_typed),
+        ),
+        (
+            "latch_count_rules",
+            Once,
+            &[Need::Latches],
+            case(latch::count_rules),
+        ),
+        (
+            "status_shows_holder",
+            Each,
+            &[Need::Inspects],
+            case(operations::shows_holder),
+        ),
+        (
+            "force_release_fences_holder",
+            Each,
+            &[Need::Inspects],
+            case(operations::force_release_fences_holder),
+        ),
+        (
+            "unsupported_status_is_typed",
+            Once,
+            &[Need::LacksInspection],
+            case(operations::unsupported_is_typed),
+        ),
+        (
+            "unsupported_election_and_latch_are_typed",
+            Once,
+            &[Need::LacksElectionsOrLatches],
+            case(latch::unsupported_is_typed),
         ),
         (
             "holder_session_ended_by_server",

@@ -15,7 +15,7 @@ use distlock::Client;
 
 use crate::suite::Ctx;
 use crate::suite::waiting::Waiting;
-use crate::{Outcome, check};
+use crate::{Failure, Outcome, check};
 
 /// Longer than a stop and start of a private store on a loaded machine (about 1 to 3 s); the
 /// watchdog renews every third of it. A store whose sessions have a TTL gives its private
@@ -69,10 +69,19 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
             "the holder lost its lock across a restart of {down_for:?}, shorter than its \
              lease {SURVIVING_LEASE:?}"
         );
-        check!(
-            !waiter.is_finished(),
-            "the waiter got the lock while the holder kept it across the restart"
-        );
+        if waiter.is_finished() {
+            return Err(match waiter.answer().await? {
+                Ok(guard) => Failure(format!(
+                    "the waiter got the lock (token {}) while the holder kept it (token \
+                     {first}) across the restart",
+                    guard.fencing_token()
+                )),
+                Err(e) => Failure(format!(
+                    "the waiter's wait failed across the restart instead of riding it out: {}",
+                    distlock::error::chain(&e)
+                )),
+            });
+        }
         check!(
             held.release().await?,
             "the holder could not release after the restart"
