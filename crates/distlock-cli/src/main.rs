@@ -26,12 +26,22 @@ struct Cli {
 enum Command {
     /// Run COMMAND while holding lock NAME (like flock, for many machines).
     Exec(cmd::exec::ExecArgs),
+    /// Run COMMAND only while leader of election NAME (stopped if leadership is lost).
+    Elect(cmd::elect::ElectArgs),
+    /// Print the current leader of election NAME, or follow every new one with --watch.
+    Leader(cmd::elect::LeaderArgs),
+    /// Show who holds lock NAME (or every lock under --prefix): holder pid, token, lease left.
+    Status(cmd::status::StatusArgs),
+    /// Take lock NAME from whoever holds it (--force), advancing its fencing token.
+    Release(cmd::status::ReleaseArgs),
     /// Show overselling and lost updates under load, and every strategy that prevents them.
     Demo(cmd::demo::DemoArgs),
     /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
     Bench(cmd::bench::BenchArgs),
     /// Inject faults (kill, stop, slow or cut links) under a lock workload and check what held.
     Torture(cmd::torture::TortureArgs),
+    /// Serve a live lock status page, its JSON (/api/locks) and Prometheus metrics (/metrics).
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,9 +69,14 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Elect(args) => cmd::elect::run_elect(args).await,
+            Command::Leader(args) => cmd::elect::run_leader(args).await,
+            Command::Status(args) => cmd::status::run_status(args).await,
+            Command::Release(args) => cmd::status::run_release(args).await,
             Command::Demo(args) => cmd::demo::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Torture(args) => cmd::torture::run(args).await,
+            Command::Serve(args) => cmd::serve::run(args).await,
         }
     })
 }

@@ -1,6 +1,6 @@
 //! Issue #8, item 7: no form of a password in a store URL reaches distlock's output, and each
 //! cause of an error is printed once. Every scheme, every way to put a secret in a URL, through
-//! `exec`, `bench` and `demo`, against closed ports and against the real servers with wrong
+//! `exec`, `elect`, `leader`, `bench` and `demo`, against closed ports and against the real servers with wrong
 //! credentials.
 
 mod common;
@@ -143,6 +143,19 @@ fn exec_never_prints_a_password() {
             &url,
             &["exec", "--url", &url, "--no-wait", "secrets", "--", "true"],
         );
+    }
+}
+
+#[test]
+fn elect_and_leader_never_print_a_password() {
+    for url in urls("secrets through elect and leader") {
+        check(
+            &url,
+            &[
+                "elect", "--url", &url, "--lease", "1s", "secrets", "--", "true",
+            ],
+        );
+        check(&url, &["leader", "--url", &url, "secrets"]);
     }
 }
 

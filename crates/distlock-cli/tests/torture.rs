@@ -1,19 +1,37 @@
-//! `distlock torture` end to end: the real binary, real worker processes killed and stopped, a
-//! real store behind the fault proxy. Each fault runs 5 s; the figures are printed, and only
-//! outcomes are asserted: no stale write accepted, no token out of order, and a stop that
-//! really let a second holder in.
+//! `distlock torture` end to end on every store: the real binary, real worker processes killed
+//! and stopped, the real servers behind the fault proxy (one per server of the URL). Each fault
+//! runs a few seconds; the figures are printed, and only outcomes are asserted: no stale write
+//! accepted, no token out of order, a kill recovered from, a stop that really let a second
+//! holder in (where holds are leases, or sessions stopped past their timeout), a reset ridden
+//! out.
 
 mod common;
 
 use std::process::Command;
 
 use common::BIN;
+use distlock_testkit::faults::clock::ServerClock;
+use distlock_testkit::servers::{
+    Persistence, PrivateServer, PrivateStore, start_mariadb, start_memcached, start_postgres,
+    start_redis, start_redlock, start_zookeeper,
+};
 
-/// Runs `distlock torture --json` and returns its report.
+/// Runs `distlock torture --json` with 5 s phases and returns its report.
 fn torture(url: &str, faults: &str) -> serde_json::Value {
+    torture_with(url, faults, &["--duration", "5s"])
+}
+
+/// The same, with `extra` arguments (a lease of 1 s unless they name one).
+fn torture_with(url: &str, faults: &str, extra: &[&str]) -> serde_json::Value {
+    let lease: &[&str] = if extra.contains(&"--lease") {
+        &[]
+    } else {
+        &["--lease", "1s"]
+    };
     let out = Command::new(BIN)
-        .args(["torture", "--url", url, "--faults", faults])
-        .args(["--duration", "5s", "--lease", "1s", "--json"])
+        .args(["torture", "--url", url, "--faults", faults, "--json"])
+        .args(lease)
+        .args(extra)
         .output()
         .expect("running distlock torture");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -28,17 +46,31 @@ fn torture(url: &str, faults: &str) -> serde_json::Value {
     report
 }
 
-/// The cell of `fault`, checked for what every applicable cell must show.
-fn cell<'a>(report: &'a serde_json::Value, fault: &str) -> &'a serde_json::Value {
-    let cell = report["cells"]
+/// The cell of `fault`, which must say it is not applicable.
+fn not_applicable<'a>(report: &'a serde_json::Value, fault: &str) -> &'a serde_json::Value {
+    let cell = any_cell(report, fault);
+    assert_eq!(cell["verdict"], "not applicable", "{cell}");
+    cell
+}
+
+fn any_cell<'a>(report: &'a serde_json::Value, fault: &str) -> &'a serde_json::Value {
+    report["cells"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["fault"] == fault)
-        .unwrap_or_else(|| panic!("no {fault} cell: {report}"));
+        .unwrap_or_else(|| panic!("no {fault} cell: {report}"))
+}
+
+/// The cell of `fault`, checked for what every applicable cell must show.
+fn cell<'a>(report: &'a serde_json::Value, fault: &str) -> &'a serde_json::Value {
+    let cell = any_cell(report, fault);
     assert_eq!(cell["stale_writes_accepted"], 0, "{cell}");
     assert_eq!(cell["token_regressions"], 0, "{cell}");
     assert!(cell["acquisitions"].as_u64().unwrap() > 0, "{cell}");
+    // Nothing stays held, or queued, once the workers are gone.
+    assert!(cell["free_after_ms"].as_u64().is_some(), "{cell}");
+    assert_eq!(cell["left_in_store"], 0, "{cell}");
     cell
 }
 
@@ -63,27 +95,199 @@ fn check_kill_and_stop(report: &serde_json::Value) {
 #[test]
 fn sqlite_under_kill_and_stop_and_no_proxy_faults() {
     let store = common::sqlite();
-    let report = torture(&store.url, "kill,stop,reset");
+    let report = torture(&store.url, "kill,stop,reset,minority");
     assert_eq!(report["backend"], "sqlite");
     check_kill_and_stop(&report);
-    let reset = report["cells"][2].clone();
-    assert_eq!(reset["verdict"], "not applicable", "{reset}");
+    for fault in ["reset", "minority"] {
+        not_applicable(&report, fault);
+    }
+}
+
+/// The URL of server store `name`, unless the run skips it (then the skip is printed).
+fn server(name: &str) -> Option<String> {
+    common::servers("distlock torture")
+        .into_iter()
+        .find(|s| s.name == name)
+        .map(|s| s.url)
+}
+
+/// Kill, stop and reset through the proxies on server store `name` (backend `backend`), with
+/// `extra` arguments; every cell checked. SQL stores also get their sessions ended from the
+/// server, which a lease outlives.
+fn server_under_every_fault(name: &str, backend: &str, extra: &[&str]) {
+    let Some(url) = server(name) else {
+        return;
+    };
+    let sql = matches!(name, "postgres" | "mysql");
+    let faults = if sql {
+        "kill,stop,reset,session-kill"
+    } else {
+        "kill,stop,reset"
+    };
+    let report = torture_with(&url, faults, extra);
+    assert_eq!(report["backend"], backend);
+    check_kill_and_stop(&report);
+    let mut others = vec!["reset"];
+    if sql {
+        others.push("session-kill");
+    }
+    for fault in others {
+        let cell = cell(&report, fault);
+        assert!(cell["faults_injected"].as_u64().unwrap() > 0, "{cell}");
+        assert_eq!(cell["verdict"], "OK", "{cell}");
+    }
+}
+
+/// A session lock ends with its session: the server ending the holder's connection hands the
+/// lock on while the holder still believes it holds, and the fence refuses its late write.
+fn session_lock_under_session_kill(name: &str) {
+    let Some(url) = server(name) else {
+        return;
+    };
+    let report = torture(&format!("{url}?lock=session"), "session-kill");
+    assert_eq!(report["holds"], "session", "{report}");
+    let killed = cell(&report, "session-kill");
+    assert!(killed["faults_injected"].as_u64().unwrap() > 0, "{killed}");
+    assert!(
+        killed["overlapping_holders"].as_u64().unwrap() > 0
+            || killed["lost_updates"].as_u64().unwrap() > 0,
+        "a killed session did not hand the lock on: {killed}"
+    );
+    assert_eq!(killed["verdict"], "OK", "{killed}");
+}
+
+#[test]
+fn postgres_session_lock_under_session_kill() {
+    session_lock_under_session_kill("postgres");
+}
+
+#[test]
+fn mysql_session_lock_under_session_kill() {
+    session_lock_under_session_kill("mysql");
 }
 
 #[test]
 fn redis_under_kill_stop_and_reset_through_the_proxy() {
-    let Some(redis) = common::servers("distlock torture")
-        .into_iter()
-        .find(|s| s.name == "redis")
-    else {
+    server_under_every_fault("redis", "redis", &["--duration", "5s"]);
+}
+
+/// Five masters, five proxies: a reset cuts half the processes off every master at once.
+#[test]
+fn redlock_under_kill_stop_and_reset_through_a_proxy_per_master() {
+    server_under_every_fault("redlock", "redlock", &["--duration", "5s"]);
+}
+
+/// Two of the five masters cut off from every worker (connections open, nothing answered),
+/// two others the next time: takes and renewals go on with the other three, without waiting
+/// out the silent ones' response timeout.
+#[test]
+fn redlock_stays_available_with_a_minority_of_masters_cut_off() {
+    let Some(url) = server("redlock") else {
         return;
     };
-    let report = torture(&redis.url, "kill,stop,reset");
-    assert_eq!(report["backend"], "redis");
-    check_kill_and_stop(&report);
-    let reset = cell(&report, "reset");
-    assert!(reset["faults_injected"].as_u64().unwrap() > 0, "{reset}");
-    assert_eq!(reset["verdict"], "OK", "{reset}");
+    stays_available_with_a_minority_cut_off(&url, "6s");
+}
+
+/// The `minority` cell of a run on `url`: faults injected, the lock taken while they were on,
+/// OK.
+fn stays_available_with_a_minority_cut_off(url: &str, duration: &str) {
+    let report = torture_with(url, "minority", &["--duration", duration]);
+    let minority = cell(&report, "minority");
+    eprintln!("{minority}");
+    assert!(
+        minority["faults_injected"].as_u64().unwrap() > 0,
+        "{minority}"
+    );
+    assert!(
+        minority["acquired_during_faults"].as_u64().unwrap() > 0,
+        "{minority}"
+    );
+    assert_eq!(minority["verdict"], "OK", "{minority}");
+}
+
+/// A 3-member etcd cluster of the test's own (3 s sessions), one member at a time cut off from
+/// every worker: the clients go on through the other two.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_cluster_stays_available_with_one_member_cut_off() {
+    let cluster = distlock_testkit::servers::start_etcd_cluster(3)
+        .unwrap_or_else(|f| panic!("starting a 3-member etcd cluster: {}", f.0));
+    stays_available_with_a_minority_cut_off(&cluster.url(3), "12s");
+}
+
+/// A 3-member ZooKeeper ensemble of the test's own (3 s sessions), likewise: a client whose
+/// server goes silent moves its session to another member within the session timeout.
+#[test]
+fn zookeeper_ensemble_stays_available_with_one_member_cut_off() {
+    let ensemble = distlock_testkit::servers::start_zookeeper_ensemble(3)
+        .unwrap_or_else(|f| panic!("starting a 3-member ZooKeeper ensemble: {}", f.0));
+    let url = ensemble.url(std::time::Duration::from_secs(3));
+    stays_available_with_a_minority_cut_off(&url, "12s");
+}
+
+/// A single server has no minority to cut off.
+#[test]
+fn a_minority_of_one_server_is_not_applicable() {
+    let Some(url) = server("redis") else {
+        return;
+    };
+    let report = torture_with(&url, "minority", &["--duration", "1s"]);
+    let minority = not_applicable(&report, "minority");
+    assert!(
+        minority["note"].as_str().unwrap().contains("1 server"),
+        "{minority}"
+    );
+}
+
+#[test]
+fn postgres_under_kill_stop_and_reset() {
+    server_under_every_fault("postgres", "postgres", &["--duration", "5s"]);
+}
+
+#[test]
+fn mysql_under_kill_stop_and_reset() {
+    server_under_every_fault("mysql", "mysql", &["--duration", "5s"]);
+}
+
+#[test]
+fn memcached_under_kill_stop_and_reset() {
+    server_under_every_fault("memcached", "memcached", &["--duration", "5s"]);
+}
+
+/// Sessions that end by time (a 3 s session timeout in the test URL): a stop longer than it
+/// hands the lock on, and the fence refuses the resumed holder.
+#[test]
+fn zookeeper_under_kill_stop_past_the_session_and_reset() {
+    server_under_every_fault("zk", "zk", &["--duration", "9s", "--stop-for", "6s"]);
+}
+
+/// An etcd session (3 s TTL in the test URL), likewise.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_under_kill_stop_past_the_session_and_reset() {
+    server_under_every_fault("etcd", "etcd", &["--duration", "8s", "--stop-for", "5s"]);
+}
+
+/// A session lock lives as long as its connection: a stopped holder keeps it, so a stop shows
+/// no second holder, and the run says why instead of calling the fault missed.
+#[test]
+fn a_session_lock_keeps_a_stopped_holder_and_says_so() {
+    let Some(url) = server("postgres") else {
+        return;
+    };
+    let report = torture(&format!("{url}?lock=session"), "kill,stop");
+    assert_eq!(report["holds"], "session", "{report}");
+    let kill = cell(&report, "kill");
+    assert!(kill["max_recovery_ms"].as_u64().is_some(), "{kill}");
+    let stop = cell(&report, "stop");
+    assert!(stop["faults_injected"].as_u64().unwrap() > 0, "{stop}");
+    assert_eq!(stop["overlapping_holders"], 0, "{stop}");
+    assert_eq!(stop["lost_updates"], 0, "{stop}");
+    assert_eq!(stop["verdict"], "OK", "{stop}");
+    assert!(
+        stop["note"].as_str().unwrap_or("").contains("session"),
+        "{stop}"
+    );
 }
 
 #[test]
@@ -115,5 +319,198 @@ fn bad_arguments_exit_64_with_one_line() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
+/// A redis-server of the test's own on a free port, started (daemonized) by a shell command that
+/// the torture's `--restart-cmd` runs again to restart it; shut down when dropped.
+struct RestartableRedis {
+    port: u16,
+    restart: String,
+    _dir: tempfile::TempDir,
+}
+
+impl RestartableRedis {
+    fn start(persistent: bool) -> RestartableRedis {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (appendonly, shutdown) = if persistent {
+            ("yes", "shutdown")
+        } else {
+            ("no", "shutdown nosave")
+        };
+        let start = format!(
+            "redis-server --bind 127.0.0.1 --port {port} --save '' --appendonly {appendonly} \
+             --appendfsync always --daemonize yes --dir {dir} --logfile {dir}/log; \
+             until redis-cli -p {port} ping >/dev/null 2>&1; do sleep 0.05; done",
+            dir = dir.path().display()
+        );
+        let status = Command::new("sh").args(["-c", &start]).status().unwrap();
+        assert!(status.success(), "starting redis-server on {port}");
+        RestartableRedis {
+            port,
+            restart: format!("redis-cli -p {port} {shutdown} >/dev/null 2>&1; {start}"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for RestartableRedis {
+    fn drop(&mut self) {
+        let _ = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "shutdown", "nosave"])
+            .output();
+    }
+}
+
+/// Restarts of the server itself while a holder is stopped for half its lease: without
+/// persistence the restart loses the holding and a newcomer takes the lock (an overlap), with
+/// an fsync'd append-only file it keeps it (none). Whatever the restart loses, no stale write
+/// is accepted and tokens keep their order (a lost fencing counter starts again from the
+/// server's clock), and the lock is free at the end.
+#[test]
+fn redis_restarted_with_and_without_persistence() {
+    for persistent in [false, true] {
+        let redis = RestartableRedis::start(persistent);
+        let url = format!("redis://127.0.0.1:{}", redis.port);
+        let report = torture_with(
+            &url,
+            "restart",
+            &[
+                "--duration",
+                "6s",
+                "--lease",
+                "2s",
+                "--restart-cmd",
+                &redis.restart,
+            ],
+        );
+        let restart = cell(&report, "restart");
+        assert!(
+            restart["faults_injected"].as_u64().unwrap() > 0,
+            "{restart}"
+        );
+        assert_eq!(
+            restart["verdict"], "OK",
+            "persistent {persistent}: {restart}"
+        );
+        assert_eq!(
+            overlapped(restart),
+            !persistent,
+            "persistent {persistent}: {restart}"
+        );
+    }
+}
+
+/// `clock-jump` on `url`, whose servers take their wall clock from `clock`: the store's wall
+/// clock jumps forward by two leases while a holder is stopped for half its lease and a
+/// newcomer asks for the lock. Returns the cell, checked for what every cell must show.
+fn under_clock_jump(url: &str, clock: &ServerClock, extra: &[&str]) -> serde_json::Value {
+    let file = clock.file().to_str().unwrap();
+    let mut args = vec!["--clock-file", file];
+    args.extend_from_slice(extra);
+    let report = torture_with(url, "clock-jump", &args);
+    let jump = cell(&report, "clock-jump").clone();
+    assert!(jump["faults_injected"].as_u64().unwrap() > 0, "{jump}");
+    assert_eq!(jump["verdict"], "OK", "{jump}");
+    jump
+}
+
+fn overlapped(cell: &serde_json::Value) -> bool {
+    cell["overlapping_holders"].as_u64().unwrap() > 0 || cell["lost_updates"].as_u64().unwrap() > 0
+}
+
+fn private<S>(started: Result<S, distlock_testkit::Failure>, what: &str) -> S {
+    started.unwrap_or_else(|f| panic!("starting a private {what} under a moved clock: {}", f.0))
+}
+
+/// `clock-jump` on a private server `start` starts, under a clock of its own; `path` is put
+/// after its URL, `extra` passed to torture. Whether the jump let a second holder in.
+fn jump_overlaps(
+    start: fn() -> Result<PrivateServer, distlock_testkit::Failure>,
+    what: &str,
+    path: &str,
+    extra: &[&str],
+) -> bool {
+    let clock = ServerClock::new().unwrap();
+    let server = private(start().and_then(|s| s.under_clock(&clock)), what);
+    let jump = under_clock_jump(&format!("{}{path}", server.url()), &clock, extra);
+    overlapped(&jump)
+}
+
+/// A 2 s lease: the holder is stopped for 1 s, which leaves the newcomer time to get in on a
+/// loaded machine and the holder's own lease a second of margin.
+const SIX_SECONDS: &[&str] = &["--duration", "6s", "--lease", "2s"];
+
+/// Redis expires keys by its wall clock: the jump ends the stopped holder's lease at once, a
+/// newcomer takes the lock, and the fence refuses the resumed holder's write (0 accepted,
+/// checked by `cell`).
+#[test]
+fn redis_clock_jump_lets_a_second_holder_in_and_the_fence_holds() {
+    let start = || start_redis(Persistence::None);
+    assert!(jump_overlaps(start, "redis-server", "", SIX_SECONDS));
+}
+
+/// PostgreSQL judges a lease by `now()`, its wall clock: the same.
+#[test]
+fn postgres_clock_jump_lets_a_second_holder_in_and_the_fence_holds() {
+    assert!(jump_overlaps(start_postgres, "PostgreSQL", "", SIX_SECONDS));
+}
+
+/// MariaDB judges a lease by `UTC_TIMESTAMP(6)`: the same.
+#[test]
+fn mysql_clock_jump_lets_a_second_holder_in_and_the_fence_holds() {
+    assert!(jump_overlaps(start_mariadb, "MariaDB", "", SIX_SECONDS));
+}
+
+/// ZooKeeper expires sessions on its monotonic clock (a JVM's `nanoTime`): a jump of 6 s past
+/// a 3 s session changes nothing (the holder is stopped for 1.5 s, short of its session).
+#[test]
+fn zookeeper_sessions_ignore_a_clock_jump() {
+    let extra = &["--duration", "12s", "--lease", "3s"];
+    let path = "/torture?timeout=3s";
+    assert!(!jump_overlaps(start_zookeeper, "ZooKeeper", path, extra));
+}
+
+/// memcached counts item lifetimes on its monotonic clock: a wall-clock jump changes nothing.
+#[test]
+fn memcached_leases_ignore_a_clock_jump() {
+    assert!(!jump_overlaps(
+        start_memcached,
+        "memcached",
+        "",
+        SIX_SECONDS
+    ));
+}
+
+/// Redlock assumes clocks that do not jump: with the clocks of 2 of 5 masters jumped, the other
+/// three still hold the lock and nobody else gets a majority; with 3 of 5 (a majority), a second
+/// holder gets in, and the fence refuses the first one's write.
+#[test]
+fn redlock_clock_jump_on_a_minority_is_ridden_out_and_on_a_majority_is_fenced() {
+    for jumped in [2, 3] {
+        let clock = ServerClock::new().unwrap();
+        let mut masters = private(start_redlock(5, Persistence::None), "set of Redis masters");
+        let others = masters.masters.split_off(jumped);
+        let mut under: Vec<_> = masters
+            .masters
+            .drain(..)
+            .map(|m| private(m.under_clock(&clock), "Redis master"))
+            .collect();
+        under.extend(others);
+        masters.masters = under;
+        // A 3 s lease: the newcomer's take goes to five masters, and a loaded machine (CI's
+        // lanes) once left it no time to win three of them within a 1 s lease's half.
+        let extra = &["--duration", "8s", "--lease", "3s"];
+        let jump = under_clock_jump(&masters.url(), &clock, extra);
+        assert_eq!(
+            overlapped(&jump),
+            jumped == 3,
+            "{jumped} of 5 jumped: {jump}"
+        );
     }
 }

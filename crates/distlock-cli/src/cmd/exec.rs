@@ -10,7 +10,9 @@ use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use distlock::{ErrorKind, Guard};
+use std::future::Future;
+
+use distlock::ErrorKind;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -93,7 +95,11 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         }
         Err(e) => return not_obtained(&args.name, &e),
     };
-    let code = run_holding(&args, &guard, &mut interrupted).await;
+    let env = [
+        ("DISTLOCK_LOCK_NAME", args.name.clone()),
+        ("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
+    ];
+    let code = run_while(&args.command, &env, guard.lost(), &mut interrupted).await;
     let name = guard.name().to_string();
     if let Err(e) = guard.release().await {
         eprintln!(
@@ -105,10 +111,13 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
 }
 
 fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
-    eprintln!(
-        "distlock: lock {name:?} not obtained: {}",
-        distlock::error::chain(e)
-    );
+    failed(&format!("lock {name:?} not obtained"), e)
+}
+
+/// Says `what` failed and why, and answers the exit status every subcommand gives for it: 64
+/// for what the caller asked wrongly (or the store cannot do), 75 for the store's failure.
+pub(crate) fn failed(what: &str, e: &distlock::Error) -> ExitCode {
+    eprintln!("distlock: {what}: {}", distlock::error::chain(e));
     match e.kind() {
         ErrorKind::InvalidName
         | ErrorKind::InvalidLease
@@ -119,21 +128,47 @@ fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
     }
 }
 
-/// Runs COMMAND to its end, and makes sure it does not outlive distlock.
-async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> ExitCode {
+/// Runs COMMAND (`command`, with `env` added to its environment) to its end unless `lost`
+/// resolves first (then COMMAND gets SIGTERM, SIGKILL after [`STOP_GRACE`], and the answer is
+/// [`EXIT_LEASE_LOST`]), and makes sure it does not outlive distlock. Shared by `exec` (the
+/// lock's lost signal) and `elect` (the leadership's).
+pub(crate) async fn run_while(
+    command: &[String],
+    env: &[(&str, String)],
+    lost: impl Future<Output = distlock::Error>,
+    signals: &mut Signals,
+) -> ExitCode {
     // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
     // to the whole group: stopping COMMAND after a lost lease also stops what it started. With a
     // terminal it stays in our group, so it can still read the terminal (job control).
     let own_group = !std::io::stdin().is_terminal();
-    let mut command = Command::new(&args.command[0]);
+    let Some((program, arguments)) = command.split_first() else {
+        eprintln!("distlock: no command to run");
+        return ExitCode::from(EXIT_USAGE);
+    };
+    let mut command = Command::new(program);
+    // If distlock dies from here on, however it dies, the watcher stops COMMAND and all it
+    // started. With a group of its own, COMMAND joins the watcher's, started first; in our
+    // group (a terminal), the watcher follows COMMAND's pid once it has one.
+    let mut tether = None;
     if own_group {
-        command.process_group(0);
+        match tether::Tether::for_new_group() {
+            Ok(t) => {
+                command.process_group(t.group());
+                tether = Some(t);
+            }
+            Err(e) => {
+                watcher_failed(&e);
+                command.process_group(0);
+            }
+        }
     }
     tether::die_with_parent(&mut command);
+    command.args(arguments);
+    for (key, value) in env {
+        command.env(key, value);
+    }
     let mut child = match command
-        .args(&args.command[1..])
-        .env("DISTLOCK_LOCK_NAME", &args.name)
-        .env("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -141,7 +176,7 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("distlock: cannot run {:?}: {e}", args.command[0]);
+            eprintln!("distlock: cannot run {program:?}: {e}");
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -152,20 +187,16 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
     };
     let target = child.id().map(|pid| {
         let pid = pid as libc::pid_t;
-        if own_group { -pid } else { pid }
-    });
-    // If distlock dies now, however it dies, the watcher stops COMMAND and all it started.
-    let tether = target.and_then(|target| match tether::Tether::attach(target) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!(
-                "distlock: cannot start the watcher ({e}); if distlock is killed, what COMMAND \
-                 started may outlive it"
-            );
-            None
+        match &tether {
+            Some(t) if own_group => -t.group(),
+            _ if own_group => -pid,
+            _ => pid,
         }
     });
-    let (status, code) = wait_holding(&mut child, target, guard, signals).await;
+    if !own_group && let Some(pid) = target {
+        tether = tether::Tether::attach(pid).inspect_err(watcher_failed).ok();
+    }
+    let (status, code) = wait_holding(&mut child, target, lost, signals).await;
     // COMMAND has ended: the watcher leaves what COMMAND left running alone, as a normal exit
     // always has. If we could not learn that COMMAND ended, it stays and kills the group as we
     // exit.
@@ -177,14 +208,20 @@ async fn run_holding(args: &ExecArgs, guard: &Guard, signals: &mut Signals) -> E
     code
 }
 
+fn watcher_failed(e: &std::io::Error) {
+    eprintln!(
+        "distlock: cannot start the watcher ({e}); if distlock is killed, what COMMAND started \
+         may outlive it"
+    );
+}
+
 /// Waits for COMMAND to end, forwarding signals and stopping it if the lease is lost.
 async fn wait_holding(
     child: &mut tokio::process::Child,
     target: Option<libc::pid_t>,
-    guard: &Guard,
+    lost: impl Future<Output = distlock::Error>,
     signals: &mut Signals,
 ) -> (std::io::Result<std::process::ExitStatus>, ExitCode) {
-    let lost = guard.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
@@ -240,13 +277,13 @@ fn send(target: libc::pid_t, sig: i32) {
     }
 }
 
-/// The signals `exec` passes on to COMMAND.
-struct Signals {
+/// The signals `exec` and `elect` pass on to COMMAND.
+pub(crate) struct Signals {
     streams: Vec<(i32, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let wanted = [
             (libc::SIGINT, SignalKind::interrupt()),
             (libc::SIGTERM, SignalKind::terminate()),
@@ -261,7 +298,7 @@ impl Signals {
     }
 
     /// The next signal received.
-    async fn next(&mut self) -> i32 {
+    pub(crate) async fn next(&mut self) -> i32 {
         if self.streams.is_empty() {
             return std::future::pending().await;
         }

@@ -42,10 +42,9 @@ pub(crate) fn exit_with(command: &str, outcome: Result<ExitCode>) -> ExitCode {
 }
 
 /// Connects once, to fail early with the store's own message (which names the store and the
-/// redacted URL) if the URL is wrong or the store is down; returns the backend's name.
-pub(crate) async fn probe(url: &str) -> Result<String> {
-    let probe = distlock::connect(url).await?;
-    Ok(probe.backend_name().to_string())
+/// redacted URL) if the URL is wrong or the store is down; returns the client.
+pub(crate) async fn probe(url: &str) -> Result<distlock::Client> {
+    Ok(distlock::connect(url).await?)
 }
 
 /// A child process as the parent sees it: its stdin takes the start time, its stdout says
@@ -85,20 +84,32 @@ pub(crate) fn spawn(subcommand: &[&str], job: &impl Serialize, url: &str) -> Res
 /// returns it (CLOCK_MONOTONIC ns).
 pub(crate) async fn start_together(workers: &mut [Worker], lead: Duration) -> Result<u64> {
     for worker in workers.iter_mut() {
-        match worker.stdout.next_line().await? {
-            Some(line) if line == "ready" => {}
-            other => bail!("a child process failed to start (said {other:?})"),
-        }
+        worker.wait_ready().await?;
     }
     let start = monotonic_ns() + lead.as_nanos() as u64;
     for worker in workers.iter_mut() {
-        worker
-            .stdin
-            .write_all(format!("{start}\n").as_bytes())
-            .await?;
-        worker.stdin.flush().await?;
+        worker.send_start(start).await?;
     }
     Ok(start)
+}
+
+impl Worker {
+    /// Waits until the child said "ready" (it has connected to the store).
+    pub(crate) async fn wait_ready(&mut self) -> Result<()> {
+        match self.stdout.next_line().await? {
+            Some(line) if line == "ready" => Ok(()),
+            other => bail!("a child process failed to start (said {other:?})"),
+        }
+    }
+
+    /// Sends the child its start time (CLOCK_MONOTONIC ns).
+    pub(crate) async fn send_start(&mut self, start: u64) -> Result<()> {
+        self.stdin
+            .write_all(format!("{start}\n").as_bytes())
+            .await?;
+        self.stdin.flush().await?;
+        Ok(())
+    }
 }
 
 /// In a child: says "ready" on stdout and reads the start time the parent sends.

@@ -177,7 +177,7 @@ async fn run_parent(args: &BenchArgs) -> Result<ExitCode> {
         .url
         .clone()
         .unwrap_or_else(|| distlock::DEFAULT_URL.to_string());
-    let backend = processes::probe(&url).await?;
+    let backend = processes::probe(&url).await?.backend_name().to_string();
 
     let run = format!("bench/{}", &distlock::OwnerToken::random().as_str()[..12]);
     let mut children = Vec::new();

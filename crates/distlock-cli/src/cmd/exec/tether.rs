@@ -9,7 +9,12 @@
 //! * [`Tether`]: a tiny watcher process, forked from `distlock`, blocks reading a pipe whose only
 //!   write end `distlock` holds. When `distlock` dies the pipe closes and the watcher SIGKILLs
 //!   COMMAND's process group, grandchildren included. When COMMAND has ended normally, `distlock`
-//!   sends one byte first and the watcher leaves quietly.
+//!   sends one byte first and the watcher leaves quietly. Where COMMAND gets a process group of
+//!   its own, the watcher is started *first* and COMMAND joins the watcher's group
+//!   ([`Tether::group`]): a watcher started after COMMAND left a window in which a killed
+//!   `distlock` left COMMAND's children running (seen on a loaded machine, where `distlock` was
+//!   not scheduled between spawning COMMAND and starting the watcher). The watcher ignores the
+//!   signals `distlock` forwards to that group.
 //!
 //! What remains: a *stopped* `distlock` (SIGSTOP, a frozen VM) holds the pipe open and cannot stop
 //! anything; its lease still runs out. The fencing token is the answer there.
@@ -52,8 +57,25 @@ pub(super) struct Tether {
 }
 
 impl Tether {
-    /// Starts a watcher that SIGKILLs `target` (a pid, or a process group if negative) as soon as
-    /// this process ends without calling [`Tether::stand_down`].
+    /// Starts a watcher in a process group of its own, for COMMAND to join before it starts
+    /// ([`group`](Tether::group)); the watcher SIGKILLs that whole group as soon as this process
+    /// ends without calling [`Tether::stand_down`].
+    pub(super) fn for_new_group() -> io::Result<Tether> {
+        let tether = Self::attach(0)?;
+        // Also here, not only in the watcher: COMMAND may be spawned into the group before the
+        // watcher has run at all (a group must exist to be joined).
+        // SAFETY: setpgid(2) on our own child.
+        unsafe { libc::setpgid(tether.watcher, tether.watcher) };
+        Ok(tether)
+    }
+
+    /// The process group COMMAND joins (`Command::process_group`): the watcher's.
+    pub(super) fn group(&self) -> libc::pid_t {
+        self.watcher
+    }
+
+    /// Starts a watcher that SIGKILLs `target` (a pid, a process group if negative, its own
+    /// process group if 0) as soon as this process ends without calling [`Tether::stand_down`].
     pub(super) fn attach(target: libc::pid_t) -> io::Result<Tether> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into `fds`. O_CLOEXEC keeps the write end out of
@@ -65,7 +87,7 @@ impl Tether {
         let (read_end, alive) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // SAFETY: the child of fork in a multi-threaded process may only make async-signal-safe
-        // calls; `watch` makes only dup2, close, setpgid, read, kill and _exit.
+        // calls; `watch` makes only dup2, close, setpgid, signal, read, kill and _exit.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => unsafe { watch(read_end.as_raw_fd(), target) },
@@ -86,7 +108,8 @@ impl Tether {
 /// The watcher's whole life, in the forked child.
 ///
 /// # Safety
-/// Only in the child of `fork`, with `read_end` the pipe's read end.
+/// Only in the child of `fork`, with `read_end` the pipe's read end; `target` as for
+/// [`Tether::attach`] (0: the watcher's own group, `kill(0, …)`).
 unsafe fn watch(read_end: libc::c_int, target: libc::pid_t) -> ! {
     // SAFETY (whole body): async-signal-safe calls on descriptors of this process only.
     unsafe {
@@ -96,6 +119,24 @@ unsafe fn watch(read_end: libc::c_int, target: libc::pid_t) -> ! {
         close_from(1);
         // Out of distlock's process group, so a Ctrl-C meant for distlock does not end it.
         libc::setpgid(0, 0);
+        if target == 0 {
+            // COMMAND's group is ours: what distlock forwards to it must not end the watcher.
+            for sig in [
+                libc::SIGINT,
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+                libc::SIGALRM,
+                libc::SIGPIPE,
+                libc::SIGTSTP,
+                libc::SIGTTIN,
+                libc::SIGTTOU,
+            ] {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+        }
         let mut byte = 0u8;
         let n = loop {
             let n = libc::read(0, (&raw mut byte).cast(), 1);

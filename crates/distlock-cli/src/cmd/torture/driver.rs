@@ -16,6 +16,7 @@ use distlock_testkit::faults::{Fault, FaultProxy};
 use distlock_testkit::monotonic_ns;
 
 use super::events::{self, Event, Injected};
+use super::sessions::SessionKiller;
 use super::{FaultKind, Job};
 use crate::cmd::processes::{self, Worker};
 use crate::cmd::progress::Progress;
@@ -32,12 +33,15 @@ struct Slot {
 /// The phase's worker processes.
 pub(super) struct Pool {
     slots: Vec<Slot>,
+    /// A newcomer process readied but not started yet.
+    newcomer: Option<usize>,
 }
 
 impl Pool {
     pub(super) fn new(processes: usize) -> Self {
         Pool {
             slots: Vec::with_capacity(processes),
+            newcomer: None,
         }
     }
 
@@ -74,15 +78,21 @@ impl Pool {
         self.slots.len()
     }
 
-    /// Sends `sig` to process `process` if it runs.
-    fn signal(&self, process: usize, sig: i32) -> Result<()> {
-        let Some(pid) = self.slots[process]
+    /// The pid of process `process`, if it runs.
+    fn pid(&self, process: usize) -> Result<u32> {
+        match self.slots[process]
             .running
             .as_ref()
             .and_then(|w| w.child.id())
-        else {
-            bail!("worker process {process} is not running");
-        };
+        {
+            Some(pid) => Ok(pid),
+            None => bail!("worker process {process} is not running"),
+        }
+    }
+
+    /// Sends `sig` to process `process` if it runs.
+    fn signal(&self, process: usize, sig: i32) -> Result<()> {
+        let pid = self.pid(process)?;
         // SAFETY: kill(2) on our own child, which has not been reaped (we hold its handle).
         if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
             return Err(std::io::Error::last_os_error())
@@ -93,6 +103,10 @@ impl Pool {
 
     /// Whether the (stopped) process `process` holds the lock, by its current log.
     fn holds(&self, process: usize) -> Result<bool> {
+        // A newcomer not started yet has no log, and holds nothing.
+        if self.newcomer == Some(process) {
+            return Ok(false);
+        }
         let log = self.slots[process].logs.last().context("no log")?;
         Ok(events::holding(&events::read(log)?))
     }
@@ -110,6 +124,52 @@ impl Pool {
         let [worker] = worker;
         slot.running = Some(worker);
         Ok(())
+    }
+
+    /// Starts one more process, of one worker, up to its "ready" (connected, waiting for its
+    /// start time), for `clock-jump` and `restart`: a newcomer, started with
+    /// [`start_newcomer`](Self::start_newcomer) once the fault is on, whose first take then
+    /// comes straight away, as a new request's would (the workers already waiting sleep until
+    /// the lease they last saw ends or a release wakes them). Readied before the fault, so its
+    /// start-up (a process, connections to every server) does not eat into the fault's window.
+    /// It runs the job of process 0 otherwise, and ends with the rest.
+    async fn ready_newcomer(&mut self, dir: &Path) -> Result<()> {
+        let first = &self.slots[0];
+        let mut job = first.job.clone();
+        job.first_worker = self
+            .slots
+            .iter()
+            .map(|s| s.job.first_worker + s.job.workers)
+            .max()
+            .unwrap_or(0);
+        job.workers = 1;
+        let mut slot = Slot {
+            job,
+            url: first.url.clone(),
+            running: None,
+            logs: Vec::new(),
+        };
+        slot.spawn(self.slots.len(), dir)?;
+        slot.running
+            .as_mut()
+            .context("just started")?
+            .wait_ready()
+            .await?;
+        self.slots.push(slot);
+        self.newcomer = Some(self.slots.len() - 1);
+        Ok(())
+    }
+
+    /// Lets the newcomer [`ready_newcomer`](Self::ready_newcomer) made start now.
+    async fn start_newcomer(&mut self) -> Result<()> {
+        let Some(process) = self.newcomer.take() else {
+            return Ok(());
+        };
+        let worker = self.slots[process]
+            .running
+            .as_mut()
+            .context("the newcomer is not running")?;
+        worker.send_start(monotonic_ns()).await
     }
 
     /// Waits for every process to end (they stop at `end_ns`, and a call in flight may take up
@@ -160,8 +220,18 @@ impl Slot {
 pub(super) struct Driver<'a> {
     pub(super) fault: FaultKind,
     pub(super) lease: Duration,
+    /// How long a `stop` lasts.
+    pub(super) stop_for: Duration,
     pub(super) pool: Pool,
-    pub(super) proxy: Option<&'a FaultProxy>,
+    /// One per server; a proxy fault is put on all of them at once.
+    pub(super) proxies: &'a [FaultProxy],
+    /// For `session-kill`: a connection to the database, and the database's port.
+    pub(super) killer: Option<SessionKiller>,
+    pub(super) server_port: u16,
+    /// For `restart`: the shell command that restarts the store.
+    pub(super) restart_cmd: Option<&'a str>,
+    /// For `clock-jump`: the servers' wall-clock offset file.
+    pub(super) clock_file: Option<&'a Path>,
     pub(super) end_ns: u64,
     pub(super) progress: &'a Progress,
 }
@@ -178,13 +248,25 @@ impl Driver<'_> {
         // At least one fault, however short the phase; more while one more fits.
         loop {
             let hit = match self.fault {
-                FaultKind::Kill | FaultKind::Stop => {
+                FaultKind::Kill
+                | FaultKind::Stop
+                | FaultKind::SessionKill
+                | FaultKind::ClockJump
+                | FaultKind::Restart => {
+                    if matches!(self.fault, FaultKind::ClockJump | FaultKind::Restart) {
+                        self.pool.ready_newcomer(dir).await?;
+                    }
                     let first = random.below(self.pool.len() as u64) as usize;
-                    self.hit_holder(first, dir).await?
+                    let hit = self.hit_holder(first, dir).await?;
+                    // Started in any case (a newcomer no holder was found for is one more
+                    // worker), so none is left waiting for a start time.
+                    self.pool.start_newcomer().await?;
+                    hit
                 }
                 FaultKind::Delay | FaultKind::Blackhole | FaultKind::Reset => {
                     Some(self.disturb_traffic().await)
                 }
+                FaultKind::Minority => Some(self.cut_off_minority(&random).await),
             };
             injected.extend(hit);
             // Calm between faults: the lease, so a freed lock is taken again first.
@@ -199,15 +281,20 @@ impl Driver<'_> {
 
     /// The longest a fault lasts, with the calm after it.
     fn longest(&self) -> Duration {
-        self.lease * 4
+        (self.lease * 4).max(self.stop_for + self.lease * 3 / 2)
     }
 
-    /// Finds a holder, trying the processes in turn from `first` on (a few rounds: between two
-    /// holds nobody holds for a moment), and kills or stops it. `None` if no process held at
+    /// Finds a holder, trying the processes in turn from `first` on (for up to two leases:
+    /// between two holds nobody holds for a moment, and a slow store or a loaded machine may
+    /// leave the lock free for a while), and kills or stops it. `None` if no process held at
     /// the moments looked at.
     async fn hit_holder(&mut self, first: usize, dir: &Path) -> Result<Option<Injected>> {
-        for i in 0..self.pool.len() * 20 {
+        let give_up = tokio::time::Instant::now() + (self.lease * 2).max(Duration::from_secs(1));
+        for i in 0.. {
             if i > 0 && i % self.pool.len() == 0 {
+                if tokio::time::Instant::now() >= give_up {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let process = (first + i) % self.pool.len();
@@ -219,9 +306,37 @@ impl Driver<'_> {
             }
             match self.fault {
                 FaultKind::Kill => self.pool.kill_and_restart(process, dir).await?,
+                FaultKind::SessionKill => {
+                    let pid = self.pool.pid(process)?;
+                    if let Some(killer) = self.killer.as_mut() {
+                        killer.end_sessions_of(pid, self.server_port).await?;
+                    }
+                    // Stopped a moment longer, so another worker takes a freed session lock
+                    // before the holder runs on believing it holds.
+                    tokio::time::sleep(self.lease / 2).await;
+                    self.pool.signal(process, libc::SIGCONT)?;
+                }
+                FaultKind::ClockJump | FaultKind::Restart => {
+                    let stopped = tokio::time::Instant::now();
+                    if self.fault == FaultKind::ClockJump {
+                        let file = self.clock_file.context("clock-jump without --clock-file")?;
+                        distlock_testkit::faults::clock::jump_forward(file, self.lease * 2)
+                            .with_context(|| format!("jumping the clock in {}", file.display()))?;
+                    } else {
+                        self.restart_store(dir).await?;
+                    }
+                    // A newcomer asks for the lock while the holder is stopped for half a
+                    // lease: short of the lease it took moments ago (holds last a twentieth of
+                    // one, renewals come every third), so had the store kept the holding and
+                    // its clock, the lock would still be the holder's, and a second holder
+                    // meanwhile is the jump's (the restart's) doing.
+                    self.pool.start_newcomer().await?;
+                    tokio::time::sleep_until(stopped + self.lease / 2).await;
+                    self.pool.signal(process, libc::SIGCONT)?;
+                }
                 _ => {
-                    // Past its lease, so that another worker takes the lock meanwhile.
-                    tokio::time::sleep(self.lease * 5 / 2).await;
+                    // Past its lease (or session), so that another worker takes the lock.
+                    tokio::time::sleep(self.stop_for).await;
                     self.pool.signal(process, libc::SIGCONT)?;
                 }
             }
@@ -234,9 +349,33 @@ impl Driver<'_> {
         Ok(None)
     }
 
-    /// Puts the proxy's fault on for a while, then passes traffic again.
+    /// Runs the restart command, its output into `dir`; a command that fails ends the run.
+    async fn restart_store(&self, dir: &Path) -> Result<()> {
+        let command = self.restart_cmd.context("restart without --restart-cmd")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("restart.log"))?;
+        let status = tokio::process::Command::new("sh")
+            .args(["-c", command])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .await
+            .context("running --restart-cmd")?;
+        if !status.success() {
+            // The phase's directory goes with the run: show the output's end here.
+            let output = std::fs::read_to_string(dir.join("restart.log")).unwrap_or_default();
+            let tail: Vec<&str> = output.lines().rev().take(10).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!("--restart-cmd failed ({status}): {}", tail.join(" / "));
+        }
+        Ok(())
+    }
+
+    /// Puts the proxies' fault on for a while, then passes traffic again.
     async fn disturb_traffic(&self) -> Injected {
-        let proxy = self.proxy.expect("proxy faults run with a proxy");
         let (fault, lasting) = match self.fault {
             FaultKind::Delay => (
                 Fault::Delay {
@@ -249,9 +388,36 @@ impl Driver<'_> {
             _ => (Fault::Reset, self.lease / 5),
         };
         let at_ns = monotonic_ns();
-        proxy.set(fault);
+        for proxy in self.proxies {
+            proxy.set(fault);
+        }
         tokio::time::sleep(lasting).await;
-        proxy.set(Fault::Pass);
+        for proxy in self.proxies {
+            proxy.set(Fault::Pass);
+        }
+        Injected {
+            at_ns,
+            until_ns: monotonic_ns(),
+            process: None,
+        }
+    }
+
+    /// Blackholes the proxies of a minority of the servers, chosen at random, for three leases:
+    /// long enough that a holder whose lease or session depended on them would have lost it.
+    async fn cut_off_minority(&self, random: &Random) -> Injected {
+        let mut order: Vec<&FaultProxy> = self.proxies.iter().collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, random.below(i as u64 + 1) as usize);
+        }
+        let cut = &order[..(self.proxies.len() - 1) / 2];
+        let at_ns = monotonic_ns();
+        for proxy in cut {
+            proxy.set(Fault::Blackhole);
+        }
+        tokio::time::sleep(self.lease * 3).await;
+        for proxy in cut {
+            proxy.set(Fault::Pass);
+        }
         Injected {
             at_ns,
             until_ns: monotonic_ns(),

@@ -29,6 +29,7 @@
 mod driver;
 mod events;
 mod report;
+mod sessions;
 mod worker;
 
 use std::path::PathBuf;
@@ -40,7 +41,7 @@ use distlock::url::Scheme;
 use distlock_testkit::faults::FaultProxy;
 use serde::{Deserialize, Serialize};
 
-use self::report::{Cell, Report};
+use self::report::{Cell, Report, Teardown};
 use super::processes;
 use super::progress::Progress;
 use crate::{EXIT_USAGE, duration};
@@ -51,9 +52,10 @@ use crate::{EXIT_USAGE, duration};
 pub(crate) enum FaultKind {
     /// SIGKILL a process while it holds; the parent starts it again.
     Kill,
-    /// SIGSTOP a holding process for 2.5 leases, then SIGCONT it.
+    /// SIGSTOP a holding process for --stop-for, then SIGCONT it.
     Stop,
-    /// Delay traffic both ways by a quarter lease ± an eighth, through the fault proxy.
+    /// Delay traffic both ways by a quarter lease ± an eighth, through the fault proxy (one
+    /// per server of the URL).
     Delay,
     /// Partition half the processes from the store (connections open, nothing forwarded) for
     /// two leases.
@@ -61,6 +63,25 @@ pub(crate) enum FaultKind {
     /// Reset every connection of half the processes to the store, and new ones, for a fifth
     /// of a lease.
     Reset,
+    /// End a holder's database sessions from the server (PostgreSQL, MySQL/MariaDB), keeping
+    /// the holder stopped for half a lease meanwhile.
+    #[serde(rename = "session-kill")]
+    SessionKill,
+    /// Restart the store with --restart-cmd (whatever the store keeps across it: persistence,
+    /// replication) while a holder is stopped for half its lease, then start a newcomer that
+    /// asks for the lock at once: a store that lost the holding lets it in.
+    Restart,
+    /// Cut a minority of the URL's servers (1 of 3, 2 of 5: Redlock masters, members of an
+    /// etcd or ZooKeeper ensemble) off from every worker for three leases (connections open,
+    /// nothing forwarded), a different minority each time. The store must stay available.
+    Minority,
+    /// Jump the store's wall clock forward by two leases (`--clock-file`: the servers run with
+    /// their clock offset read from that file) while a holder is stopped for half its lease,
+    /// and start a newcomer process that asks for the lock at once: short of the lease, so any
+    /// second holder is the jump's doing. A store that judges leases by its wall clock lets
+    /// the newcomer in; one on a monotonic clock does not.
+    #[serde(rename = "clock-jump")]
+    ClockJump,
 }
 
 impl FaultKind {
@@ -68,14 +89,23 @@ impl FaultKind {
     fn needs_proxy(self) -> bool {
         matches!(
             self,
-            FaultKind::Delay | FaultKind::Blackhole | FaultKind::Reset
+            FaultKind::Delay | FaultKind::Blackhole | FaultKind::Reset | FaultKind::Minority
         )
     }
 
     /// The fault must let a second worker in (a holder that no longer holds keeps working):
-    /// a run where the control counter shows no overlap did not exercise it.
-    fn expects_overlap(self) -> bool {
-        self == FaultKind::Stop
+    /// a run where the control counter shows no overlap did not exercise it. Only where holds
+    /// are leases: a session store keeps a stopped holder's lock while its session lives (the
+    /// connection, or a session timeout longer than the stop), so no second holder is the
+    /// promise kept there, not a fault missed.
+    /// A session killed from the server frees a session lock at once (its holder learns at its
+    /// next check), and never a lease.
+    fn expects_overlap(self, leases: bool) -> bool {
+        match self {
+            FaultKind::Stop => leases,
+            FaultKind::SessionKill => !leases,
+            _ => false,
+        }
     }
 
     fn name(self) -> &'static str {
@@ -85,6 +115,10 @@ impl FaultKind {
             FaultKind::Delay => "delay",
             FaultKind::Blackhole => "blackhole",
             FaultKind::Reset => "reset",
+            FaultKind::SessionKill => "session-kill",
+            FaultKind::Restart => "restart",
+            FaultKind::Minority => "minority",
+            FaultKind::ClockJump => "clock-jump",
         }
     }
 }
@@ -95,7 +129,8 @@ pub(crate) struct TortureArgs {
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
-    /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset.
+    /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset,
+    /// session-kill, restart, minority, clock-jump.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,stop")]
     faults: Vec<FaultKind>,
     /// How long each fault's phase runs.
@@ -111,6 +146,25 @@ pub(crate) struct TortureArgs {
     /// should be free again after about this long.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     lease: Duration,
+    /// How long a `stop` keeps a holder stopped [default: 2.5 leases]. To see a session store
+    /// (ZooKeeper, etcd) hand a stopped holder's lock on, make it longer than the session
+    /// timeout.
+    #[arg(long, value_parser = duration::parse)]
+    stop_for: Option<Duration>,
+    /// For `restart`: a shell command that restarts the store and returns once it is started
+    /// again (e.g. `systemctl restart redis-server`). Its output goes to the phase's directory.
+    #[arg(long)]
+    restart_cmd: Option<String>,
+    /// For `clock-jump`: the file the store's servers read their wall-clock offset from, in
+    /// signed seconds (`+2.5`): the testkit's clock shim (`DISTLOCK_CLOCK_FILE`) or libfaketime
+    /// (`FAKETIME_TIMESTAMP_FILE` with `FAKETIME_NO_CACHE=1`). Each jump moves it forward.
+    #[arg(long)]
+    clock_file: Option<PathBuf>,
+    /// Keep each phase's event logs (one JSONL file per worker process start), fenced resource
+    /// and control counter in this directory, a subdirectory per fault, instead of removing
+    /// them: to read what happened around a failed check.
+    #[arg(long)]
+    logs: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -170,12 +224,12 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    // The server behind the proxy: the URL's one host:port (several hosts: a later session).
+    // The servers behind the proxies: the URL's host:port pairs.
     let upstream = if scheme == Scheme::Sqlite {
         None
     } else {
-        match single_server(&url, scheme) {
-            Ok(server) => Some(server),
+        match servers(&url, scheme) {
+            Ok(servers) => Some(servers),
             Err(why) if args.faults.iter().any(|f| f.needs_proxy()) => {
                 eprintln!("distlock torture: {why}");
                 return Ok(ExitCode::from(EXIT_USAGE));
@@ -183,12 +237,30 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
             Err(_) => None,
         }
     };
-    let backend = processes::probe(&url).await?;
+    let client = processes::probe(&url).await?;
+    let backend = client.backend_name().to_string();
+    let leases = client.backend().capabilities().renews();
+    drop(client);
 
-    let dir = tempfile::Builder::new()
-        .prefix("distlock-torture-")
-        .tempdir()
-        .context("creating the run's directory")?;
+    // The run's event logs, fenced resources and counters: kept in --logs, else removed.
+    let temporary = match &args.logs {
+        Some(_) => None,
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("distlock-torture-")
+                .tempdir()
+                .context("creating the run's directory")?,
+        ),
+    };
+    let dir = match (&args.logs, &temporary) {
+        (_, Some(temporary)) => temporary.path().to_path_buf(),
+        (logs, None) => {
+            let logs = logs.clone().unwrap_or_default();
+            std::fs::create_dir_all(&logs)
+                .with_context(|| format!("creating {}", logs.display()))?;
+            logs
+        }
+    };
     let run = format!("torture/{}", &distlock::OwnerToken::random().as_str()[..12]);
     let phase_ns = args.duration.as_nanos() as u64;
     let progress = Progress::start(
@@ -205,12 +277,47 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
             ));
             continue;
         }
+        if fault == FaultKind::Restart && args.restart_cmd.is_none() {
+            cells.push(Cell::not_applicable(
+                fault,
+                "no --restart-cmd to restart the store with",
+            ));
+            continue;
+        }
+        if fault == FaultKind::ClockJump && args.clock_file.is_none() {
+            cells.push(Cell::not_applicable(
+                fault,
+                "no --clock-file that the store's servers take their wall clock from",
+            ));
+            continue;
+        }
+        if let (FaultKind::Minority, Some(servers)) = (fault, &upstream)
+            && servers.len() < 3
+        {
+            cells.push(Cell::not_applicable(
+                fault,
+                &format!(
+                    "the URL names {} server(s): a minority needs a cluster of 3 or more",
+                    servers.len()
+                ),
+            ));
+            continue;
+        }
+        if fault == FaultKind::SessionKill && !matches!(scheme, Scheme::Postgres | Scheme::Mysql) {
+            cells.push(Cell::not_applicable(
+                fault,
+                "only PostgreSQL and MySQL/MariaDB sessions are ended from the server",
+            ));
+            continue;
+        }
         let phase = Phase {
             fault,
             args,
             url: &url,
             upstream: upstream.as_deref(),
-            dir: dir.path().join(fault.name()),
+            scheme,
+            leases,
+            dir: dir.join(fault.name()),
             lock: format!("{run}/{}", fault.name()),
             phase_ns,
         };
@@ -223,6 +330,7 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
         processes: args.processes,
         workers: args.workers,
         lease_ms: args.lease.as_millis() as u64,
+        holds: if leases { "lease" } else { "session" },
         seconds_per_fault: args.duration.as_secs_f64(),
         cells,
     };
@@ -238,23 +346,21 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
     })
 }
 
-/// The URL's server, as `host:port`, when it names exactly one with a port.
-fn single_server(url: &str, scheme: Scheme) -> std::result::Result<String, String> {
+/// The URL's servers, as `host:port`; each must name its port.
+fn servers(url: &str, scheme: Scheme) -> std::result::Result<Vec<String>, String> {
     let authority = distlock::url::authority(url, scheme.backend(), "scheme://host:port")
         .map_err(|e| e.to_string())?;
-    match authority.hosts.as_slice() {
-        [one] => match one.port {
+    authority
+        .hosts
+        .iter()
+        .map(|one| match one.port {
             Some(port) => Ok(format!("{}:{port}", one.host)),
             None => Err(format!(
-                "the proxy faults need the server's port in the URL ({})",
+                "the proxy faults need each server's port in the URL ({})",
                 distlock::redact(url)
             )),
-        },
-        _ => Err(format!(
-            "the proxy faults take a URL with one server for now ({})",
-            distlock::redact(url)
-        )),
-    }
+        })
+        .collect()
 }
 
 /// One fault's phase.
@@ -262,8 +368,11 @@ struct Phase<'a> {
     fault: FaultKind,
     args: &'a TortureArgs,
     url: &'a str,
-    /// The server (host:port) a proxy fault goes in front of.
-    upstream: Option<&'a str>,
+    /// The servers (host:port) a proxy fault goes in front of, one proxy each.
+    upstream: Option<&'a [String]>,
+    scheme: Scheme,
+    /// Whether holds are leases (else sessions).
+    leases: bool,
     /// The phase's logs, fenced resource and control counter.
     dir: PathBuf,
     lock: String,
@@ -273,28 +382,46 @@ struct Phase<'a> {
 impl Phase<'_> {
     async fn run(self, progress: &Progress) -> Result<Cell> {
         std::fs::create_dir_all(&self.dir)?;
-        let proxy = match (self.fault.needs_proxy(), self.upstream) {
-            (true, Some(server)) => {
-                let addr = tokio::net::lookup_host(server)
+        let mut proxies = Vec::new();
+        if let (true, Some(servers)) = (self.fault.needs_proxy(), self.upstream) {
+            for server in servers {
+                let addr = tokio::net::lookup_host(server.as_str())
                     .await
                     .with_context(|| format!("resolving {server}"))?
                     .next()
                     .ok_or_else(|| anyhow!("{server} resolves to no address"))?;
-                Some(
+                proxies.push(
                     FaultProxy::start_to(addr)
                         .await
                         .map_err(|f| anyhow!("starting the fault proxy: {}", f.0))?,
-                )
+                );
+            }
+        }
+        let proxied_url = if proxies.is_empty() {
+            None
+        } else {
+            let hosts: Vec<String> = proxies
+                .iter()
+                .map(|p| format!("127.0.0.1:{}", p.port()))
+                .collect();
+            Some(
+                distlock::url::with_hosts(self.url, &hosts.join(","))
+                    .context("the URL has no host to replace")?,
+            )
+        };
+        let killer = match self.fault {
+            FaultKind::SessionKill => {
+                sessions::SessionKiller::connect(self.url, self.scheme).await?
             }
             _ => None,
         };
-        let proxied_url = match &proxy {
-            Some(proxy) => Some(
-                distlock::url::with_hosts(self.url, &format!("127.0.0.1:{}", proxy.port()))
-                    .context("the URL has no host to replace")?,
-            ),
-            None => None,
-        };
+        // The database's port, by which the holder's connections to it are found.
+        let server_port = self
+            .upstream
+            .and_then(|servers| servers.first())
+            .and_then(|server| server.rsplit(':').next())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or(0);
         let lease = self.args.lease;
         let processes = self.args.processes;
         let mut pool = driver::Pool::new(processes);
@@ -317,9 +444,12 @@ impl Phase<'_> {
             };
             first_worker += workers;
             // Half the processes (at least one) reach the store through the proxy, the others
-            // directly: a partition or reset cuts some clients off while others go on.
+            // directly: a partition or reset cuts some clients off while others go on. A
+            // minority of servers is cut off from everyone.
             let url = match &proxied_url {
-                Some(proxied) if process % 2 == 0 => proxied.as_str(),
+                Some(proxied) if process % 2 == 0 || self.fault == FaultKind::Minority => {
+                    proxied.as_str()
+                }
                 _ => self.url,
             };
             pool.add(job, url.to_string(), &self.dir)?;
@@ -330,8 +460,13 @@ impl Phase<'_> {
         let mut driver = driver::Driver {
             fault: self.fault,
             lease,
+            stop_for: self.args.stop_for.unwrap_or(lease * 5 / 2),
             pool,
-            proxy: proxy.as_ref(),
+            proxies: &proxies,
+            killer,
+            server_port,
+            restart_cmd: self.args.restart_cmd.as_deref(),
+            clock_file: self.args.clock_file.as_deref(),
             end_ns,
             progress,
         };
@@ -342,6 +477,43 @@ impl Phase<'_> {
             .trim()
             .parse()
             .unwrap_or(0);
-        Ok(Cell::check(self.fault, &logs, &injected, counter))
+        let cell = Cell::check(self.fault, self.leases, &logs, &injected, counter);
+        Ok(cell.teardown(self.teardown().await?))
+    }
+
+    /// How long after the workers ended this parent could take the lock, waiting as long as a
+    /// killed or stopped holder's lease or session can keep it; then, once it released it,
+    /// what the store still lists under the lock's name (nothing, unless the run leaked it).
+    async fn teardown(&self) -> Result<Teardown> {
+        let lease = self.args.lease.max(self.args.stop_for.unwrap_or_default());
+        let waited = lease * 4 + Duration::from_secs(10);
+        let client = distlock::connect(self.url).await?;
+        let started = std::time::Instant::now();
+        let free_after = match client.lock(&self.lock).acquire_timeout(waited).await {
+            Ok(guard) => {
+                let free_after = started.elapsed();
+                guard.release().await?;
+                Some(free_after)
+            }
+            Err(e) if e.kind() == distlock::ErrorKind::Timeout => None,
+            Err(e) => return Err(e.into()),
+        };
+        let left_in_store = match (free_after, client.status(&self.lock).await) {
+            (Some(_), Ok(locks)) => Some(
+                locks
+                    .iter()
+                    .map(|l| l.holdings.len() as u64 + l.waiters.unwrap_or(0))
+                    .sum(),
+            ),
+            (Some(_), Err(e)) if e.kind() != distlock::ErrorKind::Unsupported => {
+                return Err(e.into());
+            }
+            _ => None,
+        };
+        Ok(Teardown {
+            free_after,
+            waited,
+            left_in_store,
+        })
     }
 }

@@ -8,7 +8,13 @@
 //! * stale writes: the fenced resource refused a write (a larger token had been written:
 //!   rejected), or accepted one whose token equalled the largest it had accepted, which only a
 //!   second holder of the same token can write (accepted: the token source failed);
-//! * lost updates: increments written to the control counter minus its final value.
+//! * lost updates: increments written to the control counter minus its final value;
+//! * free after: once every worker process has ended, the parent takes the lock itself: a lock
+//!   still held past every lease and session was left behind by the run;
+//! * availability: acquisitions per second while a fault was on, against the rate while none
+//!   was (a minority of a cluster cut off must not stop the lock);
+//! * lost-signal lag: for each hold whose lost signal fired, how long after the next holder's
+//!   acquisition it fired (0 when before): how long a holder went on believing it held.
 
 use std::collections::HashMap;
 
@@ -17,6 +23,15 @@ use serde::Serialize;
 
 use super::FaultKind;
 use super::events::{Event, Injected};
+
+/// What the parent found after the workers ended: how long until it could take the lock
+/// (`None`: not within `waited`), and how many holdings and waiters the store listed under
+/// the lock's name once it had released it.
+pub(super) struct Teardown {
+    pub(super) free_after: Option<std::time::Duration>,
+    pub(super) waited: std::time::Duration,
+    pub(super) left_in_store: Option<u64>,
+}
 
 /// One fault's row.
 #[derive(Serialize, Debug)]
@@ -37,6 +52,20 @@ pub(super) struct Cell {
     errors: u64,
     /// Kill: the longest time from a holder's death to the next acquisition by anyone.
     max_recovery_ms: Option<u64>,
+    /// Acquisitions while a fault was on.
+    acquired_during_faults: u64,
+    /// The acquisition rate while a fault was on, in percent of the rate while none was.
+    availability_pct: Option<u64>,
+    /// The longest a lost signal fired after the next holder had the lock (0: every holder
+    /// was told before anyone else got it).
+    max_lost_lag_ms: Option<u64>,
+    /// After every worker process ended: how long until the lock could be taken (`None`: it
+    /// stayed held past every lease and session, i.e. the run left it behind).
+    free_after_ms: Option<u64>,
+    /// Then, once this parent had taken and released the lock: the holdings and waiters the
+    /// store still lists under its name (`None`: the store cannot list them). Anything here
+    /// was left behind by the run: a leaked key, node, row or session.
+    left_in_store: Option<u64>,
 }
 
 impl Cell {
@@ -56,13 +85,43 @@ impl Cell {
             lost_signals: 0,
             errors: 0,
             max_recovery_ms: None,
+            acquired_during_faults: 0,
+            availability_pct: None,
+            max_lost_lag_ms: None,
+            free_after_ms: None,
+            left_in_store: None,
         }
+    }
+
+    /// Records the teardown check: how long after the workers ended the lock was free, or
+    /// `None` if it was not within `waited`, and what the store still listed under the lock's
+    /// name after that (both failures: nothing may stay held or queued).
+    pub(super) fn teardown(mut self, teardown: Teardown) -> Cell {
+        self.free_after_ms = teardown.free_after.map(|d| d.as_millis() as u64);
+        self.left_in_store = teardown.left_in_store;
+        let failure = if teardown.free_after.is_none() {
+            Some(format!(
+                "the lock was still held {} ms after every worker had ended",
+                teardown.waited.as_millis()
+            ))
+        } else {
+            teardown
+                .left_in_store
+                .filter(|&left| left > 0)
+                .map(|left| format!("{left} holdings or waiters left in the store at the end"))
+        };
+        if let (Some(failure), false) = (failure, self.verdict == "FAIL") {
+            self.verdict = "FAIL";
+            self.note = Some(failure);
+        }
+        self
     }
 
     /// Checks one phase: `logs` (one per process start), the faults `injected`, the control
     /// counter's final value.
     pub(super) fn check(
         fault: FaultKind,
+        leases: bool,
         logs: &[Vec<Event>],
         injected: &[Injected],
         counter: u64,
@@ -79,8 +138,15 @@ impl Cell {
         let mut confirmed = Vec::new();
         let mut ending: HashMap<u32, Hold> = HashMap::new();
         let mut increments = 0u64;
+        // When each lost signal fired, with its hold's worker and token.
+        let mut lost_at: Vec<(u32, u64, u64)> = Vec::new();
+        let mut acquired_at: Vec<u64> = Vec::new();
+        let mut span = (u64::MAX, 0u64);
         for log in logs {
             let last_ns = log.iter().map(event_time).max().unwrap_or(0);
+            if let Some(first_ns) = log.iter().map(event_time).min() {
+                span = (span.0.min(first_ns), span.1.max(last_ns));
+            }
             let mut open: HashMap<u32, (u64, u64)> = HashMap::new();
             for event in log {
                 match *event {
@@ -90,6 +156,7 @@ impl Cell {
                         token,
                     } => {
                         cell.acquisitions += 1;
+                        acquired_at.push(at_ns);
                         open.insert(worker, (at_ns, token));
                     }
                     Event::Releasing { at_ns, worker } => {
@@ -116,7 +183,14 @@ impl Cell {
                         }
                     }
                     Event::Counted { .. } => increments += 1,
-                    Event::Lost { .. } => cell.lost_signals += 1,
+                    Event::Lost {
+                        at_ns,
+                        worker,
+                        token,
+                    } => {
+                        cell.lost_signals += 1;
+                        lost_at.push((worker, token, at_ns));
+                    }
                     Event::Failed { .. } => cell.errors += 1,
                     Event::Released { worker, held, .. } => {
                         if let Some(hold) = ending.remove(&worker)
@@ -145,22 +219,97 @@ impl Cell {
                 .max()
                 .map(|ns| ns / 1_000_000);
         }
+        cell.max_lost_lag_ms = lost_lag_ns(&holds, &lost_at).map(|ns| ns / 1_000_000);
+        let (during, availability) = availability(&acquired_at, injected, span);
+        (cell.acquired_during_faults, cell.availability_pct) = (during, availability);
         (cell.verdict, cell.note) = if cell.stale_writes_accepted > 0 || cell.token_regressions > 0
         {
             ("FAIL", Some(verdict.to_string()))
+        } else if fault == FaultKind::Minority && !injected.is_empty() && during == 0 {
+            (
+                "FAIL",
+                Some("no acquisition while a minority of the servers was cut off".into()),
+            )
         } else if cell.faults_injected == 0 {
             ("fault not exercised", Some("no fault was injected".into()))
-        } else if fault.expects_overlap() && cell.overlapping_holders == 0 && cell.lost_updates == 0
+        } else if fault.expects_overlap(leases)
+            && cell.overlapping_holders == 0
+            && cell.lost_updates == 0
         {
             (
                 "fault not exercised",
                 Some("no overlap on the control counter or in the holds".into()),
             )
+        } else if fault == FaultKind::Stop
+            && cell.overlapping_holders == 0
+            && cell.lost_updates == 0
+        {
+            (
+                "OK",
+                Some(
+                    "no second holder: the session kept the stopped holder's lock (stop longer \
+                     than the session timeout, --stop-for, to see it handed on)"
+                        .into(),
+                ),
+            )
+        } else if fault == FaultKind::ClockJump || fault == FaultKind::Restart {
+            let overlapped = cell.overlapping_holders > 0 || cell.lost_updates > 0;
+            let note = match (fault, overlapped) {
+                (FaultKind::ClockJump, true) => {
+                    "the jump let a second holder in: the store judges leases by its wall clock"
+                }
+                (FaultKind::ClockJump, false) => {
+                    "no second holder: the store's leases did not follow its wall clock (or its \
+                     servers do not read the --clock-file)"
+                }
+                (_, true) => "the restart let a second holder in: the store lost the holding",
+                (_, false) => "no second holder: the store kept the holding across the restart",
+            };
+            ("OK", Some(note.into()))
         } else {
             ("OK", None)
         };
         cell
     }
+}
+
+/// The longest a lost signal (worker, token, when) fired after another hold began later than
+/// its own hold had; `None` when no signal fired.
+fn lost_lag_ns(holds: &[Hold], lost_at: &[(u32, u64, u64)]) -> Option<u64> {
+    lost_at
+        .iter()
+        .map(|&(_, token, at_ns)| {
+            let Some(own) = holds.iter().find(|h| h.token == token) else {
+                return 0;
+            };
+            holds
+                .iter()
+                .filter(|h| h.start_ns > own.start_ns && h.token != token)
+                .map(|h| h.start_ns)
+                .min()
+                .map_or(0, |next| at_ns.saturating_sub(next))
+        })
+        .max()
+}
+
+/// Acquisitions while a fault was `injected`, and the rate then in percent of the rate the rest
+/// of the phase (`span`: its first and last event); `None` when either stretch is empty.
+fn availability(
+    acquired_at: &[u64],
+    injected: &[Injected],
+    span: (u64, u64),
+) -> (u64, Option<u64>) {
+    let during_fault = |at: u64| injected.iter().any(|i| i.at_ns <= at && at <= i.until_ns);
+    let during = acquired_at.iter().filter(|&&at| during_fault(at)).count() as u64;
+    let fault_ns: u64 = injected.iter().map(|i| i.until_ns - i.at_ns).sum();
+    let calm_ns = span.1.saturating_sub(span.0).saturating_sub(fault_ns);
+    let outside = acquired_at.len() as u64 - during;
+    if fault_ns == 0 || calm_ns == 0 || outside == 0 {
+        return (during, None);
+    }
+    let rate = |n: u64, ns: u64| n as f64 / ns as f64;
+    let pct = 100.0 * rate(during, fault_ns) / rate(outside, calm_ns);
+    (during, Some(pct.round() as u64))
 }
 
 fn event_time(e: &Event) -> u64 {
@@ -184,6 +333,8 @@ pub(super) struct Report {
     pub(super) processes: usize,
     pub(super) workers: usize,
     pub(super) lease_ms: u64,
+    /// "lease" or "session": what keeps a holder's lock (a session store ignores the lease).
+    pub(super) holds: &'static str,
     pub(super) seconds_per_fault: f64,
     pub(super) cells: Vec<Cell>,
 }
@@ -197,12 +348,13 @@ impl Report {
     /// A header line, one row per fault, then the notes.
     pub(super) fn print_table(&self) {
         println!(
-            "{} ({}): {} workers over {} processes, lease {} ms, {:.0} s per fault",
+            "{} ({}): {} workers over {} processes, lease {} ms (holds are {}s), {:.0} s per fault",
             self.backend,
             self.url,
             self.workers,
             self.processes,
             self.lease_ms,
+            self.holds,
             self.seconds_per_fault
         );
         let header = [
@@ -217,9 +369,13 @@ impl Report {
             "lost sig",
             "errors",
             "recovery ms",
+            "avail %",
+            "lost lag ms",
+            "free after ms",
+            "left",
             "verdict",
         ];
-        let rows: Vec<[String; 12]> = self
+        let rows: Vec<[String; 16]> = self
             .cells
             .iter()
             .map(|c| {
@@ -234,9 +390,14 @@ impl Report {
                     c.lost_updates.to_string(),
                     c.lost_signals.to_string(),
                     c.errors.to_string(),
-                    c.max_recovery_ms.map_or("-".to_string(), |ms| {
-                        format!("{ms} (lease {})", self.lease_ms)
-                    }),
+                    c.max_recovery_ms
+                        .map_or("-".to_string(), |ms| ms.to_string()),
+                    c.availability_pct
+                        .map_or("-".to_string(), |p| p.to_string()),
+                    c.max_lost_lag_ms
+                        .map_or("-".to_string(), |ms| ms.to_string()),
+                    c.free_after_ms.map_or("-".to_string(), |ms| ms.to_string()),
+                    c.left_in_store.map_or("-".to_string(), |n| n.to_string()),
                     c.verdict.to_string(),
                 ]
             })
@@ -307,10 +468,63 @@ mod tests {
     #[test]
     fn a_second_holder_of_the_same_token_fails_the_cell() {
         let logs = [hold(0, 7, 0, 10, 0), hold(1, 7, 20, 30, 7)];
-        let cell = Cell::check(FaultKind::Kill, &logs, &ONE, 0);
+        let cell = Cell::check(FaultKind::Kill, true, &logs, &ONE, 0);
         assert_eq!(cell.stale_writes_accepted, 1);
         assert_eq!(cell.token_regressions, 1);
         assert_eq!(cell.verdict, "FAIL");
+    }
+
+    #[test]
+    fn lost_lag_counts_from_the_next_holders_acquisition() {
+        const MS: u64 = 1_000_000;
+        let mut first = hold(0, 1, 0, 100 * MS, 0);
+        first.push(Event::Lost {
+            at_ns: 50 * MS,
+            worker: 0,
+            token: 1,
+        });
+        let logs = [first, hold(1, 2, 20 * MS, 30 * MS, 1)];
+        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        assert_eq!(cell.lost_signals, 1);
+        assert_eq!(cell.max_lost_lag_ms, Some(30), "{cell:?}");
+        // Told before anyone else had the lock: no lag.
+        let mut early = hold(0, 1, 0, 10 * MS, 0);
+        early.push(Event::Lost {
+            at_ns: 5 * MS,
+            worker: 0,
+            token: 1,
+        });
+        let logs = [early, hold(1, 2, 20 * MS, 30 * MS, 1)];
+        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        assert_eq!(cell.max_lost_lag_ms, Some(0), "{cell:?}");
+    }
+
+    #[test]
+    fn a_minority_cut_off_with_no_acquisition_meanwhile_fails() {
+        let cut = [Injected {
+            at_ns: 40,
+            until_ns: 90,
+            process: None,
+        }];
+        let logs = [
+            hold(0, 1, 0, 10, 0),
+            hold(1, 2, 20, 30, 1),
+            hold(0, 3, 95, 99, 2),
+        ];
+        let cell = Cell::check(FaultKind::Minority, true, &logs, &cut, 0);
+        assert_eq!(cell.acquired_during_faults, 0);
+        assert_eq!(cell.availability_pct, Some(0));
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        let logs = [
+            hold(0, 1, 0, 10, 0),
+            hold(1, 2, 50, 60, 1),
+            hold(0, 3, 95, 99, 2),
+        ];
+        let cell = Cell::check(FaultKind::Minority, true, &logs, &cut, 0);
+        assert_eq!(cell.acquired_during_faults, 1);
+        // 1 in the 50 ns of the fault, 2 in the other 50 ns of the phase (0 to 100): half.
+        assert_eq!(cell.availability_pct, Some(50), "{cell:?}");
+        assert_eq!(cell.verdict, "OK", "{cell:?}");
     }
 
     #[test]
@@ -325,7 +539,7 @@ mod tests {
             held: false,
         });
         let logs = [lost, hold(1, 9, 10, 30, 0)];
-        let cell = Cell::check(FaultKind::Stop, &logs, &ONE, 0);
+        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert!(cell.overlapping_holders > 0, "{cell:?}");
         assert_eq!(cell.token_regressions, 0, "{cell:?}");
     }
@@ -334,7 +548,7 @@ mod tests {
     fn a_refused_stale_write_in_an_overlap_is_a_stop_exercised() {
         // Worker 0, paused from 0 to 100, writes after worker 1 held and wrote token 2.
         let logs = [hold(0, 1, 0, 100, 2), hold(1, 2, 20, 30, 1)];
-        let cell = Cell::check(FaultKind::Stop, &logs, &ONE, 0);
+        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.stale_writes_rejected, 1);
         assert!(cell.overlapping_holders > 0);
         assert_eq!(cell.verdict, "OK", "{cell:?}");
@@ -343,13 +557,17 @@ mod tests {
     #[test]
     fn a_stop_without_any_overlap_was_not_exercised() {
         let logs = [hold(0, 1, 0, 10, 0), hold(1, 2, 20, 30, 1)];
-        let cell = Cell::check(FaultKind::Stop, &logs, &ONE, 0);
+        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.verdict, "fault not exercised");
-        let kill = Cell::check(FaultKind::Kill, &logs, &ONE, 0);
+        let kill = Cell::check(FaultKind::Kill, true, &logs, &ONE, 0);
         assert_eq!(kill.verdict, "OK");
+        // A session store keeps a stopped holder's lock: no overlap is its promise kept.
+        let session = Cell::check(FaultKind::Stop, false, &logs, &ONE, 0);
+        assert_eq!(session.verdict, "OK", "{session:?}");
+        assert!(session.note.unwrap().contains("session"));
         assert_eq!(kill.max_recovery_ms, Some(0), "15 ns rounds down");
         assert_eq!(
-            Cell::check(FaultKind::Kill, &logs, &[], 0).verdict,
+            Cell::check(FaultKind::Kill, true, &logs, &[], 0).verdict,
             "fault not exercised"
         );
     }

@@ -1,0 +1,150 @@
+//! `distlock elect`: run a command only while leader of an election, and `distlock leader`: show
+//! (or follow) who leads.
+//!
+//! `elect` campaigns, runs COMMAND once it leads, and stops COMMAND when the leadership is lost,
+//! exactly as `exec` does for a lock (the same code: [`super::exec::run_while`]). When COMMAND
+//! ends, it resigns, so a waiting campaigner takes over at once.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::exec::{Signals, run_while};
+use crate::duration;
+
+/// Arguments of `distlock elect`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: COMMAND's own; 75 if leadership was not obtained (the store \
+                  unreachable); 76 if leadership was lost while COMMAND ran (COMMAND gets SIGTERM, \
+                  then SIGKILL after 5s); 64 for invalid arguments (or a store without leader \
+                  election); 126/127 if COMMAND cannot be run.\n\
+                  COMMAND's environment gets DISTLOCK_ELECTION, DISTLOCK_LEADER_VALUE and \
+                  DISTLOCK_TERM (the term, a fencing token: larger for every new leader)."
+)]
+pub(crate) struct ElectArgs {
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// How soon a crashed leader is replaced; renewed every lease/3 while COMMAND runs.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
+    lease: Duration,
+    /// What this candidate proclaims when it leads (shown by `distlock leader`)
+    /// [default: HOSTNAME:PID].
+    #[arg(long)]
+    value: Option<String>,
+    /// The election's name.
+    name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Arguments of `distlock leader`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Prints VALUE<TAB>TERM of the current leader. Exit status: 0 with a leader; 1 \
+                  without one; 75 if the store is unreachable; 64 for invalid arguments.\n\
+                  With --watch: prints a line per new leader (and per new value a leader \
+                  proclaims), in term order, until interrupted."
+)]
+pub(crate) struct LeaderArgs {
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// Follow the election: print every new leader as it is elected.
+    #[arg(long)]
+    watch: bool,
+    /// The election's name.
+    name: String,
+}
+
+fn failed(what: &str, name: &str, e: &distlock::Error) -> ExitCode {
+    super::exec::failed(&format!("election {name:?}: {what}"), e)
+}
+
+fn default_value() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", std::process::id())
+}
+
+pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
+    let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
+    let client = match distlock::connect(url).await {
+        Ok(c) => c,
+        Err(e) => return failed("not leader", &args.name, &e),
+    };
+    let value = args.value.clone().unwrap_or_else(default_value);
+    let election = client.election(&args.name).lease(args.lease);
+    let mut interrupted = Signals::new();
+    let leadership = tokio::select! {
+        won = election.campaign(value.clone()) => match won {
+            Ok(l) => l,
+            Err(e) => return failed("not leader", &args.name, &e),
+        },
+        sig = interrupted.next() => {
+            eprintln!("distlock: interrupted while campaigning in election {:?}", args.name);
+            return ExitCode::from(128u8.saturating_add(sig as u8));
+        }
+    };
+    let env = [
+        ("DISTLOCK_ELECTION", args.name.clone()),
+        ("DISTLOCK_LEADER_VALUE", value),
+        ("DISTLOCK_TERM", leadership.term().to_string()),
+    ];
+    let code = run_while(&args.command, &env, leadership.lost(), &mut interrupted).await;
+    if let Err(e) = leadership.resign().await {
+        eprintln!(
+            "distlock: resigning in election {:?} failed ({}); the next leader takes over when \
+             the lease ends",
+            args.name,
+            distlock::error::chain(&e)
+        );
+    }
+    client.shutdown().await;
+    code
+}
+
+pub(crate) async fn run_leader(args: LeaderArgs) -> ExitCode {
+    let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
+    let client = match distlock::connect(url).await {
+        Ok(c) => c,
+        Err(e) => return failed("cannot read the leader", &args.name, &e),
+    };
+    let election = client.election(&args.name);
+    if !args.watch {
+        return match election.leader().await {
+            Ok(Some(leader)) => {
+                println!("{}\t{}", leader.value, leader.term);
+                ExitCode::SUCCESS
+            }
+            Ok(None) => {
+                eprintln!("distlock: election {:?} has no leader", args.name);
+                ExitCode::from(1)
+            }
+            Err(e) => failed("cannot read the leader", &args.name, &e),
+        };
+    }
+    let mut leaders = match election.observe().await {
+        Ok(leaders) => Box::pin(leaders),
+        Err(e) => return failed("cannot follow the leader", &args.name, &e),
+    };
+    let mut interrupted = Signals::new();
+    loop {
+        tokio::select! {
+            next = leaders.next() => match next {
+                Some(Ok(leader)) => println!("{}\t{}", leader.value, leader.term),
+                Some(Err(e)) => eprintln!(
+                    "distlock: election {:?}: reading failed, retrying: {}",
+                    args.name,
+                    distlock::error::chain(&e)
+                ),
+                None => return ExitCode::SUCCESS,
+            },
+            sig = interrupted.next() => return ExitCode::from(128u8.saturating_add(sig as u8)),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! `distlock serve`: an HTTP server showing the store's locks: `GET /api/locks` (JSON),
+//! `GET /metrics` (Prometheus text: what the library records through the `metrics` facade, plus
+//! gauges of the last status read) and `GET /` (a live status page that polls `/api/locks`).
+//!
+//! The page's HTML, CSS and JavaScript live in `page/`, compiled into the binary: the page needs
+//! nothing but this server (no CDN, no external fonts), and its Content-Security-Policy says so.
+
+mod board;
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+use self::board::Board;
+use super::exec::{Signals, failed};
+use crate::{EXIT_USAGE, duration};
+
+/// The first line `serve` prints on stdout once it accepts requests, followed by its base URL
+/// (with `--listen 127.0.0.1:0`, the port the OS chose).
+const READY_PREFIX: &str = "listening on ";
+/// Exit status when the address cannot be bound (EX_UNAVAILABLE in sysexits.h).
+const EXIT_CANNOT_LISTEN: u8 = 69;
+/// How long open connections get to finish their request once a signal asks to stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How often histograms the library records are folded for rendering (the recorder leaves this
+/// to its owner when it runs no HTTP listener of its own).
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+/// The shortest `--refresh`: the page and the cache would otherwise hammer the store.
+const MIN_REFRESH: Duration = Duration::from_millis(100);
+
+/// Arguments of `distlock serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Endpoints:\n  \
+    GET /            a live status page: every lock, its holder (host, pid, process), fencing \
+    token, since when, lease left and waiters; it polls /api/locks every --refresh\n  \
+    GET /api/locks   the same as JSON (locks as `distlock status --json` prints them): {backend, url (passwords masked), prefix, refresh_ms, \
+    read_at_ms, locks: [{name, kind, holdings: [{token, holder: {host, pid, process}, \
+    since_ms, lease_left_ms}], waiters, last_token}], error}\n  \
+    GET /metrics     Prometheus text: whatever the library records in this process through the \
+    metrics facade (distlock_acquisitions_total and the like are recorded by the processes that \
+    take locks, so they show here only for locks taken in this process) and, from the last status \
+    read, distlock_status_up, \
+    distlock_status_locks_held, distlock_status_holdings, distlock_status_waiters (by backend \
+    and kind)\n\
+    The store is read when a request finds the last read older than --refresh; a failed read \
+    (or a backend that cannot report status) shows as `error` and on the page, and the server \
+    keeps running.\n\
+    Exit status: 0 after Ctrl-C or SIGTERM; 64 for invalid arguments or URL; 69 if the address \
+    cannot be bound; 75 if the store cannot be reached at start.")]
+pub(crate) struct ServeArgs {
+    /// Address to listen on, IP:PORT (port 0: any free port; the address is printed). Only this
+    /// address is bound.
+    #[arg(long, default_value = "127.0.0.1:7380", value_name = "IP:PORT")]
+    listen: SocketAddr,
+    /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: Option<String>,
+    /// Show only the locks whose name starts with this.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// How often the page refreshes, and how old a status read may be when served (at least
+    /// 100ms).
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    refresh: Duration,
+}
+
+pub(crate) async fn run(args: ServeArgs) -> ExitCode {
+    if args.refresh < MIN_REFRESH {
+        eprintln!("distlock: --refresh must be at least 100ms (see --help)");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
+    let client = match distlock::connect(url).await {
+        Ok(c) => c,
+        // The library's errors show URLs redacted; the URL named here is redacted too.
+        Err(e) => {
+            return failed(
+                &format!("serve: cannot open the store {}", distlock::redact(url)),
+                &e,
+            );
+        }
+    };
+    let metrics = match PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("distlock: serve: cannot set up the metrics recorder: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("distlock: serve: cannot listen on {}: {e}", args.listen);
+            return ExitCode::from(EXIT_CANNOT_LISTEN);
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    let board = Board::new(client.clone(), url, args.prefix, args.refresh);
+    let state = Arc::new(State { board, metrics });
+    announce(addr, &client, url);
+    let upkeep = {
+        let metrics = state.metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(METRICS_UPKEEP).await;
+                metrics.run_upkeep();
+            }
+        })
+    };
+    serve(listener, state).await;
+    upkeep.abort();
+    client.shutdown().await;
+    eprintln!("distlock: serve: stopped");
+    ExitCode::SUCCESS
+}
+
+/// Tells where the server is: one line on stdout, for scripts and tests (flushed at once, since
+/// stdout may be a pipe); a readable one on stderr.
+fn announce(addr: SocketAddr, client: &distlock::Client, url: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{READY_PREFIX}http://{addr}/").and_then(|()| stdout.flush());
+    eprintln!(
+        "distlock: serve: {} store {}, status page http://{addr}/ (Ctrl-C stops)",
+        client.backend_name(),
+        distlock::redact(url)
+    );
+}
+
+struct State {
+    board: Board,
+    metrics: PrometheusHandle,
+}
+
+/// Accepts connections until Ctrl-C or SIGTERM, then lets open ones finish (up to
+/// [`SHUTDOWN_GRACE`]): a browser's idle keep-alive connection is closed at once, a request in
+/// flight gets its answer.
+async fn serve(listener: TcpListener, state: Arc<State>) {
+    let graceful = GracefulShutdown::new();
+    let mut signals = Signals::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: passing; try again shortly.
+                        eprintln!("distlock: serve: accepting a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let state = state.clone();
+                let service = service_fn(move |req| answer(state.clone(), req));
+                let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection);
+                // A client that drops its connection mid-request is its business, not ours.
+                tokio::spawn(async move { let _ = connection.await; });
+            }
+            _ = signals.next() => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+}
+
+/// The page, compiled in: (path, content type, body).
+const PAGE: &[(&str, &str, &str)] = &[
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_str!("page/index.html"),
+    ),
+    (
+        "/style.css",
+        "text/css; charset=utf-8",
+        include_str!("page/style.css"),
+    ),
+    (
+        "/app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("page/app.js"),
+    ),
+    (
+        "/favicon.svg",
+        "image/svg+xml",
+        include_str!("page/favicon.svg"),
+    ),
+];
+
+async fn answer(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut response = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "only GET\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(response);
+    }
+    let path = req.uri().path();
+    Ok(match path {
+        "/api/locks" => {
+            let report = state.board.report().await;
+            match serde_json::to_vec(&report) {
+                Ok(body) => reply(StatusCode::OK, "application/json", body.into()),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    format!("encoding the status: {e}\n").into(),
+                ),
+            }
+        }
+        "/metrics" => {
+            // Sets the status gauges (if the last read is stale) before rendering them.
+            state.board.report().await;
+            reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                state.metrics.render().into(),
+            )
+        }
+        _ => match PAGE.iter().find(|(p, _, _)| *p == path) {
+            Some((_, content_type, body)) => reply(
+                StatusCode::OK,
+                content_type,
+                Bytes::from_static(body.as_bytes()),
+            ),
+            None => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                "not found: see / for the status page, /api/locks, /metrics\n".into(),
+            ),
+        },
+    })
+}
+
+/// A response with the headers every answer carries: nothing is cached (the status is live), and
+/// the page may load nothing from anywhere but this server.
+fn reply(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; frame-ancestors 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}

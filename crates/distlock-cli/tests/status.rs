@@ -1,0 +1,148 @@
+//! `distlock status` and `distlock release --force` end to end, on every store: a real
+//! `distlock exec` holds a lock; status names its pid and fencing token; a forced release
+//! removes it, the holder's command is stopped (exit 76), and the lock shows free.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, Store};
+
+fn distlock(store: &Store, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .arg("--url")
+        .arg(&store.url)
+        .env_remove("DISTLOCK_URL")
+        .output()
+        .expect("run distlock")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wait_for_token(path: &Path) -> u64 {
+    let started = Instant::now();
+    loop {
+        if let Ok(token) = std::fs::read_to_string(path)
+            && let Ok(token) = token.trim().parse()
+        {
+            return token;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the holder never started ({} missing)",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status_then_force_release(store: &Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = format!("cli-status/{}", common::unique());
+    let ready = dir.path().join("token");
+    let script = format!(
+        "echo $DISTLOCK_FENCING_TOKEN > {}; sleep 60",
+        ready.display()
+    );
+    let mut holder = Command::new(BIN)
+        .args(["exec", "--lease", "1s", "--url", &store.url, &name])
+        .args(["--", "sh", "-c", &script])
+        .env_remove("DISTLOCK_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn distlock exec");
+    let token = wait_for_token(&ready);
+    let pid = holder.id();
+    let on = store.name;
+
+    let table = distlock(store, &["status", &name]);
+    let shown = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success()
+            && shown.contains(&format!("pid {pid} "))
+            && shown.contains(&token.to_string()),
+        "{on}: status does not show pid {pid} and token {token}:\n{}",
+        text(&table)
+    );
+    let json = distlock(store, &["status", "--json", "--prefix", "cli-status/"]);
+    let locks: serde_json::Value = serde_json::from_slice(&json.stdout)
+        .unwrap_or_else(|e| panic!("{on}: status --json is not JSON ({e}):\n{}", text(&json)));
+    let ours = locks
+        .as_array()
+        .and_then(|all| all.iter().find(|l| l["name"] == name.as_str()))
+        .unwrap_or_else(|| {
+            panic!(
+                "{on}: {name} missing from status --prefix:\n{}",
+                text(&json)
+            )
+        });
+    assert_eq!(ours["holdings"][0]["token"], token, "{on}: {ours}");
+    assert_eq!(ours["holdings"][0]["holder"]["pid"], pid, "{on}: {ours}");
+
+    let refused = distlock(store, &["release", &name]);
+    assert_eq!(
+        refused.status.code(),
+        Some(64),
+        "{on}: release without --force:\n{}",
+        text(&refused)
+    );
+    let forced = distlock(store, &["release", "--force", &name]);
+    let said = String::from_utf8_lossy(&forced.stdout);
+    assert!(
+        forced.status.success() && said.contains(&format!("token {token}")),
+        "{on}: release --force did not report removing token {token}:\n{}",
+        text(&forced)
+    );
+    // The holder's next renewal (a third of its 1 s lease) or its session's end tells it.
+    let started = Instant::now();
+    let code = loop {
+        if let Some(status) = holder.try_wait().expect("wait for the holder") {
+            break status.code();
+        }
+        if started.elapsed() > Duration::from_secs(15) {
+            let _ = holder.kill();
+            panic!("{on}: the forced-out holder's command still ran 15 s later");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(76), "{on}: the forced-out holder's exit status");
+    let after = distlock(store, &["status", &name]);
+    assert_eq!(
+        after.status.code(),
+        Some(1),
+        "{on}: status after the forced release:\n{}",
+        text(&after)
+    );
+}
+
+#[test]
+fn status_and_force_release_on_every_store() {
+    for store in common::every_store("status and release --force") {
+        status_then_force_release(&store);
+    }
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let store = common::sqlite();
+    for args in [
+        &["status"][..],
+        &["status", ""],
+        &["release", "--force", "--kind", "queue", "x"],
+        &["release", "--force", ""],
+    ] {
+        let out = distlock(&store, args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}:\n{}", text(&out));
+    }
+}
