@@ -40,7 +40,8 @@ weight() {
     etcd) echo 400 ;;
     zookeeper) echo 270 ;;
     redis) echo 120 ;;
-    secrets) echo 100 ;;
+    secrets) echo 140 ;;
+    torture) echo 90 ;;
     *) echo 0 ;;
   esac
 }
