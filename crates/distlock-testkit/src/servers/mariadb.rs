@@ -2,7 +2,10 @@
 
 use std::process::Command;
 
-use super::{Launch, PrivateServer, accepts, free_port, run};
+use std::io::Read;
+use std::time::Duration;
+
+use super::{Launch, PrivateServer, free_port, run};
 use crate::Failure;
 
 /// Starts a private MariaDB (user root, no password) on a free port; its URL names the
@@ -57,8 +60,23 @@ pub fn start_mariadb() -> Result<PrivateServer, Failure> {
                 ));
             command
         }),
-        // mariadbd opens its port only once it takes queries.
-        ready: accepts,
+        ready: greets,
         stop_signal: libc::SIGTERM,
     })
+}
+
+/// Whether mariadbd on `port` sends its greeting: it listens (and a TCP connect succeeds) long
+/// before it serves, and a SIGTERM in that window was lost. CI saw it: stopped right after its
+/// port opened, a server never got past "Buffer pool(s) load completed", and shrugged off a
+/// minute of SIGTERMs sent every second. The greeting is
+/// written only once the server accepts connections for real, past that window.
+fn greets(port: u16) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    if stream.set_read_timeout(Some(Duration::from_secs(1))).is_err() {
+        return false;
+    }
+    let mut first = [0u8; 1];
+    matches!(stream.read(&mut first), Ok(1))
 }
