@@ -74,7 +74,10 @@ fn greets(port: u16) -> bool {
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
-    if stream.set_read_timeout(Some(Duration::from_secs(1))).is_err() {
+    if stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .is_err()
+    {
         return false;
     }
     let mut first = [0u8; 1];
