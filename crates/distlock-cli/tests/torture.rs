@@ -215,6 +215,92 @@ fn etcd_cluster_stays_available_with_one_member_cut_off() {
     stays_available_with_a_minority_cut_off(&cluster.url(3), "12s");
 }
 
+/// A 3-member etcd cluster of the test's own whose members talk through peer proxies: at each
+/// `partition` the test cuts the leader off from its followers, both ways, while every worker
+/// still reaches it (3 s sessions; the cut lasts three 2 s leases, past a session). The
+/// followers elect a new leader, the lock goes on through them, and the old leader lets no
+/// second holder in: it can commit nothing alone.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
+    use distlock_testkit::faults::peers::{PartitionRequest, PartitionSwitch};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let mut cluster = distlock_testkit::servers::start_etcd_cluster_with_peer_links(3)
+        .unwrap_or_else(|f| panic!("starting a 3-member etcd cluster with peer links: {}", f.0));
+    let url = cluster.url(3);
+    let switch = PartitionSwitch::new().unwrap();
+    let command = switch.command();
+    let stop = AtomicBool::new(false);
+    // Each cut: the leader cut off, and the leader the other two elected meanwhile.
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    let report = std::thread::scope(|s| {
+        let serving = s.spawn(|| {
+            switch.serve(&stop, |request| match request {
+                PartitionRequest::Cut => {
+                    let old = cluster.leader()?;
+                    cluster.isolate(old)?;
+                    let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+                    cuts.push((old, cluster.leader_among(&others)?));
+                    Ok(())
+                }
+                PartitionRequest::Heal => cluster.heal(),
+            })
+        });
+        let report = torture_with(
+            &url,
+            "partition",
+            &[
+                "--partition-cmd",
+                &command,
+                "--duration",
+                "14s",
+                "--lease",
+                "2s",
+                "--logs",
+                "/tmp/partlogs",
+            ],
+        );
+        stop.store(true, Ordering::Relaxed);
+        serving
+            .join()
+            .unwrap()
+            .unwrap_or_else(|f| panic!("partitioning the cluster: {}", f.0));
+        report
+    });
+    let partition = cell(&report, "partition");
+    eprintln!("cuts (old leader, new leader): {cuts:?}");
+    assert!(!cuts.is_empty(), "{partition}");
+    assert!(cuts.iter().all(|(old, new)| old != new), "{cuts:?}");
+    assert_eq!(
+        partition["faults_injected"].as_u64().unwrap(),
+        cuts.len() as u64,
+        "{partition}"
+    );
+    assert!(
+        partition["acquired_during_faults"].as_u64().unwrap() > 0,
+        "{partition}"
+    );
+    assert_eq!(partition["verdict"], "OK", "{partition}");
+}
+
+/// Without `--partition-cmd` there is nothing to split the cluster with.
+#[test]
+fn a_partition_without_a_command_is_not_applicable() {
+    let Some(url) = server("redis") else {
+        return;
+    };
+    let report = torture_with(&url, "partition", &["--duration", "1s"]);
+    let partition = not_applicable(&report, "partition");
+    assert!(
+        partition["note"]
+            .as_str()
+            .unwrap()
+            .contains("--partition-cmd"),
+        "{partition}"
+    );
+}
+
 /// A 3-member ZooKeeper ensemble of the test's own (3 s sessions), likewise: a client whose
 /// server goes silent moves its session to another member within the session timeout.
 #[test]

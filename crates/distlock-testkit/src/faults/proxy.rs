@@ -10,6 +10,12 @@
 //! [`Fault::Reset`] closes every open connection with a RST on both sides (`SO_LINGER` 0) and
 //! resets each new one on accept, until the fault changes. Dropping the proxy closes its listener
 //! and every connection through it.
+//!
+//! A proxy in front of one member of a cluster, on the port the other members dial, can also
+//! tell which member a connection comes from ([`FaultProxy::start_between`]: the dialling
+//! process, found by its socket) and blackhole only the connections of some members
+//! ([`FaultProxy::cut_off`]): with one such proxy per member, a member cut off from its peers
+//! while its clients still reach it, the partition that splits a cluster's brain.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,11 +72,37 @@ pub struct ProxyStats {
     pub upstream_unreachable: u64,
 }
 
+/// What the proxy is told to do: its fault, and the origins whose connections it blackholes
+/// whatever the fault.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Orders {
+    fault: Fault,
+    cut_off: Vec<usize>,
+}
+
+impl Orders {
+    /// What to do to a connection from `origin`.
+    fn fault_for(&self, origin: Option<usize>) -> Fault {
+        match origin {
+            Some(origin) if self.cut_off.contains(&origin) && self.fault != Fault::Reset => {
+                Fault::Blackhole
+            }
+            _ => self.fault,
+        }
+    }
+}
+
+/// Which origin (a cluster member's index) a connection comes from, given its two loopback
+/// ports: the connecting socket's, and the proxy's it connected to.
+pub type Identify = Arc<dyn Fn(u16, u16) -> Option<usize> + Send + Sync>;
+
 /// What the proxy's tasks share.
 struct Shared {
     upstream: SocketAddr,
-    /// The current fault; every pipe watches it.
-    fault: watch::Sender<Fault>,
+    /// The current orders; every pipe watches them.
+    orders: watch::Sender<Orders>,
+    /// Tells each connection's origin, for [`FaultProxy::cut_off`].
+    identify: Option<Identify>,
     accepted: AtomicU64,
     reset: AtomicU64,
     upstream_unreachable: AtomicU64,
@@ -94,11 +126,26 @@ impl FaultProxy {
 
     /// Starts a proxy on a free loopback port in front of `upstream`, passing everything.
     pub async fn start_to(upstream: SocketAddr) -> Result<Self, Failure> {
+        Self::start_with(upstream, None).await
+    }
+
+    /// Starts a proxy in front of `127.0.0.1:upstream` that tells where each connection comes
+    /// from by `identify`, so that [`cut_off`] can
+    /// blackhole some origins only: the proxy on one cluster member's peer port, `identify`
+    /// naming the other member that dialled it.
+    ///
+    /// [`cut_off`]: FaultProxy::cut_off
+    pub async fn start_between(upstream: u16, identify: Identify) -> Result<Self, Failure> {
+        Self::start_with(SocketAddr::from(([127, 0, 0, 1], upstream)), Some(identify)).await
+    }
+
+    async fn start_with(upstream: SocketAddr, identify: Option<Identify>) -> Result<Self, Failure> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let shared = Arc::new(Shared {
             upstream,
-            fault: watch::Sender::new(Fault::Pass),
+            orders: watch::Sender::new(Orders::default()),
+            identify,
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
             upstream_unreachable: AtomicU64::new(0),
@@ -137,12 +184,23 @@ impl FaultProxy {
 
     /// From now on, do `fault` to the traffic (open connections included).
     pub fn set(&self, fault: Fault) {
-        self.shared.fault.send_replace(fault);
+        self.shared
+            .orders
+            .send_modify(|orders| orders.fault = fault);
     }
 
     /// The current fault.
     pub fn fault(&self) -> Fault {
-        *self.shared.fault.borrow()
+        self.shared.orders.borrow().fault
+    }
+
+    /// From now on, blackhole the connections (open ones included) from `origins`, as the
+    /// proxy's `identify` tells them, whatever the fault; an empty list ends it. What they sent
+    /// meanwhile is delivered then, as after a partition heals.
+    pub fn cut_off(&self, origins: &[usize]) {
+        self.shared
+            .orders
+            .send_modify(|orders| orders.cut_off = origins.to_vec());
     }
 
     /// From now on, hold each reply chunk for `delay` (no jitter); zero passes everything.
@@ -196,8 +254,19 @@ fn reset(stream: TcpStream) {
 /// One client connection: connect upstream, pipe both ways until both sides close, or reset both
 /// when [`Fault::Reset`] begins.
 async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
-    let mut faults = shared.fault.subscribe();
-    if *faults.borrow_and_update() == Fault::Reset {
+    let origin = match (&shared.identify, client.peer_addr(), client.local_addr()) {
+        (Some(identify), Ok(from), Ok(to)) => {
+            let identify = identify.clone();
+            // It reads /proc: off the runtime's threads.
+            tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    };
+    let mut orders = shared.orders.subscribe();
+    if orders.borrow_and_update().fault == Fault::Reset {
         shared.reset.fetch_add(1, Ordering::Relaxed);
         return reset(client);
     }
@@ -209,10 +278,10 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     let _ = server.set_nodelay(true);
     let reset_begins = async {
         loop {
-            if *faults.borrow_and_update() == Fault::Reset {
+            if orders.borrow_and_update().fault == Fault::Reset {
                 return;
             }
-            if faults.changed().await.is_err() {
+            if orders.changed().await.is_err() {
                 // The proxy is gone; its Drop aborts this task.
                 std::future::pending::<()>().await;
             }
@@ -221,8 +290,14 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     let (client_read, client_write) = client.split();
     let (server_read, server_write) = server.split();
     let both_ways = futures_util::future::join(
-        pipe(client_read, server_write, Direction::Request, &shared),
-        pipe(server_read, client_write, Direction::Reply, &shared),
+        pipe(
+            client_read,
+            server_write,
+            Direction::Request,
+            origin,
+            &shared,
+        ),
+        pipe(server_read, client_write, Direction::Reply, origin, &shared),
     );
     tokio::select! {
         _ = both_ways => {}
@@ -234,15 +309,17 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// Copies `from` to `to` a chunk at a time, each chunk treated as the current fault says; at the
-/// end of `from`, closes `to` for writing (a half-close passes through).
+/// Copies `from` to `to` a chunk at a time, each chunk treated as the current fault for the
+/// connection's `origin` says; at the end of `from`, closes `to` for writing (a half-close
+/// passes through).
 async fn pipe(
     mut from: tokio::net::tcp::ReadHalf<'_>,
     mut to: tokio::net::tcp::WriteHalf<'_>,
     direction: Direction,
+    origin: Option<usize>,
     shared: &Shared,
 ) {
-    let mut faults = shared.fault.subscribe();
+    let mut faults = shared.orders.subscribe();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
@@ -251,7 +328,7 @@ async fn pipe(
         };
         // Ask again after each hold: the fault may have changed meanwhile.
         loop {
-            let fault = *faults.borrow_and_update();
+            let fault = faults.borrow_and_update().fault_for(origin);
             let hold = match fault {
                 Fault::Pass => None,
                 Fault::Delay { delay, jitter } => Some((delay, jitter)),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{accepts, free_port, log_tail};
 use crate::Failure;
+use crate::faults::peers::PeerLinks;
 
 /// How long a new cluster, or a member started again, may take to answer as healthy.
 const HEALTHY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,6 +26,8 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     /// `m0=http://127.0.0.1:PEER,…`: how each member finds the others.
     initial_cluster: String,
+    /// The proxies on the members' peer ports, when the cluster can be partitioned.
+    links: Option<PeerLinks>,
     /// Every member's data directory and log, removed once the members are dead (fields drop
     /// after [`Drop::drop`] has killed them).
     dir: tempfile::TempDir,
@@ -41,6 +44,17 @@ struct Member {
 /// Starts a cluster of `members` etcd members on free loopback ports and waits until every one
 /// answers as healthy (a leader was elected and reads go through it).
 pub fn start_etcd_cluster(members: usize) -> Result<EtcdCluster, Failure> {
+    start(members, false)
+}
+
+/// [`start_etcd_cluster`], with the members talking to each other through [`PeerLinks`], so
+/// that a member can be cut off from the others ([`EtcdCluster::isolate`]) while its clients
+/// still reach it.
+pub fn start_etcd_cluster_with_peer_links(members: usize) -> Result<EtcdCluster, Failure> {
+    start(members, true)
+}
+
+fn start(members: usize, linked: bool) -> Result<EtcdCluster, Failure> {
     let dir = tempfile::tempdir()?;
     let mut ports: Vec<u16> = Vec::new();
     // free_port only says nobody listens now: two calls may hand out the same port.
@@ -59,17 +73,22 @@ pub fn start_etcd_cluster(members: usize) -> Result<EtcdCluster, Failure> {
             paused: false,
         })
         .collect();
-    let initial_cluster = members
-        .iter()
-        .enumerate()
-        .map(|(i, m)| format!("m{i}=http://127.0.0.1:{}", m.peer_port))
-        .collect::<Vec<_>>()
-        .join(",");
+    let links = if linked {
+        let peer_ports: Vec<u16> = members.iter().map(|m| m.peer_port).collect();
+        Some(PeerLinks::start(&peer_ports)?)
+    } else {
+        None
+    };
     let mut cluster = EtcdCluster {
         members,
-        initial_cluster,
+        initial_cluster: String::new(),
+        links,
         dir,
     };
+    cluster.initial_cluster = (0..cluster.members.len())
+        .map(|i| format!("m{i}=http://127.0.0.1:{}", cluster.advertised_peer_port(i)))
+        .collect::<Vec<_>>()
+        .join(",");
     let all: Vec<usize> = (0..cluster.members.len()).collect();
     for &i in &all {
         cluster.spawn(i)?;
@@ -101,9 +120,17 @@ impl EtcdCluster {
 
     /// Which member leads, once the running members agree on one (waits out an election).
     pub fn leader(&self) -> Result<usize, Failure> {
+        self.leader_among(&self.running())
+    }
+
+    /// Which member leads, once the members `which` agree on one (waits out an election): the
+    /// majority's leader while a member is cut off.
+    pub fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
         let started = Instant::now();
         loop {
-            let statuses = self.etcdctl_json(&["endpoint", "status"]);
+            let statuses = self
+                .etcdctl_output(which, &["endpoint", "status", "-w", "json"])
+                .and_then(|out| Ok(serde_json::from_str::<serde_json::Value>(&out)?));
             if let Ok(serde_json::Value::Array(statuses)) = &statuses {
                 // (member index, its id, the leader id it reports)
                 let seen: Vec<(Option<usize>, u64, u64)> = statuses
@@ -121,7 +148,7 @@ impl EtcdCluster {
                     .collect();
                 let leader_id = seen.first().map_or(0, |s| s.2);
                 let agreed = leader_id != 0
-                    && seen.len() == self.running().len()
+                    && seen.len() == which.len()
                     && seen.iter().all(|s| s.2 == leader_id);
                 if agreed && let Some(&(Some(i), _, _)) = seen.iter().find(|s| s.1 == leader_id) {
                     return Ok(i);
@@ -137,8 +164,41 @@ impl EtcdCluster {
         }
     }
 
+    /// Cuts member `i` off from the other members, both ways, while its clients still reach
+    /// it; a member cut off before is joined again first. Only on a cluster started with
+    /// [`start_etcd_cluster_with_peer_links`].
+    pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        self.links_mut()?.isolate(i);
+        Ok(())
+    }
+
+    /// Joins the member [`isolate`](Self::isolate) cut off again.
+    pub fn heal(&mut self) -> Result<(), Failure> {
+        self.links_mut()?.heal();
+        Ok(())
+    }
+
+    fn links_mut(&mut self) -> Result<&mut PeerLinks, Failure> {
+        self.links.as_mut().ok_or_else(|| {
+            Failure(
+                "this etcd cluster was started without peer links: it cannot be partitioned".into(),
+            )
+        })
+    }
+
+    /// The peer port the other members dial for member `i`: its proxy's, or its own.
+    fn advertised_peer_port(&self, i: usize) -> u16 {
+        match &self.links {
+            Some(links) => links.port(i),
+            None => self.members[i].peer_port,
+        }
+    }
+
     /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
     pub fn kill(&mut self, i: usize) -> Result<(), Failure> {
+        if let Some(links) = &self.links {
+            links.set_pid(i, None);
+        }
         let member = &mut self.members[i];
         if let Some(mut child) = member.child.take() {
             child.kill()?;
@@ -152,6 +212,9 @@ impl EtcdCluster {
     pub fn shut_down(&mut self, i: usize) -> Result<(), Failure> {
         if self.members[i].paused {
             self.cont(i)?;
+        }
+        if let Some(links) = &self.links {
+            links.set_pid(i, None);
         }
         if let Some(mut child) = self.members[i].child.take() {
             // SAFETY: kill() only sends a signal to our own child.
@@ -188,8 +251,12 @@ impl EtcdCluster {
     /// Runs etcdctl with `args` against every running member (not killed, not paused); its
     /// standard output.
     pub fn etcdctl(&self, args: &[&str]) -> Result<String, Failure> {
+        self.etcdctl_output(&self.running(), args)
+    }
+
+    fn etcdctl_output(&self, which: &[usize], args: &[&str]) -> Result<String, Failure> {
         let out = self
-            .etcdctl_command(&self.running(), args)
+            .etcdctl_command(which, args)
             .output()
             .map_err(|e| Failure(format!("etcdctl could not run ({e}); {INSTALL}")))?;
         if !out.status.success() {
@@ -248,6 +315,7 @@ impl EtcdCluster {
             .open(self.log(i))?;
         let client = format!("http://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
+        let advertised_peer = format!("http://127.0.0.1:{}", self.advertised_peer_port(i));
         let child = Command::new("etcd")
             .arg(format!("--name=m{i}"))
             .arg("--data-dir")
@@ -255,7 +323,7 @@ impl EtcdCluster {
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={advertised_peer}"))
             // Ignored when the data directory exists: a member started again rejoins from it.
             .arg(format!("--initial-cluster={}", self.initial_cluster))
             .arg("--initial-cluster-state=new")
@@ -270,6 +338,9 @@ impl EtcdCluster {
             .stderr(log)
             .spawn()
             .map_err(|e| Failure(format!("etcd could not start ({e}); {INSTALL}")))?;
+        if let Some(links) = &self.links {
+            links.set_pid(i, Some(child.id()));
+        }
         self.members[i].child = Some(child);
         self.members[i].paused = false;
         Ok(())

@@ -14,7 +14,10 @@ mod redis;
 mod redlock;
 mod zookeeper;
 
-pub use etcd::{EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster, start_etcd_tls};
+pub use etcd::{
+    EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster,
+    start_etcd_cluster_with_peer_links, start_etcd_tls,
+};
 pub use mariadb::start_mariadb;
 pub use memcached::start_memcached;
 pub use postgres::start_postgres;

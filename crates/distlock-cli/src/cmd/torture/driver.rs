@@ -230,6 +230,8 @@ pub(super) struct Driver<'a> {
     pub(super) server_port: u16,
     /// For `restart`: the shell command that restarts the store.
     pub(super) restart_cmd: Option<&'a str>,
+    /// For `partition`: the shell command that splits the store's cluster and joins it.
+    pub(super) partition_cmd: Option<&'a str>,
     /// For `clock-jump`: the servers' wall-clock offset file.
     pub(super) clock_file: Option<&'a Path>,
     pub(super) end_ns: u64,
@@ -267,6 +269,7 @@ impl Driver<'_> {
                     Some(self.disturb_traffic().await)
                 }
                 FaultKind::Minority => Some(self.cut_off_minority(&random).await),
+                FaultKind::Partition => Some(self.partition(dir).await?),
             };
             injected.extend(hit);
             // Calm between faults: the lease, so a freed lock is taken again first.
@@ -352,26 +355,26 @@ impl Driver<'_> {
     /// Runs the restart command, its output into `dir`; a command that fails ends the run.
     async fn restart_store(&self, dir: &Path) -> Result<()> {
         let command = self.restart_cmd.context("restart without --restart-cmd")?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("restart.log"))?;
-        let status = tokio::process::Command::new("sh")
-            .args(["-c", command])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .status()
-            .await
-            .context("running --restart-cmd")?;
-        if !status.success() {
-            // The phase's directory goes with the run: show the output's end here.
-            let output = std::fs::read_to_string(dir.join("restart.log")).unwrap_or_default();
-            let tail: Vec<&str> = output.lines().rev().take(10).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!("--restart-cmd failed ({status}): {}", tail.join(" / "));
-        }
-        Ok(())
+        run_command("--restart-cmd", command, &[], &dir.join("restart.log")).await
+    }
+
+    /// Splits the store's cluster with the partition command for three leases (long enough
+    /// that a holder whose lease or session depended on the cut-off side would have lost it),
+    /// then joins it again.
+    async fn partition(&self, dir: &Path) -> Result<Injected> {
+        let command = self
+            .partition_cmd
+            .context("partition without --partition-cmd")?;
+        let log = dir.join("partition.log");
+        let at_ns = monotonic_ns();
+        run_command("--partition-cmd", command, &[(PARTITION, "cut")], &log).await?;
+        tokio::time::sleep(self.lease * 3).await;
+        run_command("--partition-cmd", command, &[(PARTITION, "heal")], &log).await?;
+        Ok(Injected {
+            at_ns,
+            until_ns: monotonic_ns(),
+            process: None,
+        })
     }
 
     /// Puts the proxies' fault on for a while, then passes traffic again.
@@ -442,4 +445,33 @@ impl Driver<'_> {
             }
         })
     }
+}
+
+/// The variable that tells `--partition-cmd` what to do: `cut` or `heal`.
+const PARTITION: &str = "DISTLOCK_PARTITION";
+
+/// Runs the shell command `command` (the option `what`) with `env`, its output appended to
+/// `log`; a command that fails ends the run, with the end of its output.
+async fn run_command(what: &str, command: &str, env: &[(&str, &str)], log: &Path) -> Result<()> {
+    let output = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let status = tokio::process::Command::new("sh")
+        .args(["-c", command])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(output.try_clone()?)
+        .stderr(output)
+        .status()
+        .await
+        .with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        // The phase's directory goes with the run: show the output's end here.
+        let output = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = output.lines().rev().take(10).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("{what} failed ({status}): {}", tail.join(" / "));
+    }
+    Ok(())
 }

@@ -75,6 +75,12 @@ pub(crate) enum FaultKind {
     /// etcd or ZooKeeper ensemble) off from every worker for three leases (connections open,
     /// nothing forwarded), a different minority each time. The store must stay available.
     Minority,
+    /// Split the store's cluster for three leases with `--partition-cmd` (run with
+    /// `DISTLOCK_PARTITION=cut`, then `heal`): a minority of its members cut off from the
+    /// others while every worker still reaches every member. The store must stay available,
+    /// and a member on the minority side (a leader cut off included) must not let a second
+    /// holder in.
+    Partition,
     /// Jump the store's wall clock forward by two leases (`--clock-file`: the servers run with
     /// their clock offset read from that file) while a holder is stopped for half its lease,
     /// and start a newcomer process that asks for the lock at once: short of the lease, so any
@@ -108,6 +114,12 @@ impl FaultKind {
         }
     }
 
+    /// The fault leaves a majority of the store's servers reachable and joined: the lock must
+    /// still be taken while it is on.
+    fn leaves_a_majority(self) -> bool {
+        matches!(self, FaultKind::Minority | FaultKind::Partition)
+    }
+
     fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -118,6 +130,7 @@ impl FaultKind {
             FaultKind::SessionKill => "session-kill",
             FaultKind::Restart => "restart",
             FaultKind::Minority => "minority",
+            FaultKind::Partition => "partition",
             FaultKind::ClockJump => "clock-jump",
         }
     }
@@ -130,7 +143,7 @@ pub(crate) struct TortureArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset,
-    /// session-kill, restart, minority, clock-jump.
+    /// session-kill, restart, minority, partition, clock-jump.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,stop")]
     faults: Vec<FaultKind>,
     /// How long each fault's phase runs.
@@ -155,6 +168,12 @@ pub(crate) struct TortureArgs {
     /// again (e.g. `systemctl restart redis-server`). Its output goes to the phase's directory.
     #[arg(long)]
     restart_cmd: Option<String>,
+    /// For `partition`: a shell command that splits the store's cluster when run with
+    /// `DISTLOCK_PARTITION=cut` (a minority of the members no longer reaching the others, every
+    /// member still reached by clients) and joins it again with `DISTLOCK_PARTITION=heal`;
+    /// each returns once done. The test suite's cuts off an etcd leader from its followers.
+    #[arg(long)]
+    partition_cmd: Option<String>,
     /// For `clock-jump`: the file the store's servers read their wall-clock offset from, in
     /// signed seconds (`+2.5`): the testkit's clock shim (`DISTLOCK_CLOCK_FILE`) or libfaketime
     /// (`FAKETIME_TIMESTAMP_FILE` with `FAKETIME_NO_CACHE=1`). Each jump moves it forward.
@@ -281,6 +300,13 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
             cells.push(Cell::not_applicable(
                 fault,
                 "no --restart-cmd to restart the store with",
+            ));
+            continue;
+        }
+        if fault == FaultKind::Partition && args.partition_cmd.is_none() {
+            cells.push(Cell::not_applicable(
+                fault,
+                "no --partition-cmd to split the store's cluster with",
             ));
             continue;
         }
@@ -466,6 +492,7 @@ impl Phase<'_> {
             killer,
             server_port,
             restart_cmd: self.args.restart_cmd.as_deref(),
+            partition_cmd: self.args.partition_cmd.as_deref(),
             clock_file: self.args.clock_file.as_deref(),
             end_ns,
             progress,

@@ -225,7 +225,7 @@ impl Cell {
         (cell.verdict, cell.note) = if cell.stale_writes_accepted > 0 || cell.token_regressions > 0
         {
             ("FAIL", Some(verdict.to_string()))
-        } else if fault == FaultKind::Minority && !injected.is_empty() && during == 0 {
+        } else if fault.leaves_a_majority() && !injected.is_empty() && during == 0 {
             (
                 "FAIL",
                 Some("no acquisition while a minority of the servers was cut off".into()),

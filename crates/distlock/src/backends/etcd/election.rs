@@ -103,7 +103,7 @@ pub(super) async fn write(
     let keys = Keys::new(&inner.config.prefix, election);
     for _ in 0..RACES {
         let seen = read(inner, &keys).await?;
-        let session = inner.sessions.get().await?;
+        let session = inner.session().await?;
         let mut when = Vec::new();
         let seq = match &seen.record {
             None => {

@@ -181,7 +181,11 @@ impl EtcdBackend {
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
             .with_timeout(options.response_timeout.unwrap_or(RESPONSE_TIMEOUT))
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            // A member that has lost its leader (cut off from the others) refuses a request at
+            // once with "no leader", before proposing anything, instead of holding it until
+            // the request times out: the request is then tried again, on another member.
+            .with_require_leader(true);
         if let Some((user, password)) = &config.user {
             connect = connect.with_user(user.clone(), password.clone());
         }
@@ -388,6 +392,19 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// The live session, started if there is none. The lease is granted like a put of a new
+    /// key, one attempt at a time: a grant landing twice leaves an unused lease behind, which
+    /// ends after its TTL.
+    async fn session(&self) -> Result<Arc<Session>> {
+        self.sessions
+            .get(|ttl| {
+                self.retrying("starting a session (granting its lease)", false, move |client| {
+                    async move { client.lease_client().grant(ttl, None).await }
+                })
+            })
+            .await
     }
 
     async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {

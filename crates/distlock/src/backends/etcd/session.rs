@@ -12,7 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnOp, TxnOpResponse,
+};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -98,25 +100,25 @@ impl Sessions {
         }
     }
 
-    /// The live session, started if there is none.
-    pub(super) async fn get(&self) -> Result<Arc<Session>> {
+    /// The live session, started if there is none with a lease `grant` asks for (given the
+    /// TTL in seconds).
+    pub(super) async fn get<G>(&self, grant: impl FnOnce(i64) -> G) -> Result<Arc<Session>>
+    where
+        G: std::future::Future<Output = Result<LeaseGrantResponse>>,
+    {
         let mut current = self.current.lock().await;
         if let Some(s) = current.as_ref().filter(|s| !s.is_over()) {
             return Ok(s.clone());
         }
-        let session = Arc::new(self.start().await?);
+        let sent = Instant::now();
+        let granted = grant(self.ttl.as_secs() as i64).await?;
+        let session = Arc::new(self.start(sent, granted)?);
         *current = Some(session.clone());
         Ok(session)
     }
 
-    async fn start(&self) -> Result<Session> {
-        let sent = Instant::now();
-        let granted = self
-            .client
-            .lease_client()
-            .grant(self.ttl.as_secs() as i64, None)
-            .await
-            .map_err(from_etcd("starting a session (granting its lease)"))?;
+    /// The session of the lease `granted`, asked for at `sent`.
+    fn start(&self, sent: Instant, granted: LeaseGrantResponse) -> Result<Session> {
         if granted.ttl() <= 0 {
             return Err(Error::new(
                 ErrorKind::Backend,

@@ -1,0 +1,191 @@
+//! Partitions between the members of a cluster the test starts itself, on one machine and
+//! without netem or iptables: each member's peer port sits behind a [`FaultProxy`] (the port the
+//! other members are told to dial), and each proxy tells which member dialled it by the
+//! connecting socket, found in the member processes' open files. Cutting a member off
+//! blackholes every connection between it and the others, both ways, while its clients, who
+//! dial its client port directly, still reach it: the member on the wrong side of a partition,
+//! a leader among them, as its clients see it.
+//!
+//! [`PartitionSwitch`] lets a process other than the test's own ask for a partition, as
+//! `distlock torture --faults partition --partition-cmd CMD` does: CMD writes a request into a
+//! file the test watches, and returns once the test has carried it out.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::FaultProxy;
+use super::proxy::Identify;
+use crate::Failure;
+use crate::sockets::tcp_connections_of_pid;
+
+/// A proxy in front of each member's peer port, and which member runs as which process.
+pub struct PeerLinks {
+    /// `proxies[i]` leads to member `i`'s peer port.
+    proxies: Vec<FaultProxy>,
+    /// Member `i`'s pid while it runs, for telling who dialled a proxy.
+    pids: Arc<Mutex<Vec<Option<u32>>>>,
+    /// The proxies' own runtime: the cluster's methods block, and run outside any runtime.
+    runtime: Option<tokio::runtime::Runtime>,
+    isolated: Option<usize>,
+}
+
+impl PeerLinks {
+    /// Starts one proxy per member, in front of `127.0.0.1:peer_ports[i]`, passing everything.
+    pub fn start(peer_ports: &[u16]) -> Result<Self, Failure> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let pids: Arc<Mutex<Vec<Option<u32>>>> = Arc::new(Mutex::new(vec![None; peer_ports.len()]));
+        let identify: Identify = {
+            let pids = pids.clone();
+            Arc::new(move |from, to| {
+                let pids = pids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                pids.iter().position(|pid| {
+                    pid.is_some_and(|pid| {
+                        tcp_connections_of_pid(pid)
+                            .iter()
+                            .any(|c| c.local_port == from && c.remote_port == to)
+                    })
+                })
+            })
+        };
+        let proxies = runtime.block_on(async {
+            let mut proxies = Vec::new();
+            for &port in peer_ports {
+                proxies.push(FaultProxy::start_between(port, identify.clone()).await?);
+            }
+            Ok::<_, Failure>(proxies)
+        })?;
+        Ok(PeerLinks {
+            proxies,
+            pids,
+            runtime: Some(runtime),
+            isolated: None,
+        })
+    }
+
+    /// The port the other members dial to reach member `i` (its advertised peer port).
+    pub fn port(&self, i: usize) -> u16 {
+        self.proxies[i].port()
+    }
+
+    /// Member `i` now runs as `pid` (`None`: it no longer runs).
+    pub fn set_pid(&self, i: usize, pid: Option<u32>) {
+        self.pids.lock().unwrap_or_else(|p| p.into_inner())[i] = pid;
+    }
+
+    /// Cuts member `i` off from every other member, both ways, open connections included; a
+    /// member cut off before is joined again first.
+    pub fn isolate(&mut self, i: usize) {
+        let others: Vec<usize> = (0..self.proxies.len()).filter(|&j| j != i).collect();
+        for (j, proxy) in self.proxies.iter().enumerate() {
+            proxy.cut_off(if j == i {
+                &others
+            } else {
+                std::slice::from_ref(&i)
+            });
+        }
+        self.isolated = Some(i);
+    }
+
+    /// Joins the cut-off member again: what was sent meanwhile is delivered.
+    pub fn heal(&mut self) {
+        for proxy in &self.proxies {
+            proxy.cut_off(&[]);
+        }
+        self.isolated = None;
+    }
+
+    /// The member cut off now, if any.
+    pub fn isolated(&self) -> Option<usize> {
+        self.isolated
+    }
+}
+
+impl Drop for PeerLinks {
+    fn drop(&mut self) {
+        self.proxies.clear();
+        // Without waiting: a cluster may be dropped inside a test's own runtime.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// What a [`PartitionSwitch`] is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionRequest {
+    /// Split the cluster (the test chooses how).
+    Cut,
+    /// Join it again.
+    Heal,
+}
+
+/// A request file another process writes a [`PartitionRequest`] into, and the test carries out
+/// ([`serve`](Self::serve)); the writer waits until it is done. The request is the environment
+/// variable `DISTLOCK_PARTITION` (`cut` or `heal`) of the [`command`](Self::command).
+pub struct PartitionSwitch {
+    dir: tempfile::TempDir,
+}
+
+impl PartitionSwitch {
+    /// A switch with a directory of its own.
+    pub fn new() -> Result<Self, Failure> {
+        Ok(PartitionSwitch {
+            dir: tempfile::Builder::new()
+                .prefix("distlock-partition-")
+                .tempdir()?,
+        })
+    }
+
+    fn request_file(&self) -> PathBuf {
+        self.dir.path().join("request")
+    }
+
+    fn done_file(&self) -> PathBuf {
+        self.dir.path().join("done")
+    }
+
+    /// The shell command that asks for `$DISTLOCK_PARTITION` and returns once it is done
+    /// (exit 1 if nobody carried it out within 30 s).
+    pub fn command(&self) -> String {
+        let (request, done) = (self.request_file(), self.done_file());
+        let (request, done) = (quoted(&request), quoted(&done));
+        format!(
+            "rm -f {done}; echo \"$DISTLOCK_PARTITION\" > {request}.new && mv {request}.new \
+             {request}; for _ in $(seq 3000); do [ -f {done} ] && exit 0; sleep 0.01; done; \
+             echo 'nobody carried out the partition request' >&2; exit 1"
+        )
+    }
+
+    /// Carries out each request with `apply` as it comes, until `stop` is set; a request
+    /// `apply` fails on is not answered (the command then fails), and the failure is returned.
+    pub fn serve(
+        &self,
+        stop: &AtomicBool,
+        mut apply: impl FnMut(PartitionRequest) -> Result<(), Failure>,
+    ) -> Result<(), Failure> {
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(text) = std::fs::read_to_string(self.request_file()) else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            std::fs::remove_file(self.request_file())?;
+            let request = match text.trim() {
+                "cut" => PartitionRequest::Cut,
+                "heal" => PartitionRequest::Heal,
+                other => return Err(Failure(format!("unknown partition request {other:?}"))),
+            };
+            apply(request)?;
+            std::fs::write(self.done_file(), text)?;
+        }
+        Ok(())
+    }
+}
+
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
