@@ -181,7 +181,8 @@ pub(crate) struct TortureArgs {
     clock_file: Option<PathBuf>,
     /// Keep each phase's event logs (one JSONL file per worker process start), fenced resource
     /// and control counter in this directory, a subdirectory per fault, instead of removing
-    /// them: to read what happened around a failed check.
+    /// them: to read what happened around a failed check. A fault's subdirectory left there by
+    /// an earlier run is replaced.
     #[arg(long)]
     logs: Option<PathBuf>,
     /// Print one JSON object instead of a table.
@@ -407,6 +408,12 @@ struct Phase<'a> {
 
 impl Phase<'_> {
     async fn run(self, progress: &Progress) -> Result<Cell> {
+        // A --logs directory used before holds an earlier run's phase: its fenced resource
+        // (another store's tokens) would refuse this run's writes, its logs would be read again.
+        if self.dir.exists() {
+            std::fs::remove_dir_all(&self.dir)
+                .with_context(|| format!("clearing {}", self.dir.display()))?;
+        }
         std::fs::create_dir_all(&self.dir)?;
         let mut proxies = Vec::new();
         if let (true, Some(servers)) = (self.fault.needs_proxy(), self.upstream) {

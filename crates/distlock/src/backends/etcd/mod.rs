@@ -400,9 +400,11 @@ impl Inner {
     async fn session(&self) -> Result<Arc<Session>> {
         self.sessions
             .get(|ttl| {
-                self.retrying("starting a session (granting its lease)", false, move |client| {
-                    async move { client.lease_client().grant(ttl, None).await }
-                })
+                self.retrying(
+                    "starting a session (granting its lease)",
+                    false,
+                    move |client| async move { client.lease_client().grant(ttl, None).await },
+                )
             })
             .await
     }
