@@ -8,9 +8,12 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::BIN;
+use distlock_testkit::Failure;
 use distlock_testkit::faults::clock::ServerClock;
+use distlock_testkit::faults::peers::{PartitionRequest, PartitionSwitch, cut_off_the_leader};
 use distlock_testkit::servers::{
     Persistence, PrivateServer, PrivateStore, start_mariadb, start_memcached, start_postgres,
     start_redis, start_redlock, start_zookeeper,
@@ -215,20 +218,16 @@ fn etcd_cluster_stays_available_with_one_member_cut_off() {
     stays_available_with_a_minority_cut_off(&cluster.url(3), "12s");
 }
 
-/// A 3-member etcd cluster of the test's own whose members talk through peer proxies: at each
-/// `partition` the test cuts the leader off from its followers, both ways, while every worker
-/// still reaches it (3 s sessions; the cut lasts three 2 s leases, past a session). The
-/// followers elect a new leader, the lock goes on through them, and the old leader lets no
-/// second holder in: it can commit nothing alone.
-#[cfg(feature = "etcd")]
-#[test]
-fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
-    use distlock_testkit::faults::peers::{PartitionRequest, PartitionSwitch};
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    let mut cluster = distlock_testkit::servers::start_etcd_cluster_with_peer_links(3)
-        .unwrap_or_else(|f| panic!("starting a 3-member etcd cluster with peer links: {}", f.0));
-    let url = cluster.url(3);
+/// `partition` on a 3-member cluster of the test's own whose members talk through peer
+/// proxies: at each cut, `isolate` cuts the leader off from its followers, both ways, while
+/// every worker still reaches it, and says which member the other two elected meanwhile. The
+/// lock must go on through the majority, and the old leader must let no second holder in: it
+/// can commit nothing alone. `extra` goes to torture.
+fn leader_cut_off_from_its_followers(
+    url: &str,
+    extra: &[&str],
+    mut apply: impl FnMut(PartitionRequest) -> Result<Option<(usize, usize)>, Failure> + Send,
+) {
     let switch = PartitionSwitch::new().unwrap();
     let command = switch.command();
     let stop = AtomicBool::new(false);
@@ -236,29 +235,14 @@ fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
     let mut cuts: Vec<(usize, usize)> = Vec::new();
     let report = std::thread::scope(|s| {
         let serving = s.spawn(|| {
-            switch.serve(&stop, |request| match request {
-                PartitionRequest::Cut => {
-                    let old = cluster.leader()?;
-                    cluster.isolate(old)?;
-                    let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
-                    cuts.push((old, cluster.leader_among(&others)?));
-                    Ok(())
-                }
-                PartitionRequest::Heal => cluster.heal(),
+            switch.serve(&stop, |request| {
+                cuts.extend(apply(request)?);
+                Ok(())
             })
         });
-        let report = torture_with(
-            &url,
-            "partition",
-            &[
-                "--partition-cmd",
-                &command,
-                "--duration",
-                "14s",
-                "--lease",
-                "2s",
-            ],
-        );
+        let mut args = vec!["--partition-cmd", command.as_str()];
+        args.extend_from_slice(extra);
+        let report = torture_with(url, "partition", &args);
         stop.store(true, Ordering::Relaxed);
         serving
             .join()
@@ -280,6 +264,38 @@ fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
         "{partition}"
     );
     assert_eq!(partition["verdict"], "OK", "{partition}");
+}
+
+/// etcd, 3 s sessions; the cut lasts three 2 s leases, past a session. Members without a
+/// leader refuse requests at once (distlock asks them to), so clients go to the majority.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
+    let mut cluster = distlock_testkit::servers::start_etcd_cluster_with_peer_links(3)
+        .unwrap_or_else(|f| panic!("starting a 3-member etcd cluster with peer links: {}", f.0));
+    let url = cluster.url(3);
+    let extra = ["--duration", "14s", "--lease", "2s"];
+    leader_cut_off_from_its_followers(&url, &extra, |request| {
+        cut_off_the_leader(&mut cluster, request)
+    });
+}
+
+/// ZooKeeper, 3 s sessions, likewise: the cut-off leader stops serving once it has no quorum,
+/// and its clients move their sessions to the others.
+#[test]
+fn zookeeper_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
+    let mut ensemble = distlock_testkit::servers::start_zookeeper_ensemble_with_peer_links(3)
+        .unwrap_or_else(|f| {
+            panic!(
+                "starting a 3-member ZooKeeper ensemble with peer links: {}",
+                f.0
+            )
+        });
+    let url = ensemble.url(std::time::Duration::from_secs(3));
+    let extra = ["--duration", "14s", "--lease", "2s"];
+    leader_cut_off_from_its_followers(&url, &extra, |request| {
+        cut_off_the_leader(&mut ensemble, request)
+    });
 }
 
 /// A `--logs` directory used before starts each phase clean: an earlier run's fenced resource,

@@ -1,6 +1,6 @@
 //! Partitions between the members of a cluster the test starts itself, on one machine and
-//! without netem or iptables: each member's peer port sits behind a [`FaultProxy`] (the port the
-//! other members are told to dial), and each proxy tells which member dialled it by the
+//! without netem or iptables: each member's peer ports (etcd has one, a ZooKeeper quorum peer
+//! two) sit behind [`FaultProxy`]s (the ports the other members are told to dial), and each proxy tells which member dialled it by the
 //! connecting socket, found in the member processes' open files. Cutting a member off
 //! blackholes every connection between it and the others, both ways, while its clients, who
 //! dial its client port directly, still reach it: the member on the wrong side of a partition,
@@ -20,10 +20,10 @@ use super::proxy::Identify;
 use crate::Failure;
 use crate::sockets::tcp_connections_of_pid;
 
-/// A proxy in front of each member's peer port, and which member runs as which process.
+/// A proxy in front of each peer port of each member, and which member runs as which process.
 pub struct PeerLinks {
-    /// `proxies[i]` leads to member `i`'s peer port.
-    proxies: Vec<FaultProxy>,
+    /// `proxies[i][k]` leads to member `i`'s peer port `k`.
+    proxies: Vec<Vec<FaultProxy>>,
     /// Member `i`'s pid while it runs, for telling who dialled a proxy.
     pids: Arc<Mutex<Vec<Option<u32>>>>,
     /// The proxies' own runtime: the cluster's methods block, and run outside any runtime.
@@ -32,8 +32,9 @@ pub struct PeerLinks {
 }
 
 impl PeerLinks {
-    /// Starts one proxy per member, in front of `127.0.0.1:peer_ports[i]`, passing everything.
-    pub fn start(peer_ports: &[u16]) -> Result<Self, Failure> {
+    /// Starts one proxy in front of each `127.0.0.1:peer_ports[i][k]` (member `i`'s peer port
+    /// `k`), passing everything.
+    pub fn start(peer_ports: &[Vec<u16>]) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -54,8 +55,12 @@ impl PeerLinks {
         };
         let proxies = runtime.block_on(async {
             let mut proxies = Vec::new();
-            for &port in peer_ports {
-                proxies.push(FaultProxy::start_between(port, identify.clone()).await?);
+            for ports in peer_ports {
+                let mut member = Vec::new();
+                for &port in ports {
+                    member.push(FaultProxy::start_between(port, identify.clone()).await?);
+                }
+                proxies.push(member);
             }
             Ok::<_, Failure>(proxies)
         })?;
@@ -67,9 +72,10 @@ impl PeerLinks {
         })
     }
 
-    /// The port the other members dial to reach member `i` (its advertised peer port).
-    pub fn port(&self, i: usize) -> u16 {
-        self.proxies[i].port()
+    /// The port the other members dial to reach member `i`'s peer port `k` (what they are told
+    /// it is).
+    pub fn port(&self, i: usize, k: usize) -> u16 {
+        self.proxies[i][k].port()
     }
 
     /// Member `i` now runs as `pid` (`None`: it no longer runs).
@@ -81,19 +87,22 @@ impl PeerLinks {
     /// member cut off before is joined again first.
     pub fn isolate(&mut self, i: usize) {
         let others: Vec<usize> = (0..self.proxies.len()).filter(|&j| j != i).collect();
-        for (j, proxy) in self.proxies.iter().enumerate() {
-            proxy.cut_off(if j == i {
+        for (j, member) in self.proxies.iter().enumerate() {
+            let origins = if j == i {
                 &others
             } else {
                 std::slice::from_ref(&i)
-            });
+            };
+            for proxy in member {
+                proxy.cut_off(origins);
+            }
         }
         self.isolated = Some(i);
     }
 
     /// Joins the cut-off member again: what was sent meanwhile is delivered.
     pub fn heal(&mut self) {
-        for proxy in &self.proxies {
+        for proxy in self.proxies.iter().flatten() {
             proxy.cut_off(&[]);
         }
         self.isolated = None;
@@ -112,6 +121,38 @@ impl Drop for PeerLinks {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// A cluster of the test's own whose members can be cut off from each other.
+pub trait Partitionable {
+    /// How many members it has.
+    fn members(&self) -> usize;
+    /// Which member leads, once the running members agree (waits out an election).
+    fn leader(&self) -> Result<usize, Failure>;
+    /// Which member leads, once the members `which` agree.
+    fn leader_among(&self, which: &[usize]) -> Result<usize, Failure>;
+    /// Cuts member `i` off from the others, both ways, its clients still reaching it.
+    fn isolate(&mut self, i: usize) -> Result<(), Failure>;
+    /// Joins the member cut off again.
+    fn heal(&mut self) -> Result<(), Failure>;
+}
+
+/// Carries out `request` on `cluster` by cutting off its leader, the member whose loss matters
+/// most: a cut waits until the other members have elected a new leader, and answers the old
+/// one and the new; a heal answers `None`.
+pub fn cut_off_the_leader(
+    cluster: &mut impl Partitionable,
+    request: PartitionRequest,
+) -> Result<Option<(usize, usize)>, Failure> {
+    match request {
+        PartitionRequest::Cut => {
+            let old = cluster.leader()?;
+            cluster.isolate(old)?;
+            let others: Vec<usize> = (0..cluster.members()).filter(|&i| i != old).collect();
+            Ok(Some((old, cluster.leader_among(&others)?)))
+        }
+        PartitionRequest::Heal => cluster.heal().map(|()| None),
     }
 }
 

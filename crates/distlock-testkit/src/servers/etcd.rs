@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{accepts, free_port, log_tail};
 use crate::Failure;
-use crate::faults::peers::PeerLinks;
+use crate::faults::peers::{Partitionable, PeerLinks};
 
 /// How long a new cluster, or a member started again, may take to answer as healthy.
 const HEALTHY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,7 +74,7 @@ fn start(members: usize, linked: bool) -> Result<EtcdCluster, Failure> {
         })
         .collect();
     let links = if linked {
-        let peer_ports: Vec<u16> = members.iter().map(|m| m.peer_port).collect();
+        let peer_ports: Vec<Vec<u16>> = members.iter().map(|m| vec![m.peer_port]).collect();
         Some(PeerLinks::start(&peer_ports)?)
     } else {
         None
@@ -189,7 +189,7 @@ impl EtcdCluster {
     /// The peer port the other members dial for member `i`: its proxy's, or its own.
     fn advertised_peer_port(&self, i: usize) -> u16 {
         match &self.links {
-            Some(links) => links.port(i),
+            Some(links) => links.port(i, 0),
             None => self.members[i].peer_port,
         }
     }
@@ -393,6 +393,28 @@ impl EtcdCluster {
             return Err(std::io::Error::last_os_error().into());
         }
         Ok(())
+    }
+}
+
+impl Partitionable for EtcdCluster {
+    fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    fn leader(&self) -> Result<usize, Failure> {
+        EtcdCluster::leader(self)
+    }
+
+    fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
+        EtcdCluster::leader_among(self, which)
+    }
+
+    fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        EtcdCluster::isolate(self, i)
+    }
+
+    fn heal(&mut self) -> Result<(), Failure> {
+        EtcdCluster::heal(self)
     }
 }
 

@@ -25,7 +25,7 @@ pub use redis::{Persistence, start_redis, start_redis_with_args};
 pub use redlock::{RedlockMasters, redlock_url, start_redlock};
 pub use zookeeper::{
     SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
-    zk_command,
+    start_zookeeper_ensemble_with_peer_links, zk_command,
 };
 
 use std::path::{Path, PathBuf};
@@ -149,6 +149,11 @@ impl PrivateServer {
     /// The loopback port it listens on (for URLs with credentials).
     pub fn port(&self) -> u16 {
         self.launch.port
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     /// Sends `signal` to the running server (SIGSTOP / SIGCONT: a server that stalls).

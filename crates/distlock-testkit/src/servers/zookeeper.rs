@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::{Launch, PrivateServer, PrivateStore, find_program, free_port};
 use crate::Failure;
+use crate::faults::peers::{Partitionable, PeerLinks};
 
 /// Debian's ZooKeeper (package `zookeeper`); its manifest names the jars it needs.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -182,11 +183,27 @@ pub struct ZkEnsemble {
     members: Vec<PrivateServer>,
     /// Paused with SIGSTOP: it would not answer, so [`leader`](Self::leader) leaves it out.
     paused: Vec<bool>,
+    /// The proxies on the members' quorum and election ports, when the ensemble can be
+    /// partitioned.
+    links: Option<PeerLinks>,
 }
 
 /// Starts an ensemble of `members` ZooKeeper quorum peers on free loopback ports and waits
 /// until every one serves clients (a leader was elected and the others follow it).
 pub fn start_zookeeper_ensemble(members: usize) -> Result<ZkEnsemble, Failure> {
+    start_ensemble(members, false)
+}
+
+/// [`start_zookeeper_ensemble`], with the members talking to each other through
+/// [`PeerLinks`], so that a member can be cut off from the others ([`ZkEnsemble::isolate`])
+/// while its clients still reach it. ZooKeeper has no address to advertise apart from the one
+/// it listens on, so each member is told the others' proxies in its own `zoo.cfg` (its own
+/// entry names its real ports); reconfiguration stays off, so no member takes another's view.
+pub fn start_zookeeper_ensemble_with_peer_links(members: usize) -> Result<ZkEnsemble, Failure> {
+    start_ensemble(members, true)
+}
+
+fn start_ensemble(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
     installed()?;
     let mut ports: Vec<u16> = Vec::new();
     // free_port only says nobody listens now: two calls may hand out the same port.
@@ -197,11 +214,28 @@ pub fn start_zookeeper_ensemble(members: usize) -> Result<ZkEnsemble, Failure> {
         }
     }
     let peers: Vec<(u16, u16)> = ports[members..].chunks(2).map(|p| (p[0], p[1])).collect();
+    let links = if linked {
+        let peer_ports: Vec<Vec<u16>> = peers.iter().map(|&(q, e)| vec![q, e]).collect();
+        Some(PeerLinks::start(&peer_ports)?)
+    } else {
+        None
+    };
     let mut ensemble = ZkEnsemble {
         members: Vec::new(),
         paused: vec![false; members],
+        links,
     };
     for (i, &client_port) in ports[..members].iter().enumerate() {
+        // How member i reaches each member: itself directly, the others through their proxies.
+        let peers: Vec<(u16, u16)> = match &ensemble.links {
+            Some(links) => (0..members)
+                .map(|j| match j == i {
+                    true => peers[j],
+                    false => (links.port(j, 0), links.port(j, 1)),
+                })
+                .collect(),
+            None => peers.clone(),
+        };
         let dir = tempfile::tempdir()?;
         let cfg = dir.path().join("zoo.cfg");
         std::fs::create_dir(dir.path().join("data"))?;
@@ -220,6 +254,9 @@ pub fn start_zookeeper_ensemble(members: usize) -> Result<ZkEnsemble, Failure> {
             ready: answers,
             stop_signal: libc::SIGTERM,
         })?;
+        if let Some(links) = &ensemble.links {
+            links.set_pid(i, member.pid());
+        }
         ensemble.members.push(member);
     }
     let all: Vec<usize> = (0..members).collect();
@@ -272,11 +309,17 @@ impl ZkEnsemble {
     /// Which member leads, once every running member (not killed, not paused) serves and
     /// exactly one of them leads (waits out an election).
     pub fn leader(&self) -> Result<usize, Failure> {
+        self.leader_among(&self.running())
+    }
+
+    /// Which member leads, once every member of `which` serves and exactly one of them leads
+    /// (waits out an election): the majority's leader while a member is cut off.
+    pub fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
         let started = Instant::now();
         loop {
-            let modes: Vec<(usize, Option<String>)> = self
-                .running()
-                .into_iter()
+            let modes: Vec<(usize, Option<String>)> = which
+                .iter()
+                .copied()
                 .map(|i| (i, mode(self.client_port(i))))
                 .collect();
             let leaders: Vec<usize> = modes
@@ -295,6 +338,30 @@ impl ZkEnsemble {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Cuts member `i` off from the other members, both ways, while its clients still reach
+    /// it; a member cut off before is joined again first. Only on an ensemble started with
+    /// [`start_zookeeper_ensemble_with_peer_links`].
+    pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        self.links_mut()?.isolate(i);
+        Ok(())
+    }
+
+    /// Joins the member [`isolate`](Self::isolate) cut off again.
+    pub fn heal(&mut self) -> Result<(), Failure> {
+        self.links_mut()?.heal();
+        Ok(())
+    }
+
+    fn links_mut(&mut self) -> Result<&mut PeerLinks, Failure> {
+        self.links.as_mut().ok_or_else(|| {
+            Failure(
+                "this ZooKeeper ensemble was started without peer links: it cannot be \
+                 partitioned"
+                    .into(),
+            )
+        })
     }
 
     /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
@@ -330,6 +397,9 @@ impl ZkEnsemble {
     /// on the same ports and data (it rejoins from its own log), and waits until it serves.
     pub fn start_again(&mut self, i: usize) -> Result<(), Failure> {
         self.members[i].start_again()?;
+        if let Some(links) = &self.links {
+            links.set_pid(i, self.members[i].pid());
+        }
         self.paused[i] = false;
         self.wait_serving(&[i])
     }
@@ -365,5 +435,27 @@ impl ZkEnsemble {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl Partitionable for ZkEnsemble {
+    fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    fn leader(&self) -> Result<usize, Failure> {
+        ZkEnsemble::leader(self)
+    }
+
+    fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
+        ZkEnsemble::leader_among(self, which)
+    }
+
+    fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        ZkEnsemble::isolate(self, i)
+    }
+
+    fn heal(&mut self) -> Result<(), Failure> {
+        ZkEnsemble::heal(self)
     }
 }
