@@ -31,10 +31,22 @@ fn torture_with(url: &str, faults: &str, extra: &[&str]) -> serde_json::Value {
     } else {
         &["--lease", "1s"]
     };
+    // TORTURE_LOGS=DIR keeps each run's event logs in a directory of its own under DIR.
+    let logs: Vec<String> = match std::env::var("TORTURE_LOGS") {
+        Ok(dir) => {
+            static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let run = RUNS.fetch_add(1, Ordering::Relaxed);
+            let dir = format!("{dir}/{faults}-{}-{run}", std::process::id());
+            eprintln!("torture --faults {faults}: logs in {dir}");
+            vec!["--logs".into(), dir]
+        }
+        Err(_) => Vec::new(),
+    };
     let out = Command::new(BIN)
         .args(["torture", "--url", url, "--faults", faults, "--json"])
         .args(lease)
         .args(extra)
+        .args(&logs)
         .output()
         .expect("running distlock torture");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -78,14 +78,34 @@ impl PeerLinks {
         self.proxies[i][k].port()
     }
 
-    /// Member `i` now runs as `pid` (`None`: it no longer runs).
+    /// Member `i` now runs as `pid` (`None`: it no longer runs). Before it dials anyone: a
+    /// connection accepted while its member is unknown is never cut off.
     pub fn set_pid(&self, i: usize, pid: Option<u32>) {
         self.pids.lock().unwrap_or_else(|p| p.into_inner())[i] = pid;
     }
 
+    /// [`set_pid`](Self::set_pid) for member `i`, as a function to call at each start.
+    pub fn pid_of(&self, i: usize) -> impl Fn(Option<u32>) + Send + 'static {
+        let pids = self.pids.clone();
+        move |pid| pids.lock().unwrap_or_else(|p| p.into_inner())[i] = pid
+    }
+
     /// Cuts member `i` off from every other member, both ways, open connections included; a
-    /// member cut off before is joined again first.
-    pub fn isolate(&mut self, i: usize) {
+    /// member cut off before is joined again first. Fails, cutting nothing, if a proxy has
+    /// accepted a connection whose member it could not tell: the cut would leak through it.
+    pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        let unidentified: u64 = self
+            .proxies
+            .iter()
+            .flatten()
+            .map(|p| p.stats().unidentified)
+            .sum();
+        if unidentified > 0 {
+            return Err(Failure(format!(
+                "{unidentified} connection(s) between cluster members came from no known \
+                 member process: a partition would not cut them"
+            )));
+        }
         let others: Vec<usize> = (0..self.proxies.len()).filter(|&j| j != i).collect();
         for (j, member) in self.proxies.iter().enumerate() {
             let origins = if j == i {
@@ -98,6 +118,7 @@ impl PeerLinks {
             }
         }
         self.isolated = Some(i);
+        Ok(())
     }
 
     /// Joins the cut-off member again: what was sent meanwhile is delivered.

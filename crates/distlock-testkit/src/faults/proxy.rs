@@ -70,6 +70,9 @@ pub struct ProxyStats {
     /// Connections refused because the upstream server could not be reached (closed with a
     /// RST too, as the server's own refusal would be).
     pub upstream_unreachable: u64,
+    /// Connections whose origin the proxy's `identify` could not tell (a proxy started with
+    /// [`FaultProxy::start_between`]): [`FaultProxy::cut_off`] cannot cut them.
+    pub unidentified: u64,
 }
 
 /// What the proxy is told to do: its fault, and the origins whose connections it blackholes
@@ -106,6 +109,7 @@ struct Shared {
     accepted: AtomicU64,
     reset: AtomicU64,
     upstream_unreachable: AtomicU64,
+    unidentified: AtomicU64,
     /// For the jitter.
     random: Random,
 }
@@ -149,6 +153,7 @@ impl FaultProxy {
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
             upstream_unreachable: AtomicU64::new(0),
+            unidentified: AtomicU64::new(0),
             random: Random::default(),
         });
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
@@ -221,6 +226,7 @@ impl FaultProxy {
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             reset: self.shared.reset.load(Ordering::Relaxed),
             upstream_unreachable: self.shared.upstream_unreachable.load(Ordering::Relaxed),
+            unidentified: self.shared.unidentified.load(Ordering::Relaxed),
         }
     }
 }
@@ -258,10 +264,14 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
         (Some(identify), Ok(from), Ok(to)) => {
             let identify = identify.clone();
             // It reads /proc: off the runtime's threads.
-            tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
+            let origin = tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
                 .await
                 .ok()
-                .flatten()
+                .flatten();
+            if origin.is_none() {
+                shared.unidentified.fetch_add(1, Ordering::Relaxed);
+            }
+            origin
         }
         _ => None,
     };

@@ -168,8 +168,7 @@ impl EtcdCluster {
     /// it; a member cut off before is joined again first. Only on a cluster started with
     /// [`start_etcd_cluster_with_peer_links`].
     pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        self.links_mut()?.isolate(i);
-        Ok(())
+        self.links_mut()?.isolate(i)
     }
 
     /// Joins the member [`isolate`](Self::isolate) cut off again.

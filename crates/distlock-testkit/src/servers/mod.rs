@@ -118,17 +118,38 @@ pub struct PrivateServer {
     child: Option<Child>,
     /// Variables set for the server process on top of the test's ([`Self::under_clock`]).
     env: Vec<(&'static str, std::ffi::OsString)>,
+    /// Told the server's pid as soon as it is started, `None` once it no longer runs.
+    on_spawn: Option<Box<dyn Fn(Option<u32>) + Send>>,
 }
 
 impl PrivateServer {
     /// Starts the server `launch` describes and waits until it answers.
     pub(crate) fn start(launch: Launch) -> Result<Self, Failure> {
+        Self::start_telling(launch, None)
+    }
+
+    /// [`start`](Self::start), telling `on_spawn` the server's pid at each start, before it is
+    /// ready (it may dial its peers by then), and `None` when it stops.
+    pub(crate) fn start_telling(
+        mut launch: Launch,
+        on_spawn: Option<Box<dyn Fn(Option<u32>) + Send>>,
+    ) -> Result<Self, Failure> {
         let log = launch.dir.path().join("server.log");
+        // DISTLOCK_KEEP_SERVERS=1 keeps the directory (data and log) after the test, to read.
+        if std::env::var_os("DISTLOCK_KEEP_SERVERS").is_some() {
+            launch.dir.disable_cleanup(true);
+            eprintln!(
+                "the private {} keeps {}",
+                launch.name,
+                launch.dir.path().display()
+            );
+        }
         let mut server = PrivateServer {
             launch,
             log,
             child: None,
             env: Vec::new(),
+            on_spawn,
         };
         server.start_again()?;
         Ok(server)
@@ -151,11 +172,6 @@ impl PrivateServer {
         self.launch.port
     }
 
-    /// Its process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
     /// Sends `signal` to the running server (SIGSTOP / SIGCONT: a server that stalls).
     pub fn signal(&self, signal: i32) -> Result<(), Failure> {
         let Some(child) = &self.child else {
@@ -174,6 +190,7 @@ impl PrivateServer {
     /// Kills the server (SIGKILL, paused or not) and waits for it: a crash, no clean shutdown.
     /// [`start_again`](PrivateStore::start_again) brings it back on the same port and data.
     pub fn kill(&mut self) -> Result<(), Failure> {
+        self.tell(None);
         if let Some(mut child) = self.child.take() {
             child.kill()?;
             child.wait()?;
@@ -196,6 +213,12 @@ impl PrivateServer {
             self.child = None;
         }
         Ok(status)
+    }
+
+    fn tell(&self, pid: Option<u32>) {
+        if let Some(on_spawn) = &self.on_spawn {
+            on_spawn(pid);
+        }
     }
 
     /// The end of its log, for failure messages.
@@ -235,6 +258,7 @@ impl PrivateStore for PrivateServer {
                     "the private {name} could not start ({e}); run scripts/services.sh to install it"
                 ))
             })?;
+        self.tell(Some(child.id()));
         let started = Instant::now();
         while !ready(port) {
             let gave_up = if let Some(status) = child.try_wait()? {
@@ -260,6 +284,7 @@ impl PrivateStore for PrivateServer {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
+        self.tell(None);
         let pid = child.id() as libc::pid_t;
         let signal = self.launch.stop_signal;
         // SAFETY: kill(2) on the pid of our own child, not yet reaped (so not reused).

@@ -242,21 +242,26 @@ fn start_ensemble(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
         std::fs::write(dir.path().join("data/myid"), format!("{}\n", i + 1))?;
         std::fs::write(&cfg, config(dir.path(), client_port, &peers))?;
         // Listening is enough here: a member serves only once a quorum has started.
-        let member = PrivateServer::start(Launch {
-            name: "ZooKeeper ensemble member",
-            dir,
-            port: client_port,
-            url: format!("zk://127.0.0.1:{client_port}"),
-            keeps_data: true,
-            command: Box::new(move || {
-                java("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg)
-            }),
-            ready: answers,
-            stop_signal: libc::SIGTERM,
-        })?;
-        if let Some(links) = &ensemble.links {
-            links.set_pid(i, member.pid());
-        }
+        // Told before the member is ready: it dials its peers while it starts.
+        let on_spawn = ensemble
+            .links
+            .as_ref()
+            .map(|links| Box::new(links.pid_of(i)) as Box<dyn Fn(Option<u32>) + Send>);
+        let member = PrivateServer::start_telling(
+            Launch {
+                name: "ZooKeeper ensemble member",
+                dir,
+                port: client_port,
+                url: format!("zk://127.0.0.1:{client_port}"),
+                keeps_data: true,
+                command: Box::new(move || {
+                    java("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg)
+                }),
+                ready: answers,
+                stop_signal: libc::SIGTERM,
+            },
+            on_spawn,
+        )?;
         ensemble.members.push(member);
     }
     let all: Vec<usize> = (0..members).collect();
@@ -344,8 +349,7 @@ impl ZkEnsemble {
     /// it; a member cut off before is joined again first. Only on an ensemble started with
     /// [`start_zookeeper_ensemble_with_peer_links`].
     pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        self.links_mut()?.isolate(i);
-        Ok(())
+        self.links_mut()?.isolate(i)
     }
 
     /// Joins the member [`isolate`](Self::isolate) cut off again.
@@ -397,9 +401,6 @@ impl ZkEnsemble {
     /// on the same ports and data (it rejoins from its own log), and waits until it serves.
     pub fn start_again(&mut self, i: usize) -> Result<(), Failure> {
         self.members[i].start_again()?;
-        if let Some(links) = &self.links {
-            links.set_pid(i, self.members[i].pid());
-        }
         self.paused[i] = false;
         self.wait_serving(&[i])
     }
