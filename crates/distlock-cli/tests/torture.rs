@@ -254,13 +254,14 @@ fn leader_cut_off_from_its_followers(
         });
         let mut args = vec!["--partition-cmd", command.as_str()];
         args.extend_from_slice(extra);
-        let report = torture_with(url, "partition", &args);
+        // Caught, so that the switch stops serving (the scope waits for it) and a failure to
+        // partition, the likelier cause, is the one reported.
+        let report = std::panic::catch_unwind(|| torture_with(url, "partition", &args));
         stop.store(true, Ordering::Relaxed);
-        serving
-            .join()
-            .unwrap()
-            .unwrap_or_else(|f| panic!("partitioning the cluster: {}", f.0));
-        report
+        if let Err(f) = serving.join().unwrap() {
+            panic!("partitioning the cluster: {}", f.0);
+        }
+        report.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
     let partition = cell(&report, "partition");
     eprintln!("cuts (old leader, new leader): {cuts:?}");

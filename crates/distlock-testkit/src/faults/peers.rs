@@ -24,6 +24,8 @@ use crate::sockets::tcp_connections_of_pid;
 pub struct PeerLinks {
     /// `proxies[i][k]` leads to member `i`'s peer port `k`.
     proxies: Vec<Vec<FaultProxy>>,
+    /// `real[i][k]`: member `i`'s peer port `k` itself.
+    real: Vec<Vec<u16>>,
     /// Member `i`'s pid while it runs, for telling who dialled a proxy.
     pids: Arc<Mutex<Vec<Option<u32>>>>,
     /// The proxies' own runtime: the cluster's methods block, and run outside any runtime.
@@ -66,6 +68,7 @@ impl PeerLinks {
         })?;
         Ok(PeerLinks {
             proxies,
+            real: peer_ports.to_vec(),
             pids,
             runtime: Some(runtime),
             isolated: None,
@@ -84,6 +87,20 @@ impl PeerLinks {
         self.pids.lock().unwrap_or_else(|p| p.into_inner())[i] = pid;
     }
 
+    /// Has every proxy of peer port `k` rewrite each member's own address of that port
+    /// (`127.0.0.1:PORT`, as a member introduces itself in its first message) to its proxy's,
+    /// so that a peer dialling back the address it was told goes through the proxy too.
+    pub fn readdress(&self, k: usize) -> Result<(), Failure> {
+        let address = |port: u16| format!("127.0.0.1:{port}").into_bytes();
+        let rewrite: Vec<(Vec<u8>, Vec<u8>)> = (0..self.proxies.len())
+            .map(|i| (address(self.real[i][k]), address(self.port(i, k))))
+            .collect();
+        for member in &self.proxies {
+            member[k].rewrite_requests(rewrite.clone())?;
+        }
+        Ok(())
+    }
+
     /// [`set_pid`](Self::set_pid) for member `i`, as a function to call at each start.
     pub fn pid_of(&self, i: usize) -> impl Fn(Option<u32>) + Send + 'static {
         let pids = self.pids.clone();
@@ -98,14 +115,15 @@ impl PeerLinks {
             .proxies
             .iter()
             .flatten()
-            .map(|p| p.stats().unidentified)
+            .map(|p| p.stats().unidentified_open)
             .sum();
         if unidentified > 0 {
             return Err(Failure(format!(
-                "{unidentified} connection(s) between cluster members came from no known \
+                "{unidentified} open connection(s) between cluster members came from no known \
                  member process: a partition would not cut them"
             )));
         }
+        self.check_no_direct_links()?;
         let others: Vec<usize> = (0..self.proxies.len()).filter(|&j| j != i).collect();
         for (j, member) in self.proxies.iter().enumerate() {
             let origins = if j == i {
@@ -118,6 +136,30 @@ impl PeerLinks {
             }
         }
         self.isolated = Some(i);
+        Ok(())
+    }
+
+    /// Fails if a member has a connection to another member's own peer port, past the proxies
+    /// (it learnt the address somewhere): a partition would not cut it.
+    fn check_no_direct_links(&self) -> Result<(), Failure> {
+        let pids = self.pids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for (m, pid) in pids.iter().enumerate() {
+            let Some(pid) = *pid else { continue };
+            let others: Vec<u16> = (0..self.real.len())
+                .filter(|&n| n != m)
+                .flat_map(|n| self.real[n].iter().copied())
+                .collect();
+            if let Some(direct) = tcp_connections_of_pid(pid)
+                .into_iter()
+                .find(|c| others.contains(&c.remote_port))
+            {
+                return Err(Failure(format!(
+                    "member {m} talks to another member's port {} directly, past the proxies: a \
+                     partition would not cut it",
+                    direct.remote_port
+                )));
+            }
+        }
         Ok(())
     }
 

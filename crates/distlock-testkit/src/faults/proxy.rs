@@ -70,9 +70,11 @@ pub struct ProxyStats {
     /// Connections refused because the upstream server could not be reached (closed with a
     /// RST too, as the server's own refusal would be).
     pub upstream_unreachable: u64,
-    /// Connections whose origin the proxy's `identify` could not tell (a proxy started with
-    /// [`FaultProxy::start_between`]): [`FaultProxy::cut_off`] cannot cut them.
-    pub unidentified: u64,
+    /// Connections open now whose origin the proxy's `identify` could not tell (a proxy started
+    /// with [`FaultProxy::start_between`]): [`FaultProxy::cut_off`] cannot cut them. One closed
+    /// before it was looked up (a ZooKeeper peer drops the connection a lower-numbered peer
+    /// dials, and dials back) is not counted once it is gone.
+    pub unidentified_open: u64,
 }
 
 /// What the proxy is told to do: its fault, and the origins whose connections it blackholes
@@ -106,6 +108,8 @@ struct Shared {
     orders: watch::Sender<Orders>,
     /// Tells each connection's origin, for [`FaultProxy::cut_off`].
     identify: Option<Identify>,
+    /// Byte strings replaced in requests ([`FaultProxy::rewrite_requests`]).
+    rewrite: Mutex<Arc<Vec<(Vec<u8>, Vec<u8>)>>>,
     accepted: AtomicU64,
     reset: AtomicU64,
     upstream_unreachable: AtomicU64,
@@ -150,6 +154,7 @@ impl FaultProxy {
             upstream,
             orders: watch::Sender::new(Orders::default()),
             identify,
+            rewrite: Mutex::default(),
             accepted: AtomicU64::new(0),
             reset: AtomicU64::new(0),
             upstream_unreachable: AtomicU64::new(0),
@@ -199,6 +204,26 @@ impl FaultProxy {
         self.shared.orders.borrow().fault
     }
 
+    /// From now on, replace each `from` with its `to` (of the same length) in what clients send,
+    /// within a chunk as read. For a peer that tells another its own address in its first
+    /// message (a ZooKeeper quorum peer, which is then dialled back there): the address behind
+    /// the proxy is rewritten to the proxy's, so that the dial-back goes through a proxy too.
+    pub fn rewrite_requests(&self, rewrite: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), Failure> {
+        if let Some((from, to)) = rewrite.iter().find(|(from, to)| from.len() != to.len()) {
+            return Err(Failure(format!(
+                "a proxy rewrites only to the same length: {:?} -> {:?}",
+                String::from_utf8_lossy(from),
+                String::from_utf8_lossy(to)
+            )));
+        }
+        *self
+            .shared
+            .rewrite
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Arc::new(rewrite);
+        Ok(())
+    }
+
     /// From now on, blackhole the connections (open ones included) from `origins`, as the
     /// proxy's `identify` tells them, whatever the fault; an empty list ends it. What they sent
     /// meanwhile is delivered then, as after a partition heals.
@@ -226,7 +251,7 @@ impl FaultProxy {
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             reset: self.shared.reset.load(Ordering::Relaxed),
             upstream_unreachable: self.shared.upstream_unreachable.load(Ordering::Relaxed),
-            unidentified: self.shared.unidentified.load(Ordering::Relaxed),
+            unidentified_open: self.shared.unidentified.load(Ordering::Relaxed),
         }
     }
 }
@@ -251,6 +276,15 @@ enum Direction {
     Reply,
 }
 
+/// Counts one open connection of no known origin, until dropped with it.
+struct Unidentified<'a>(&'a AtomicU64);
+
+impl Drop for Unidentified<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Closes `stream` with a RST rather than a FIN.
 fn reset(stream: TcpStream) {
     let _ = stream.set_zero_linger();
@@ -268,13 +302,14 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
                 .await
                 .ok()
                 .flatten();
-            if origin.is_none() {
-                shared.unidentified.fetch_add(1, Ordering::Relaxed);
-            }
             origin
         }
         _ => None,
     };
+    let _unidentified = (shared.identify.is_some() && origin.is_none()).then(|| {
+        shared.unidentified.fetch_add(1, Ordering::Relaxed);
+        Unidentified(&shared.unidentified)
+    });
     let mut orders = shared.orders.subscribe();
     if orders.borrow_and_update().fault == Fault::Reset {
         shared.reset.fetch_add(1, Ordering::Relaxed);
@@ -369,9 +404,48 @@ async fn pipe(
             }
             break;
         }
+        if direction == Direction::Request {
+            let rewrite = shared
+                .rewrite
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            replace_all(&mut buf[..n], &rewrite);
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }
     let _ = to.shutdown().await;
+}
+
+/// Replaces every `from` in `chunk` with its `to`, of the same length.
+fn replace_all(chunk: &mut [u8], rewrite: &[(Vec<u8>, Vec<u8>)]) {
+    for (from, to) in rewrite {
+        let mut at = 0;
+        while let Some(found) = chunk[at..]
+            .windows(from.len())
+            .position(|w| w == from.as_slice())
+        {
+            let start = at + found;
+            chunk[start..start + to.len()].copy_from_slice(to);
+            at = start + to.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_all;
+
+    #[test]
+    fn rewrites_every_occurrence_in_place() {
+        let mut chunk = b"\x00\x0f127.0.0.1:41023|127.0.0.1:41023 127.0.0.1:4102".to_vec();
+        let rewrite = vec![(b"127.0.0.1:41023".to_vec(), b"127.0.0.1:35771".to_vec())];
+        replace_all(&mut chunk, &rewrite);
+        assert_eq!(
+            chunk,
+            b"\x00\x0f127.0.0.1:35771|127.0.0.1:35771 127.0.0.1:4102".to_vec()
+        );
+    }
 }

@@ -216,7 +216,12 @@ fn start_ensemble(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
     let peers: Vec<(u16, u16)> = ports[members..].chunks(2).map(|p| (p[0], p[1])).collect();
     let links = if linked {
         let peer_ports: Vec<Vec<u16>> = peers.iter().map(|&(q, e)| vec![q, e]).collect();
-        Some(PeerLinks::start(&peer_ports)?)
+        let links = PeerLinks::start(&peer_ports)?;
+        // A peer opens an election connection with its own election address, from its own
+        // zoo.cfg (its real port); a higher-numbered peer closes a connection a lower one dials
+        // and dials back that address: rewritten to the proxy's, it goes through the proxy.
+        links.readdress(1)?;
+        Some(links)
     } else {
         None
     };
