@@ -101,6 +101,9 @@ impl Orders {
 /// ports: the connecting socket's, and the proxy's it connected to.
 pub type Identify = Arc<dyn Fn(u16, u16) -> Option<usize> + Send + Sync>;
 
+/// Byte strings and what each is replaced with.
+pub type Rewrite = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What the proxy's tasks share.
 struct Shared {
     upstream: SocketAddr,
@@ -109,7 +112,7 @@ struct Shared {
     /// Tells each connection's origin, for [`FaultProxy::cut_off`].
     identify: Option<Identify>,
     /// Byte strings replaced in requests ([`FaultProxy::rewrite_requests`]).
-    rewrite: Mutex<Arc<Vec<(Vec<u8>, Vec<u8>)>>>,
+    rewrite: Mutex<Arc<Rewrite>>,
     accepted: AtomicU64,
     reset: AtomicU64,
     upstream_unreachable: AtomicU64,
@@ -208,7 +211,7 @@ impl FaultProxy {
     /// within a chunk as read. For a peer that tells another its own address in its first
     /// message (a ZooKeeper quorum peer, which is then dialled back there): the address behind
     /// the proxy is rewritten to the proxy's, so that the dial-back goes through a proxy too.
-    pub fn rewrite_requests(&self, rewrite: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), Failure> {
+    pub fn rewrite_requests(&self, rewrite: Rewrite) -> Result<(), Failure> {
         if let Some((from, to)) = rewrite.iter().find(|(from, to)| from.len() != to.len()) {
             return Err(Failure(format!(
                 "a proxy rewrites only to the same length: {:?} -> {:?}",
@@ -298,11 +301,10 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
         (Some(identify), Ok(from), Ok(to)) => {
             let identify = identify.clone();
             // It reads /proc: off the runtime's threads.
-            let origin = tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
+            tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
                 .await
                 .ok()
-                .flatten();
-            origin
+                .flatten()
         }
         _ => None,
     };
