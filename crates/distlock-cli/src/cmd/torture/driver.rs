@@ -250,14 +250,12 @@ impl Driver<'_> {
         // At least one fault, however short the phase; more while one more fits.
         loop {
             let hit = match self.fault {
-                FaultKind::Kill
-                | FaultKind::Stop
-                | FaultKind::SessionKill
-                | FaultKind::ClockJump
-                | FaultKind::Restart => {
-                    if matches!(self.fault, FaultKind::ClockJump | FaultKind::Restart) {
-                        self.pool.ready_newcomer(dir).await?;
-                    }
+                FaultKind::Kill | FaultKind::Stop | FaultKind::SessionKill => {
+                    let first = random.below(self.pool.len() as u64) as usize;
+                    self.hit_holder(first, dir).await?
+                }
+                FaultKind::ClockJump | FaultKind::Restart => {
+                    self.pool.ready_newcomer(dir).await?;
                     let first = random.below(self.pool.len() as u64) as usize;
                     let hit = self.hit_holder(first, dir).await?;
                     // Started in any case (a newcomer no holder was found for is one more
