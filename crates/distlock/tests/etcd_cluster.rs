@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use distlock::ErrorKind;
 use distlock_testkit::failover::{self, blocking, client, fail, why};
-use distlock_testkit::servers::{EtcdCluster, start_etcd_cluster};
+use distlock_testkit::servers::{
+    EtcdCluster, start_etcd_cluster, start_etcd_cluster_with_peer_links,
+};
 use distlock_testkit::{Failure, Outcome, check, monotonic_ns};
 use tokio::time::Instant;
 
@@ -168,11 +170,58 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster(3))?;
     let x = follower(&cluster)?;
+    holder_cut_off_is_lost_before_its_successor(
+        &mut cluster,
+        x,
+        "paused",
+        Duration::ZERO,
+        |cluster| cluster.stop(x),
+        |cluster| cluster.cont(x),
+    )
+    .await
+}
+
+/// The split brain: the holder's only member is the leader, cut off from its followers while
+/// the holder still reaches it. Before it steps down (check-quorum, about an election timeout)
+/// it may still answer the holder's keep-alives, which nobody else will ever see; the followers
+/// elect a new leader, which counts the lease anew from its own election. The holder must know
+/// it lost the lock by the time the other side gives it away, and get a smaller token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_larger_token()
+-> Outcome {
+    let _turn = one_at_a_time().await;
+    let mut cluster = blocking(|| start_etcd_cluster_with_peer_links(3))?;
+    let x = blocking(|| cluster.leader())?;
+    holder_cut_off_is_lost_before_its_successor(
+        &mut cluster,
+        x,
+        "cut off",
+        // It answers keep-alives until check-quorum steps it down: an election timeout, 1 s.
+        Duration::from_secs(1),
+        |cluster| cluster.isolate(x),
+        |cluster| cluster.heal(),
+    )
+    .await
+}
+
+/// A holder reaching the cluster only through member `x`, a waiter through the others; `cut`
+/// (`how`) takes `x` away from the others, `restore` brings it back; `x` may go on answering the
+/// holder for `answers_on` after the cut. The holder's lost signal fires within that, the TTL
+/// and a bit, by its own clock it has lost the lock when the waiter gets
+/// it, the waiter's token is larger, and once `x` is back the old holder takes the lock anew.
+async fn holder_cut_off_is_lost_before_its_successor(
+    cluster: &mut EtcdCluster,
+    x: usize,
+    how: &str,
+    answers_on: Duration,
+    cut: impl FnOnce(&mut EtcdCluster) -> Result<(), Failure>,
+    restore: impl FnOnce(&mut EtcdCluster) -> Result<(), Failure>,
+) -> Outcome {
     let holder_client = client(&cluster.member_url(x, TTL)).await?;
     let waiter_client = client(&cluster.members_url(&others(x), TTL)).await?;
     let held = Arc::new(
         holder_client
-            .lock("paused")
+            .lock("cut-off")
             .acquire_timeout(Duration::from_secs(5))
             .await
             .map_err(fail)?,
@@ -187,7 +236,7 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
         let held = held.clone();
         async move {
             let got = waiter_client
-                .lock("paused")
+                .lock("cut-off")
                 .acquire_timeout(Duration::from_secs(20))
                 .await;
             // By the holder's own clock, at the moment the successor has the lock.
@@ -198,14 +247,14 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
     tokio::time::sleep(Duration::from_millis(500)).await;
     check!(!waiter.is_finished(), "the waiter got a held lock");
 
-    blocking(|| cluster.stop(x))?;
+    blocking(|| cut(cluster))?;
     let stopped = Instant::now();
-    let within = TTL_D + Duration::from_secs(2);
+    let within = TTL_D + answers_on + Duration::from_secs(2);
     let (lost_at, e) = tokio::time::timeout(within, lost)
         .await
         .map_err(|_| {
             Failure(format!(
-                "lost() did not fire within {within:?} of the holder's only member being paused"
+                "lost() did not fire within {within:?} of the holder's only member being {how}"
             ))
         })?
         .map_err(|e| Failure(e.to_string()))?;
@@ -216,12 +265,18 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
             .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
             .map_err(|e| Failure(e.to_string()))?;
     let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
+    eprintln!(
+        "member {how}: the holder's lost() fired {:?} after, the successor took the lock {:?} \
+         after",
+        lost_at - stopped,
+        got_at - stopped
+    );
     // The holder's own clock is what counts (is_lost() checks it on every call); when its
     // lost() task got to run is only reported.
     check!(
         holder_knew,
-        "the successor got the lock {:?} after the pause while the holder still believed it held \
-         it (its lost() fired {:?} after the pause)",
+        "the successor got the lock {:?} after the member was {how} while the holder still \
+         believed it held it (its lost() fired {:?} after)",
         got_at - stopped,
         lost_at - stopped
     );
@@ -231,7 +286,7 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
         guard.fencing_token()
     );
 
-    blocking(|| cluster.cont(x))?;
+    blocking(|| restore(cluster))?;
     let held = Arc::try_unwrap(held).map_err(|_| Failure("the guard is still shared".into()))?;
     let released = held.release().await.map_err(fail)?;
     check!(
@@ -244,7 +299,7 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
     );
     // Its member runs again: the holder's client starts a new session and takes the lock anew.
     let again = holder_client
-        .lock("paused")
+        .lock("cut-off")
         .acquire_timeout(Duration::from_secs(10))
         .await
         .map_err(|e| {

@@ -12,7 +12,9 @@ use std::time::Duration;
 use distlock::ErrorKind;
 use distlock_testkit::child::{self, ChildProcess, Role, Spec};
 use distlock_testkit::failover::{self, blocking, client, fail, why};
-use distlock_testkit::servers::{ZkEnsemble, start_zookeeper_ensemble};
+use distlock_testkit::servers::{
+    ZkEnsemble, start_zookeeper_ensemble, start_zookeeper_ensemble_with_peer_links,
+};
 use distlock_testkit::{Failure, Flavour, Outcome, check, monotonic_ns};
 use tokio::time::Instant;
 use zookeeper_client::Client as Zk;
@@ -329,9 +331,56 @@ async fn holder_process_paused_past_session_timeout_loses_lock_to_larger_token()
 async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_takes_larger_token()
 -> Outcome {
     let _turn = one_at_a_time().await;
-    const NAME: &str = "paused-member";
     let mut ensemble = ensemble()?;
     let x = follower(&ensemble)?;
+    holder_cut_off_is_lost_before_its_successor(
+        &mut ensemble,
+        x,
+        "paused",
+        Duration::ZERO,
+        |ensemble| ensemble.stop(x),
+        |ensemble| ensemble.cont(x),
+    )
+    .await
+}
+
+/// The split brain: the holder's only member is the leader, cut off from its followers while
+/// the holder still reaches it. It serves its clients until it notices it has no quorum (its
+/// sync limit, 2 s); the followers elect a new leader, which expires the holder's session a
+/// timeout after it last heard from it. The holder must know it lost the lock by then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_larger_token()
+-> Outcome {
+    let _turn = one_at_a_time().await;
+    let mut ensemble = blocking(|| start_zookeeper_ensemble_with_peer_links(3))?;
+    let x = blocking(|| ensemble.leader())?;
+    holder_cut_off_is_lost_before_its_successor(
+        &mut ensemble,
+        x,
+        "cut off",
+        // It serves its clients until it finds it has no quorum: the sync limit, 4 ticks.
+        Duration::from_secs(2),
+        |ensemble| ensemble.isolate(x),
+        |ensemble| ensemble.heal(),
+    )
+    .await
+}
+
+/// A holder reaching the ensemble only through member `x`, a waiter through the others; `cut`
+/// (`how`) takes `x` away from the others, `restore` brings it back; `x` may go on answering the
+/// holder for `answers_on` after the cut. The holder's lost signal fires within that, the
+/// timeout and a bit, by its own clock it has lost the lock when the waiter
+/// gets it, the waiter's token is larger, and once `x` serves again the old holder takes the
+/// lock anew.
+async fn holder_cut_off_is_lost_before_its_successor(
+    ensemble: &mut ZkEnsemble,
+    x: usize,
+    how: &str,
+    answers_on: Duration,
+    cut: impl FnOnce(&mut ZkEnsemble) -> Result<(), Failure>,
+    restore: impl FnOnce(&mut ZkEnsemble) -> Result<(), Failure>,
+) -> Outcome {
+    const NAME: &str = "cut-off-member";
     let holder_client = client(&ensemble.member_url(x, TIMEOUT)).await?;
     let waiter_client = client(&ensemble.members_url(&others(x), TIMEOUT)).await?;
     let held = Arc::new(
@@ -362,16 +411,16 @@ async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_tak
     tokio::time::sleep(Duration::from_millis(500)).await;
     check!(!waiter.is_finished(), "the waiter got a held lock");
 
-    blocking(|| ensemble.stop(x))?;
+    blocking(|| cut(ensemble))?;
     let stopped = Instant::now();
-    let within = TIMEOUT + Duration::from_secs(2);
+    let within = TIMEOUT + answers_on + Duration::from_secs(2);
     let lost = tokio::time::timeout(within, lost).await;
     let waited = tokio::time::timeout(Duration::from_secs(15), waiter).await;
-    blocking(|| ensemble.cont(x))?;
+    blocking(|| restore(ensemble))?;
     let (lost_at, e) = lost
         .map_err(|_| {
             Failure(format!(
-                "lost() did not fire within {within:?} of the holder's only member being paused"
+                "lost() did not fire within {within:?} of the holder's only member being {how}"
             ))
         })?
         .map_err(|e| Failure(e.to_string()))?;
@@ -380,12 +429,18 @@ async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_tak
         .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
         .map_err(|e| Failure(e.to_string()))?;
     let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
+    eprintln!(
+        "member {how}: the holder's lost() fired {:?} after, the successor took the lock {:?} \
+         after",
+        lost_at - stopped,
+        got_at - stopped
+    );
     // The holder's own clock is what counts (is_lost() checks it on every call); when its
     // lost() task got to run is only reported.
     check!(
         holder_knew,
-        "the successor got the lock {:?} after the pause while the holder still believed it held \
-         it (its lost() fired {:?} after the pause)",
+        "the successor got the lock {:?} after the member was {how} while the holder still \
+         believed it held it (its lost() fired {:?} after)",
         got_at - stopped,
         lost_at - stopped
     );
