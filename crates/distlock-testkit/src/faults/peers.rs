@@ -1,10 +1,10 @@
 //! Partitions between the members of a cluster the test starts itself, on one machine and
 //! without netem or iptables: each member's peer ports (etcd has one, a ZooKeeper quorum peer
-//! two) sit behind [`FaultProxy`]s (the ports the other members are told to dial), and each proxy tells which member dialled it by the
-//! connecting socket, found in the member processes' open files. Cutting a member off
-//! blackholes every connection between it and the others, both ways, while its clients, who
-//! dial its client port directly, still reach it: the member on the wrong side of a partition,
-//! a leader among them, as its clients see it.
+//! two) sit behind [`FaultProxy`]s (the ports the other members are told to dial), and each
+//! proxy tells which member dialled it by the connecting socket, found in the member processes'
+//! open files. Cutting a member off blackholes every connection between it and the others, both
+//! ways, while its clients, who dial its client port directly, still reach it: the member on the
+//! wrong side of a partition, a leader among them, as its clients see it.
 //!
 //! [`PartitionSwitch`] lets a process other than the test's own ask for a partition, as
 //! `distlock torture --faults partition --partition-cmd CMD` does: CMD writes a request into a
