@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use distlock::ErrorKind;
 use distlock_testkit::failover::{self, blocking, client, fail, why};
+use distlock_testkit::faults::peers::Partitionable;
 use distlock_testkit::servers::{
     EtcdCluster, start_etcd_cluster, start_etcd_cluster_with_peer_links,
 };

@@ -12,6 +12,7 @@ use std::time::Duration;
 use distlock::ErrorKind;
 use distlock_testkit::child::{self, ChildProcess, Role, Spec};
 use distlock_testkit::failover::{self, blocking, client, fail, why};
+use distlock_testkit::faults::peers::Partitionable;
 use distlock_testkit::servers::{
     ZkEnsemble, start_zookeeper_ensemble, start_zookeeper_ensemble_with_peer_links,
 };

@@ -191,14 +191,30 @@ impl Drop for PeerLinks {
 pub trait Partitionable {
     /// How many members it has.
     fn members(&self) -> usize;
-    /// Which member leads, once the running members agree (waits out an election).
-    fn leader(&self) -> Result<usize, Failure>;
-    /// Which member leads, once the members `which` agree.
+    /// Which member leads, once the members `which` agree on one (waits out an election): the
+    /// majority's leader while a member is cut off.
     fn leader_among(&self, which: &[usize]) -> Result<usize, Failure>;
-    /// Cuts member `i` off from the others, both ways, its clients still reaching it.
-    fn isolate(&mut self, i: usize) -> Result<(), Failure>;
-    /// Joins the member cut off again.
-    fn heal(&mut self) -> Result<(), Failure>;
+    /// Its peer links, if it was started with them.
+    fn links(&mut self) -> Option<&mut PeerLinks>;
+
+    /// Cuts member `i` off from the other members, both ways, while its clients still reach
+    /// it; a member cut off before is joined again first. Only on a cluster started with peer
+    /// links.
+    fn isolate(&mut self, i: usize) -> Result<(), Failure> {
+        links_of(self)?.isolate(i)
+    }
+
+    /// Joins the member [`isolate`](Self::isolate) cut off again.
+    fn heal(&mut self) -> Result<(), Failure> {
+        links_of(self)?.heal();
+        Ok(())
+    }
+}
+
+fn links_of<C: Partitionable + ?Sized>(cluster: &mut C) -> Result<&mut PeerLinks, Failure> {
+    cluster.links().ok_or_else(|| {
+        Failure("this cluster was started without peer links: it cannot be partitioned".into())
+    })
 }
 
 /// Carries out `request` on `cluster` by cutting off its leader, the member whose loss matters
@@ -210,7 +226,8 @@ pub fn cut_off_the_leader(
 ) -> Result<Option<(usize, usize)>, Failure> {
     match request {
         PartitionRequest::Cut => {
-            let old = cluster.leader()?;
+            let all: Vec<usize> = (0..cluster.members()).collect();
+            let old = cluster.leader_among(&all)?;
             cluster.isolate(old)?;
             let others: Vec<usize> = (0..cluster.members()).filter(|&i| i != old).collect();
             Ok(Some((old, cluster.leader_among(&others)?)))

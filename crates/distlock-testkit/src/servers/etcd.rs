@@ -55,6 +55,10 @@ pub fn start_etcd_cluster_with_peer_links(members: usize) -> Result<EtcdCluster,
 }
 
 fn start(members: usize, linked: bool) -> Result<EtcdCluster, Failure> {
+    super::on_free_ports(|| start_once(members, linked))
+}
+
+fn start_once(members: usize, linked: bool) -> Result<EtcdCluster, Failure> {
     let dir = tempfile::tempdir()?;
     let mut ports: Vec<u16> = Vec::new();
     // free_port only says nobody listens now: two calls may hand out the same port.
@@ -121,68 +125,6 @@ impl EtcdCluster {
     /// Which member leads, once the running members agree on one (waits out an election).
     pub fn leader(&self) -> Result<usize, Failure> {
         self.leader_among(&self.running())
-    }
-
-    /// Which member leads, once the members `which` agree on one (waits out an election): the
-    /// majority's leader while a member is cut off.
-    pub fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
-        let started = Instant::now();
-        loop {
-            let statuses = self
-                .etcdctl_output(which, &["endpoint", "status", "-w", "json"])
-                .and_then(|out| Ok(serde_json::from_str::<serde_json::Value>(&out)?));
-            if let Ok(serde_json::Value::Array(statuses)) = &statuses {
-                // (member index, its id, the leader id it reports)
-                let seen: Vec<(Option<usize>, u64, u64)> = statuses
-                    .iter()
-                    .map(|s| {
-                        let endpoint = s["Endpoint"].as_str().unwrap_or_default();
-                        let i = self
-                            .members
-                            .iter()
-                            .position(|m| endpoint.ends_with(&format!(":{}", m.client_port)));
-                        let status = &s["Status"];
-                        let id = status["header"]["member_id"].as_u64().unwrap_or(0);
-                        (i, id, status["leader"].as_u64().unwrap_or(0))
-                    })
-                    .collect();
-                let leader_id = seen.first().map_or(0, |s| s.2);
-                let agreed = leader_id != 0
-                    && seen.len() == which.len()
-                    && seen.iter().all(|s| s.2 == leader_id);
-                if agreed && let Some(&(Some(i), _, _)) = seen.iter().find(|s| s.1 == leader_id) {
-                    return Ok(i);
-                }
-            }
-            if started.elapsed() > ELECTION_TIMEOUT {
-                return Err(Failure(format!(
-                    "the private etcd cluster agreed on no leader within {ELECTION_TIMEOUT:?} \
-                     (last etcdctl endpoint status: {statuses:?})"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Cuts member `i` off from the other members, both ways, while its clients still reach
-    /// it; a member cut off before is joined again first. Only on a cluster started with
-    /// [`start_etcd_cluster_with_peer_links`].
-    pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        self.links_mut()?.isolate(i)
-    }
-
-    /// Joins the member [`isolate`](Self::isolate) cut off again.
-    pub fn heal(&mut self) -> Result<(), Failure> {
-        self.links_mut()?.heal();
-        Ok(())
-    }
-
-    fn links_mut(&mut self) -> Result<&mut PeerLinks, Failure> {
-        self.links.as_mut().ok_or_else(|| {
-            Failure(
-                "this etcd cluster was started without peer links: it cannot be partitioned".into(),
-            )
-        })
     }
 
     /// The peer port the other members dial for member `i`: its proxy's, or its own.
@@ -400,20 +342,47 @@ impl Partitionable for EtcdCluster {
         self.members.len()
     }
 
-    fn leader(&self) -> Result<usize, Failure> {
-        EtcdCluster::leader(self)
-    }
-
     fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
-        EtcdCluster::leader_among(self, which)
+        let started = Instant::now();
+        loop {
+            let statuses = self
+                .etcdctl_output(which, &["endpoint", "status", "-w", "json"])
+                .and_then(|out| Ok(serde_json::from_str::<serde_json::Value>(&out)?));
+            if let Ok(serde_json::Value::Array(statuses)) = &statuses {
+                // (member index, its id, the leader id it reports)
+                let seen: Vec<(Option<usize>, u64, u64)> = statuses
+                    .iter()
+                    .map(|s| {
+                        let endpoint = s["Endpoint"].as_str().unwrap_or_default();
+                        let i = self
+                            .members
+                            .iter()
+                            .position(|m| endpoint.ends_with(&format!(":{}", m.client_port)));
+                        let status = &s["Status"];
+                        let id = status["header"]["member_id"].as_u64().unwrap_or(0);
+                        (i, id, status["leader"].as_u64().unwrap_or(0))
+                    })
+                    .collect();
+                let leader_id = seen.first().map_or(0, |s| s.2);
+                let agreed = leader_id != 0
+                    && seen.len() == which.len()
+                    && seen.iter().all(|s| s.2 == leader_id);
+                if agreed && let Some(&(Some(i), _, _)) = seen.iter().find(|s| s.1 == leader_id) {
+                    return Ok(i);
+                }
+            }
+            if started.elapsed() > ELECTION_TIMEOUT {
+                return Err(Failure(format!(
+                    "the private etcd cluster agreed on no leader within {ELECTION_TIMEOUT:?} \
+                         (last etcdctl endpoint status: {statuses:?})"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
-    fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        EtcdCluster::isolate(self, i)
-    }
-
-    fn heal(&mut self) -> Result<(), Failure> {
-        EtcdCluster::heal(self)
+    fn links(&mut self) -> Option<&mut PeerLinks> {
+        self.links.as_mut()
     }
 }
 

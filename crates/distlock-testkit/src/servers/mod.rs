@@ -338,6 +338,28 @@ impl Drop for PrivateServer {
     }
 }
 
+/// Runs `start` (a cluster on ports from [`free_port`]) up to three times: between the moment a
+/// port is found free and the moment a member binds it, another test of the binary may take it
+/// (a proxy binding port 0 gets one from the same range), and the member then exits before it
+/// serves. The last failure is returned.
+pub(crate) fn on_free_ports<T>(
+    mut start: impl FnMut() -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(failure) if attempt < 3 => {
+                eprintln!(
+                    "starting a cluster failed (trying again on other ports): {}",
+                    failure.0
+                );
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// A port nobody listens on right now.
 pub(crate) fn free_port() -> Result<u16, Failure> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -205,6 +205,10 @@ pub fn start_zookeeper_ensemble_with_peer_links(members: usize) -> Result<ZkEnse
 
 fn start_ensemble(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
     installed()?;
+    super::on_free_ports(|| start_ensemble_once(members, linked))
+}
+
+fn start_ensemble_once(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
     let mut ports: Vec<u16> = Vec::new();
     // free_port only says nobody listens now: two calls may hand out the same port.
     while ports.len() < 3 * members {
@@ -322,57 +326,6 @@ impl ZkEnsemble {
         self.leader_among(&self.running())
     }
 
-    /// Which member leads, once every member of `which` serves and exactly one of them leads
-    /// (waits out an election): the majority's leader while a member is cut off.
-    pub fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
-        let started = Instant::now();
-        loop {
-            let modes: Vec<(usize, Option<String>)> = which
-                .iter()
-                .copied()
-                .map(|i| (i, mode(self.client_port(i))))
-                .collect();
-            let leaders: Vec<usize> = modes
-                .iter()
-                .filter(|(_, m)| matches!(m.as_deref(), Some("leader" | "standalone")))
-                .map(|&(i, _)| i)
-                .collect();
-            if leaders.len() == 1 && modes.iter().all(|(_, m)| m.is_some()) {
-                return Ok(leaders[0]);
-            }
-            if started.elapsed() > ELECTION_TIMEOUT {
-                return Err(Failure(format!(
-                    "the private ZooKeeper ensemble agreed on no leader within \
-                     {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Cuts member `i` off from the other members, both ways, while its clients still reach
-    /// it; a member cut off before is joined again first. Only on an ensemble started with
-    /// [`start_zookeeper_ensemble_with_peer_links`].
-    pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        self.links_mut()?.isolate(i)
-    }
-
-    /// Joins the member [`isolate`](Self::isolate) cut off again.
-    pub fn heal(&mut self) -> Result<(), Failure> {
-        self.links_mut()?.heal();
-        Ok(())
-    }
-
-    fn links_mut(&mut self) -> Result<&mut PeerLinks, Failure> {
-        self.links.as_mut().ok_or_else(|| {
-            Failure(
-                "this ZooKeeper ensemble was started without peer links: it cannot be \
-                 partitioned"
-                    .into(),
-            )
-        })
-    }
-
     /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
     pub fn kill(&mut self, i: usize) -> Result<(), Failure> {
         self.paused[i] = false;
@@ -449,19 +402,34 @@ impl Partitionable for ZkEnsemble {
         self.members.len()
     }
 
-    fn leader(&self) -> Result<usize, Failure> {
-        ZkEnsemble::leader(self)
-    }
-
+    /// Once every member of `which` serves and exactly one of them leads.
     fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
-        ZkEnsemble::leader_among(self, which)
+        let started = Instant::now();
+        loop {
+            let modes: Vec<(usize, Option<String>)> = which
+                .iter()
+                .copied()
+                .map(|i| (i, mode(self.client_port(i))))
+                .collect();
+            let leaders: Vec<usize> = modes
+                .iter()
+                .filter(|(_, m)| matches!(m.as_deref(), Some("leader" | "standalone")))
+                .map(|&(i, _)| i)
+                .collect();
+            if leaders.len() == 1 && modes.iter().all(|(_, m)| m.is_some()) {
+                return Ok(leaders[0]);
+            }
+            if started.elapsed() > ELECTION_TIMEOUT {
+                return Err(Failure(format!(
+                    "the private ZooKeeper ensemble agreed on no leader within \
+                     {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
-    fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        ZkEnsemble::isolate(self, i)
-    }
-
-    fn heal(&mut self) -> Result<(), Failure> {
-        ZkEnsemble::heal(self)
+    fn links(&mut self) -> Option<&mut PeerLinks> {
+        self.links.as_mut()
     }
 }
