@@ -96,3 +96,70 @@ pub(super) async fn cancelled_waiter_leaves_the_queue(ctx: Ctx) -> Outcome {
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
+
+/// Election and latch writes dropped at different points of their flight (a resign aborts the
+/// record's refresh; a caller's timeout drops a count-down) leave no transaction open on a
+/// connection the client uses again: after each cut, a lock this client takes and releases is
+/// free for another client at once. (sqlx 0.9 does not roll back a `BEGIN` whose answer had not
+/// arrived when its future was dropped: the statements that next ran on that pooled connection
+/// ran inside it, uncommitted, and held their rows until the connection closed.)
+pub(super) async fn cut_writes_leave_no_transaction_open(ctx: Ctx) -> Outcome {
+    // SQL stores pool connections: with one, every statement after a cut runs on the
+    // connection the cut left behind.
+    let url = if ["postgres", "postgresql", "mysql", "mariadb"]
+        .iter()
+        .any(|scheme| ctx.url.starts_with(&format!("{scheme}://")))
+    {
+        let join = if ctx.url.contains('?') { '&' } else { '?' };
+        format!("{}{join}max_connections=1", ctx.url)
+    } else {
+        ctx.url.clone()
+    };
+    let client = distlock::connect(&url).await?;
+    let backend = client.backend().clone();
+    let record = distlock::LockName::new(ctx.unique_name("cut-election"))?;
+    let latch = distlock::LockName::new(ctx.unique_name("cut-latch"))?;
+    let latches = backend.capabilities().latches;
+    if latches {
+        backend.latch_set(&latch, 1_000_000).await?;
+    }
+    let mut cut = 0;
+    for round in 0..200u64 {
+        let polls = 1 + round % 6;
+        let budget = Duration::from_micros((round * 37) % 1500);
+        let term = distlock::FencingToken(round + 1);
+        let write = backend.elect_write(&record, term, Some("cut"), Duration::from_secs(30));
+        let mut cut_now = poll_then_drop(write, polls, budget).await.is_none();
+        if latches {
+            let down = backend.latch_count_down(&latch);
+            cut_now |= poll_then_drop(down, polls, budget).await.is_none();
+        }
+        if !cut_now {
+            continue;
+        }
+        cut += 1;
+        client.flush().await;
+        for take in 0..2 {
+            let name = ctx.unique_name(&format!("after-cut-{round}-{take}"));
+            let mine = (ctx.flavour.make)(&client, &name).acquire().await?;
+            check!(mine.release().await?, "a lock taken after a cut was lost");
+            match ctx
+                .contender(&name)
+                .acquire_timeout(Duration::from_secs(3))
+                .await
+            {
+                Ok(theirs) => check!(theirs.release().await?, "the contender lost its lock"),
+                Err(e) => {
+                    return Err(crate::Failure(format!(
+                        "after an election or latch write was cut mid-flight ({polls} polls, \
+                         {budget:?}, round {round}), a lock this client then took and released \
+                         stayed held for another client: {e} (the cut left its transaction \
+                         open on a pooled connection?)"
+                    )));
+                }
+            }
+        }
+    }
+    check!(cut > 0, "no write was cut mid-flight");
+    Ok(())
+}

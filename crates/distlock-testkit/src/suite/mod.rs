@@ -501,6 +501,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(election::one_leader_across_processes),
         ),
         (
+            "election_and_latch_writes_cut_leave_no_transaction_open",
+            Once,
+            &[Need::Elections],
+            case(cancel::cut_writes_leave_no_transaction_open),
+        ),
+        (
             "election_rules",
             Once,
             &[Need::Elections],

@@ -4,6 +4,9 @@
 pub(crate) mod sqlx_error;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sqlx_tx;
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;

@@ -3,8 +3,8 @@
 //! `IS_USED_LOCK` (`sql/session_status.sql`, `sql/session_force_*.sql`, `sql/session_kill.sql`).
 //! The answers are built by the SQL backends' shared [`sql_inspect`].
 
-use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool};
-use sqlx::{Connection, Row};
+use sqlx::Row;
+use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
 
 use super::sync::{DEADLOCK_RETRIES, is_deadlock};
 use crate::backends::sql_inspect;
@@ -64,14 +64,10 @@ pub(super) async fn force_release(
 ) -> Result<ForcedRelease> {
     let mut tries = 0;
     loop {
-        let mut conn = pool
-            .acquire()
-            .await
-            .map_err(err("releasing the lock by force"))?;
         let forced = if sessions {
-            force_session(&mut conn, name.as_str().as_bytes()).await
+            force_session(pool, name.as_str().as_bytes()).await
         } else {
-            force_lease(&mut conn, name.as_str().as_bytes()).await
+            force_lease(pool, name.as_str().as_bytes()).await
         };
         match forced {
             Err(e) if is_deadlock(&e) && tries < DEADLOCK_RETRIES => tries += 1,
@@ -81,10 +77,10 @@ pub(super) async fn force_release(
 }
 
 async fn force_lease(
-    conn: &mut MySqlConnection,
+    pool: &MySqlPool,
     name: &[u8],
 ) -> std::result::Result<ForcedRelease, sqlx::Error> {
-    let mut tx = conn.begin().await?;
+    let mut tx = pool.begin().await?;
     let old = sqlx::query(include_str!("sql/force_select.sql"))
         .bind(name)
         .fetch_optional(&mut *tx)
@@ -106,10 +102,10 @@ async fn force_lease(
 }
 
 async fn force_session(
-    conn: &mut MySqlConnection,
+    pool: &MySqlPool,
     name: &[u8],
 ) -> std::result::Result<ForcedRelease, sqlx::Error> {
-    let mut tx = conn.begin().await?;
+    let mut tx = pool.begin().await?;
     let old = sqlx::query(include_str!("sql/session_force_select.sql"))
         .bind(name)
         .fetch_optional(&mut *tx)

@@ -22,6 +22,7 @@ use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest}
 use crate::backends::session::Sessions;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
+use crate::backends::sqlx_tx;
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -205,7 +206,13 @@ impl Backend for MysqlBackend {
         value: Option<&str>,
         ttl: Duration,
     ) -> Result<bool> {
-        sync::elect_write(&self.pool, election, term, value, ttl).await
+        // A whole transaction, finished even if this call is dropped: see `sqlx_tx`.
+        let (pool, election) = (self.pool.clone(), election.clone());
+        let value = value.map(str::to_owned);
+        sqlx_tx::finished(async move {
+            sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
+        })
+        .await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
@@ -221,11 +228,13 @@ impl Backend for MysqlBackend {
     }
 
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
-        sync::latch_set(&self.pool, latch, count).await
+        let (pool, latch) = (self.pool.clone(), latch.clone());
+        sqlx_tx::finished(async move { sync::latch_set(&pool, &latch, count).await }).await
     }
 
     async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
-        sync::latch_count_down(&self.pool, latch).await
+        let (pool, latch) = (self.pool.clone(), latch.clone());
+        sqlx_tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
     }
 
     async fn latch_count(&self, latch: &LockName) -> Result<u64> {
@@ -238,6 +247,7 @@ impl Backend for MysqlBackend {
 
     async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
         // Only mutexes live in this store: the kind names nothing else.
-        inspect::force_release(&self.pool, self.sessions.is_some(), name).await
+        let (pool, sessions, name) = (self.pool.clone(), self.sessions.is_some(), name.clone());
+        sqlx_tx::finished(async move { inspect::force_release(&pool, sessions, &name).await }).await
     }
 }

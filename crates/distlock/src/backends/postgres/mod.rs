@@ -23,6 +23,7 @@ use crate::backends::session::Sessions;
 use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
+use crate::backends::sqlx_tx;
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -218,7 +219,13 @@ impl Backend for PostgresBackend {
         value: Option<&str>,
         ttl: Duration,
     ) -> Result<bool> {
-        sync::elect_write(&self.pool, election, term, value, ttl).await
+        // A whole transaction, finished even if this call is dropped: see `sqlx_tx`.
+        let (pool, election) = (self.pool.clone(), election.clone());
+        let value = value.map(str::to_owned);
+        sqlx_tx::finished(async move {
+            sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
+        })
+        .await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
@@ -244,7 +251,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
-        sync::latch_count_down(&self.pool, latch).await
+        let (pool, latch) = (self.pool.clone(), latch.clone());
+        sqlx_tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
     }
 
     async fn latch_count(&self, latch: &LockName) -> Result<u64> {
