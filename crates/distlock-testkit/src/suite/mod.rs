@@ -9,6 +9,7 @@ mod cancel;
 mod crash;
 mod election;
 mod exclusion;
+mod fenced_holder;
 mod fencing;
 mod latch;
 mod multi;

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use distlock::{Holding, LockKind, LockStatus};
 
 use crate::child::{ChildProcess, Role};
-use crate::fenced::FencedFile;
 use crate::suite::Ctx;
+use crate::suite::fenced_holder::FencedHolder;
 use crate::{Failure, Outcome, check};
 
 /// The status entry of `kind` among `found`, and in it the holding with `token`.
@@ -103,21 +103,8 @@ pub(super) async fn shows_holder(ctx: Ctx) -> Outcome {
 pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("forced");
     let lease = ctx.lease(Duration::from_millis(900));
-    let resource_path = ctx
-        .dir
-        .path()
-        .join(format!("{}.fenced", name.replace('/', "_")));
-    let resource = FencedFile::new(&resource_path);
-    let write_cmd = format!("write {}", resource_path.display());
-    let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
-        name: name.clone(),
-        lease_ms: lease.as_millis() as u64,
-    }))?;
-    let acquired = holder.event(Duration::from_secs(30)).await?;
-    let token = acquired["token"].as_u64().unwrap_or(u64::MAX);
-    holder.send(&write_cmd).await?;
-    let first = holder.event(Duration::from_secs(10)).await?;
-    check!(first["accepted"] == true, "the holder's own write: {first}");
+    let mut holder = FencedHolder::start(&ctx, &name, lease).await?;
+    let token = holder.token;
     let kind = ctx.lock(&name).kind();
 
     let forced = ctx.client.force_release(&name, kind).await?;
@@ -138,9 +125,10 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
 
     // Its next renewal (a third of the lease) or its session's end tells the old holder.
     holder
+        .process
         .send(&format!("lost {}", (lease * 4).as_millis()))
         .await?;
-    let lost = holder.event(Duration::from_secs(30)).await?;
+    let lost = holder.process.event(Duration::from_secs(30)).await?;
     check!(
         lost["lost"] == true,
         "the old holder's lost() did not fire within 4 leases of the forced release: {lost}"
@@ -157,11 +145,10 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
         forced.fence
     );
     check!(
-        resource.write(next_token)?,
+        holder.resource.write(next_token)?,
         "the next holder's write was refused"
     );
-    holder.send(&write_cmd).await?;
-    let late = holder.event(Duration::from_secs(10)).await?;
+    let late = holder.write().await?;
     check!(
         late["accepted"] == false,
         "the resource accepted the forced-out holder's write: {late}"

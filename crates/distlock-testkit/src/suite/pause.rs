@@ -5,34 +5,17 @@
 use std::time::Duration;
 
 use crate::child::{ChildProcess, Role};
-use crate::fenced::FencedFile;
 use crate::suite::Ctx;
+use crate::suite::fenced_holder::FencedHolder;
 use crate::{Outcome, check};
 
 pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("paused");
     let lease = ctx.lease(Duration::from_millis(600));
-    let resource_path = ctx
-        .dir
-        .path()
-        .join(format!("{}.fenced", &name.replace('/', "_")));
-    let resource = FencedFile::new(&resource_path);
-    let write_cmd = format!("write {}", resource_path.display());
+    let mut holder = FencedHolder::start(&ctx, &name, lease).await?;
+    let paused_token = holder.token;
 
-    let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
-        name: name.clone(),
-        lease_ms: lease.as_millis() as u64,
-    }))?;
-    let acquired = holder.event(Duration::from_secs(30)).await?;
-    let paused_token = acquired["token"].as_u64().unwrap_or(u64::MAX);
-    holder.send(&write_cmd).await?;
-    let first_write = holder.event(Duration::from_secs(10)).await?;
-    check!(
-        first_write["accepted"] == true,
-        "the holder's own write was refused: {first_write}"
-    );
-
-    holder.signal(libc::SIGSTOP)?;
+    holder.process.signal(libc::SIGSTOP)?;
     tokio::time::sleep(ctx.freed_after_crash_within(lease) + Duration::from_millis(400)).await;
     let next = ctx
         .contender(&name)
@@ -42,7 +25,7 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let next = match next {
         Ok(g) => g,
         Err(e) => {
-            holder.signal(libc::SIGCONT)?;
+            holder.process.signal(libc::SIGCONT)?;
             return Err(crate::Failure(format!(
                 "the lock of a holder paused past its lease did not free: {e}"
             )));
@@ -54,24 +37,23 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
         "the next holder's token {next_token} is not above the paused holder's {paused_token}"
     );
     check!(
-        resource.write(next_token)?,
+        holder.resource.write(next_token)?,
         "the next holder's write was refused"
     );
 
-    holder.signal(libc::SIGCONT)?;
-    holder.send("lost 3000").await?;
-    let lost = holder.event(Duration::from_secs(10)).await?;
+    holder.process.signal(libc::SIGCONT)?;
+    holder.process.send("lost 3000").await?;
+    let lost = holder.process.event(Duration::from_secs(10)).await?;
     check!(
         lost["lost"] == true,
         "the paused holder's lost() did not fire after it resumed: {lost}"
     );
-    holder.send(&write_cmd).await?;
-    let late_write = holder.event(Duration::from_secs(10)).await?;
+    let late_write = holder.write().await?;
     check!(
         late_write["accepted"] == false,
         "the resource accepted the paused holder's stale write: {late_write}"
     );
-    release_paused(holder).await?;
+    release_paused(holder.process).await?;
     let other = ctx.contender(&name).try_acquire().await?;
     check!(
         other.is_none(),
