@@ -81,6 +81,16 @@ run_one() { # run_one NAME DIR EXE: runs one binary, records verdict and time
     printf 'FAILED\t%s\t%ss\n' "$name" "$took" >>"$work/results"
     echo "run-tests: FAILED $name (${took}s, exit $status); its output:" >&2
     cat "$log" >&2
+    # Why, in short, for the end of the run (where a reader of only the last lines looks): the
+    # test harness's "failures:" section (each failed case and its message), else the log's end.
+    {
+      echo "run-tests: why $name failed:"
+      if grep -q '^failures:$' "$log"; then
+        awk '/^failures:$/ { n++; next } n == 1' "$log" | head -n 60
+      else
+        tail -n 30 "$log"
+      fi
+    } >"$work/why.$(basename "$exe")"
   fi
 }
 export -f run_one
@@ -103,6 +113,7 @@ echo "run-tests: results"
 sort -t$'\t' -k2 "$work/results" | while IFS=$'\t' read -r verdict name took; do
   printf '  %-7s %-32s %6s\n' "$verdict" "$name" "$took"
 done
+cat "$work"/why.* 2>/dev/null || true
 failed=$(grep -c '^FAILED' "$work/results" || true)
 if [ "$failed" -ne 0 ] || [ $doc_status -ne 0 ]; then
   echo "run-tests: $failed test binaries failed; doc tests exit $doc_status" >&2
