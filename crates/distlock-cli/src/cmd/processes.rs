@@ -131,3 +131,73 @@ pub(crate) async fn sleep_until_ns(at: u64) {
         tokio::time::sleep(Duration::from_nanos(at - now)).await;
     }
 }
+
+/// Returns once every thread of process `pid` is stopped (SIGSTOP), or the process has gone. kill(2)
+/// returns before a thread running on another core has taken the signal, and a thread that has
+/// not may still do work (answer a request, release a lock and log it) after the sender believes
+/// the process stopped: callers that act on "stopped" wait for this first.
+pub(crate) async fn stopped(pid: u32) {
+    while !all_threads_stopped(pid) {
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` or `t` in its
+/// `/proc/PID/task/TID/stat`); a thread or process that is gone or exiting (`Z`, `X`) counts as
+/// stopped: nothing of it runs.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        // "TID (COMM) STATE …": COMM may hold spaces and parentheses, so the state is read after
+        // the last ')'.
+        std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|state| matches!(state, 'T' | 't' | 'Z' | 'X'))
+        })
+    })
+}
+
+#[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stopped_process_is_seen_stopped_and_a_resumed_one_not() {
+        let mut child = tokio::process::Command::new("sleep")
+            .arg("30")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let pid = child.id().unwrap();
+        let signal = |sig| {
+            // SAFETY: kill() only sends a signal to our own child, not reaped yet.
+            assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+        };
+        let watching = tokio::spawn(stopped(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!watching.is_finished(), "a running process is not stopped");
+        signal(libc::SIGSTOP);
+        tokio::time::timeout(Duration::from_secs(5), watching)
+            .await
+            .expect("the stop is seen")
+            .unwrap();
+        signal(libc::SIGCONT);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while all_threads_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < until,
+                "resumed, still seen stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        child.kill().await.unwrap();
+        child.wait().await.unwrap();
+        assert!(
+            all_threads_stopped(pid),
+            "a process that is gone counts as stopped"
+        );
+    }
+}

@@ -96,9 +96,6 @@ pub(crate) enum Routing {
     AroundStopped { pid: u32 },
 }
 
-/// How often the load generator looks whether the paused instance has stopped yet.
-const STOP_POLL: Duration = Duration::from_millis(2);
-
 /// Sends requests 0 .. `requests` to `path?n=…` on `instances`, `concurrency` at a time, each
 /// given `timeout` to be answered.
 pub(crate) async fn run(
@@ -122,7 +119,7 @@ pub(crate) async fn run(
                 worker.load
             });
             let answered = tokio::select! {
-                _ = stopped(pid) => None,
+                _ = crate::cmd::processes::stopped(pid) => None,
                 answered = &mut alone => Some(answered.unwrap_or_default()),
             };
             senders.push(match answered {
@@ -256,25 +253,6 @@ impl Worker {
     }
 }
 
-/// Returns once process `pid` is stopped (SIGSTOP), or has gone: its state in `/proc` is `T`
-/// (or the process is no longer there).
-async fn stopped(pid: u32) {
-    let stat = format!("/proc/{pid}/stat");
-    loop {
-        let Ok(text) = tokio::fs::read_to_string(&stat).await else {
-            return;
-        };
-        // The state follows the command name, which is in parentheses and may hold anything.
-        let state = text
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        if matches!(state, Some('T' | 't' | 'Z' | 'X')) {
-            return;
-        }
-        tokio::time::sleep(STOP_POLL).await;
-    }
-}
-
 async fn connect(addr: SocketAddr) -> Result<SendRequest<Empty<Bytes>>, String> {
     let stream = TcpStream::connect(addr)
         .await
@@ -307,25 +285,5 @@ mod tests {
         assert_eq!(load.percentile(100.0), Duration::from_millis(100));
         assert_eq!(load.throughput(), 50.0);
         assert_eq!(Load::default().percentile(99.0), Duration::ZERO);
-    }
-
-    #[tokio::test]
-    async fn a_stopped_process_is_seen_stopped() {
-        let mut child = tokio::process::Command::new("sleep")
-            .arg("30")
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let pid = child.id().unwrap();
-        let watching = tokio::spawn(stopped(pid));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!watching.is_finished(), "a running process is not stopped");
-        // SAFETY: kill() only sends a signal to our own child.
-        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
-        tokio::time::timeout(Duration::from_secs(5), watching)
-            .await
-            .expect("the stop is seen")
-            .unwrap();
-        child.kill().await.unwrap();
     }
 }

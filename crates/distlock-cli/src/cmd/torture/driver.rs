@@ -101,6 +101,21 @@ impl Pool {
         Ok(())
     }
 
+    /// Stops process `process` (SIGSTOP) and waits until every thread of it has stopped:
+    /// kill(2) returns before a thread running on another core has taken the signal, and in that
+    /// moment it may still release the lock and log it, after the log was read as "holding" (a
+    /// `stop` cell once hit nobody that way: 49 takes during the stop, none overlapping).
+    async fn stop(&self, process: usize) -> Result<()> {
+        self.signal(process, libc::SIGSTOP)?;
+        let pid = self.pid(process)?;
+        match tokio::time::timeout(Duration::from_secs(5), processes::stopped(pid)).await {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                bail!("worker process {process} (pid {pid}) did not stop within 5 s of SIGSTOP")
+            }
+        }
+    }
+
     /// Whether the (stopped) process `process` holds the lock, by its current log.
     fn holds(&self, process: usize) -> Result<bool> {
         // A newcomer not started yet has no log, and holds nothing.
@@ -299,7 +314,7 @@ impl Driver<'_> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let process = (first + i) % self.pool.len();
-            self.pool.signal(process, libc::SIGSTOP)?;
+            self.pool.stop(process).await?;
             let at_ns = monotonic_ns();
             if !self.pool.holds(process)? {
                 self.pool.signal(process, libc::SIGCONT)?;
