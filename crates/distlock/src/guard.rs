@@ -4,8 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::core::Engine;
 use crate::core::lease::HeldLease;
+use crate::core::{Engine, Finishing};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind, LockName};
 
@@ -112,11 +112,17 @@ impl Guard {
     ///
     /// # Cancel Safety
     ///
-    /// If the future is dropped before the store answers, the release may or may not have
-    /// happened; either way the lock is free at the latest when its lease ends.
+    /// If the future is dropped before it finishes, the release goes on in the background (as a
+    /// dropped guard's does; [`crate::Client::flush`] waits for it), so the lock is freed all
+    /// the same.
     pub async fn release(mut self) -> Result<bool> {
         self.released = true;
-        self.engine.release(&self.lease).await
+        let (engine, lease) = (self.engine.clone(), self.lease.clone());
+        Finishing::new(
+            self.engine.clone(),
+            async move { engine.release(&lease).await },
+        )
+        .await
     }
 
     /// Forgets this guard without releasing it: the holding stays in the store until its lease

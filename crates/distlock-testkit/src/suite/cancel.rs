@@ -68,6 +68,37 @@ async fn poll_then_drop<F: std::future::Future>(
     None
 }
 
+/// `release()` dropped mid-flight, many times, at different points of its round trip: the release
+/// goes on in the background, so once the client's background work has run the lock is free —
+/// not after a lease (30 s here).
+pub(super) async fn cancelled_release_still_frees(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("cancelled-release");
+    let client = ctx.connect().await?;
+    let lock = (ctx.flavour.make)(&client, &name).lease(Duration::from_secs(30));
+    let mut cancelled = 0;
+    for round in 0..30u64 {
+        let polls = 1 + round % 5;
+        let budget = Duration::from_micros(round * 40);
+        let guard = lock.acquire().await?;
+        if poll_then_drop(guard.release(), polls, budget)
+            .await
+            .is_none()
+        {
+            cancelled += 1;
+        }
+        client.flush().await;
+        let Some(other) = ctx.contender(&name).try_acquire().await? else {
+            return Err(crate::Failure(format!(
+                "after a release dropped after {polls} polls and {budget:?} (round {round}), \
+                 the lock stayed held"
+            )));
+        };
+        check!(other.release().await?, "the contender lost its lock");
+    }
+    check!(cancelled > 0, "no release was cancelled mid-flight");
+    Ok(())
+}
+
 /// A waiter dropped while waiting leaves its place: after the holder releases, the next waiter
 /// gets the lock at once (a fair lock would otherwise keep it for the dead waiter's turn).
 pub(super) async fn cancelled_waiter_leaves_the_queue(ctx: Ctx) -> Outcome {

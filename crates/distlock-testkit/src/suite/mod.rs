@@ -458,6 +458,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(cancel::cancelled_acquire_leaves_nothing_held),
         ),
         (
+            "cancelled_release_still_frees",
+            Each,
+            ANY,
+            case(cancel::cancelled_release_still_frees),
+        ),
+        (
             "cancelled_waiter_leaves_the_queue",
             Each,
             ANY,

@@ -126,6 +126,53 @@ impl Engine {
     }
 }
 
+/// A future run in the caller's task, or — if the caller drops it unfinished — run to its end in
+/// the background ([`Engine::spawn_detached`], so [`Engine::flush`] waits for it): for steps the
+/// store must see whole whatever the caller does, such as a release, which a dropped guard also
+/// finishes in the background.
+pub(crate) struct Finishing<T: Send + 'static> {
+    engine: Arc<Engine>,
+    step: Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Finishing<T> {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        step: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Self {
+        Finishing {
+            engine,
+            step: Some(Box::pin(step)),
+        }
+    }
+}
+
+impl<T: Send + 'static> std::future::Future for Finishing<T> {
+    type Output = T;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        let Some(step) = self.step.as_mut() else {
+            panic!("Finishing polled after it finished");
+        };
+        let out = std::task::ready!(step.as_mut().poll(cx));
+        self.step = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Finishing<T> {
+    fn drop(&mut self) {
+        if let Some(step) = self.step.take() {
+            self.engine.spawn_detached(async move {
+                step.await;
+            });
+        }
+    }
+}
+
 /// Counts a background task as finished when dropped: also when the task is cancelled.
 struct Finished(Arc<Background>);
 
