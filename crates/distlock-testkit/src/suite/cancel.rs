@@ -29,16 +29,29 @@ pub(super) async fn cancelled_acquire_leaves_nothing_held(ctx: Ctx) -> Outcome {
                 );
             }
         }
-        client.flush().await;
-        let Some(other) = ctx.contender(&name).try_acquire().await? else {
-            return Err(crate::Failure(format!(
-                "after an acquisition dropped after {polls} polls and {budget:?} (round {round}), \
-                 the lock stayed held"
-            )));
-        };
-        check!(other.release().await?, "the contender lost its lock");
+        let dropped =
+            format!("an acquisition dropped after {polls} polls and {budget:?} (round {round})");
+        free_once_flushed(&ctx, &client, &name, &dropped).await?;
     }
     check!(cancelled > 0, "no acquisition was cancelled mid-flight");
+    Ok(())
+}
+
+/// Once `client`'s background work has run, the lock `name` is free for a contender at once;
+/// `dropped` says what was dropped before.
+async fn free_once_flushed(
+    ctx: &Ctx,
+    client: &distlock::Client,
+    name: &str,
+    dropped: &str,
+) -> Outcome {
+    client.flush().await;
+    let Some(other) = ctx.contender(name).try_acquire().await? else {
+        return Err(crate::Failure(format!(
+            "after {dropped}, the lock stayed held"
+        )));
+    };
+    check!(other.release().await?, "the contender lost its lock");
     Ok(())
 }
 
@@ -86,14 +99,9 @@ pub(super) async fn cancelled_release_still_frees(ctx: Ctx) -> Outcome {
         {
             cancelled += 1;
         }
-        client.flush().await;
-        let Some(other) = ctx.contender(&name).try_acquire().await? else {
-            return Err(crate::Failure(format!(
-                "after a release dropped after {polls} polls and {budget:?} (round {round}), \
-                 the lock stayed held"
-            )));
-        };
-        check!(other.release().await?, "the contender lost its lock");
+        let dropped =
+            format!("a release dropped after {polls} polls and {budget:?} (round {round})");
+        free_once_flushed(&ctx, &client, &name, &dropped).await?;
     }
     check!(cancelled > 0, "no release was cancelled mid-flight");
     Ok(())
