@@ -24,7 +24,7 @@ use zookeeper_client::{Acls, CreateMode, CreateOptions, MultiReadResult, MultiWr
 
 use super::nodes::escape;
 use super::session::on_session;
-use super::{Inner, NAME, PARENT};
+use super::{EPHEMERAL, Inner, NAME, PARENT};
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
 use crate::backends::text_records::{decode_entry, encode_entry};
 use crate::error::{Error, ErrorKind, Result};
@@ -32,8 +32,6 @@ use crate::types::{FencingToken, LockName};
 
 /// The record and log nodes: persistent, open to every client.
 const PERSISTENT: CreateOptions<'static> = CreateMode::Persistent.with_acls(Acls::anyone_all());
-/// The `alive` node: it goes with the session that wrote the latest entry.
-const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
 /// How many log nodes one multi-read fetches.
 const READ_BATCH: u64 = 64;
 /// How often a write that lost a compare-and-set race is tried again before giving up.

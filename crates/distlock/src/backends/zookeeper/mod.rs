@@ -52,6 +52,9 @@ const CONTENDER: CreateOptions<'static> =
 /// child is gone (as Curator's `creatingParentContainersIfNeeded`), so empty locks leave
 /// nothing behind and a create racing the deletion just creates the parent again.
 const PARENT: CreateOptions<'static> = CreateMode::Container.with_acls(Acls::anyone_all());
+/// Nodes that go with the session that made them: an election's `alive` node, a session's
+/// beacon (`session.rs`).
+const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
 
 type Holding = super::queue::Holding<Session>;
 type Holdings = super::queue::Holdings<Session>;

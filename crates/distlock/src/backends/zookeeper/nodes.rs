@@ -148,6 +148,9 @@ impl LockNodes {
     }
 }
 
+/// The parent of the sessions' beacons (`session.rs`), a child of the chroot.
+pub(super) const SESSIONS: &str = "%sessions";
+
 /// The lock parents `<name>`, `<name>%fair`, `<name>%sem` a status may find among the children
 /// of the chroot: the lock's name and which parent it is, `None` for anything else (election
 /// and latch nodes, names no escaping made).
@@ -156,7 +159,7 @@ pub(super) fn parse_parent(child: &str) -> Option<(String, Parent)> {
         (n, Parent::Fair)
     } else if let Some(n) = child.strip_suffix("%sem") {
         (n, Parent::Semaphore)
-    } else if child.ends_with("%elect") || child.ends_with("%latch") {
+    } else if child.ends_with("%elect") || child.ends_with("%latch") || child == SESSIONS {
         return None;
     } else {
         (child, Parent::Shared)
