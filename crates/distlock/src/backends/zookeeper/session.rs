@@ -2,7 +2,9 @@
 //! to (ephemeral), checked in the background. The session is over when it can no longer be
 //! assumed alive: its timeout has run out, counted from the send time of the last check the
 //! ensemble confirmed (a paused or cut-off process finds it over as soon as it runs again), or
-//! the client says it expired or closed.
+//! the client says it expired or closed. Every holding of the session then fires its lost
+//! signal at once, the session is closed for good (were it to reconnect, its nodes would come
+//! back with it), and the next take starts a new session.
 //!
 //! The check is a write (to the session's own ephemeral beacon, `<chroot>/%sessions/<id>`), not
 //! a read: a server answers reads from its own state, and a leader cut off from its followers
@@ -11,9 +13,7 @@
 //! was about to expire, and the holder could believe it held a lock already given away (a race
 //! of the old leader's step-down against the new one's election, lost once in about 18 runs of
 //! the cut-off-leader case). A write is committed by a quorum, which a cut-off server cannot
-//! reach, so only the side that can expire the session confirms it. Every holding of the session then fires its lost
-//! signal at once, the session is closed for good (were it to reconnect, its nodes would come
-//! back with it), and the next take starts a new session.
+//! reach, so only the side that can expire the session confirms it.
 //!
 //! The same check also reads the nodes of the session's holdings (pipelined with it: no round
 //! trip of its own, none per acquisition): a holding whose node someone else deleted (a forced
@@ -205,8 +205,8 @@ impl Sessions {
 /// Checks the session every third of its timeout with a write to its beacon (see the module
 /// comment for why not a read); the answer's send time plus the timeout is how long the session
 /// is sure to live (the ensemble expires a session only a full timeout after it last heard from
-/// it). A failed check is tried again until that
-/// has run out; then, or when the client reports the session expired or closed, it is over.
+/// it). A failed check is tried again until that has run out; then, or when the client reports
+/// the session expired or closed, it is over.
 async fn check(
     client: Client,
     beacon: String,
