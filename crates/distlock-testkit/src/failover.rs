@@ -1,7 +1,8 @@
 //! Workloads for the tests that kill and pause members of a replicated store (an etcd cluster, a
 //! ZooKeeper ensemble, Redlock's masters): lock cycles that must keep working while a minority is
-//! down ([`cycles`]), and workers contending for one lock while the leader dies ([`contend`]),
-//! whose holds are checked for overlaps and token order.
+//! down ([`cycles`]), workers contending for one lock while the leader dies ([`contend`]),
+//! whose holds are checked for overlaps and token order, and a holder whose only member is taken
+//! away from the others ([`holder_cut_off_is_lost_before_its_successor`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use distlock::{Client, ErrorKind};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::faults::peers::Partitionable;
 use crate::history::{self, Hold, Verdict};
 use crate::{Failure, Outcome, check, monotonic_ns};
 
@@ -298,4 +300,140 @@ impl Contended {
         );
         Ok(())
     }
+}
+
+/// One run of [`holder_cut_off_is_lost_before_its_successor`]: member `x` of the cluster, the
+/// only one the holder reaches (`holder_url`); the waiter reaches the others (`waiter_url`);
+/// their sessions last `session`. `how` the member is taken away ("paused", "cut off"), and how
+/// long it may go on answering the holder after that (`answers_on`: a leader cut off from its
+/// followers serves its clients until it finds it has no quorum).
+pub struct CutOff<'a> {
+    pub holder_url: String,
+    pub waiter_url: String,
+    pub session: Duration,
+    pub how: &'a str,
+    pub answers_on: Duration,
+}
+
+/// A holder reaching the cluster only through one member, a waiter through the others; `cut`
+/// takes that member away from the others, `restore` brings it back. The holder's lost signal
+/// fires within `answers_on`, the session and a bit; by its own clock it has lost the lock when
+/// the waiter gets it; the waiter's token is larger; and once the member serves again the old
+/// holder takes the lock anew, with a larger token still.
+pub async fn holder_cut_off_is_lost_before_its_successor<C: Partitionable>(
+    cluster: &mut C,
+    run: CutOff<'_>,
+    cut: impl FnOnce(&mut C) -> Result<(), Failure>,
+    restore: impl FnOnce(&mut C) -> Result<(), Failure>,
+) -> Outcome {
+    const NAME: &str = "cut-off-member";
+    let CutOff {
+        holder_url,
+        waiter_url,
+        session,
+        how,
+        answers_on,
+    } = run;
+    let holder_client = client(&holder_url).await?;
+    let waiter_client = client(&waiter_url).await?;
+    let held = Arc::new(
+        holder_client
+            .lock(NAME)
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .map_err(fail)?,
+    );
+    let token = held.fencing_token();
+    let lost = held.lost();
+    let lost = tokio::spawn(async move {
+        let e = lost.await;
+        (Instant::now(), e)
+    });
+    let waiter = tokio::spawn({
+        let held = held.clone();
+        async move {
+            let got = waiter_client
+                .lock(NAME)
+                .acquire_timeout(Duration::from_secs(20))
+                .await;
+            // By the holder's own clock, at the moment the successor has the lock.
+            let holder_knew = held.is_lost();
+            (Instant::now(), got, holder_knew, waiter_client)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check!(!waiter.is_finished(), "the waiter got a held lock");
+
+    blocking(|| cut(cluster))?;
+    let stopped = Instant::now();
+    let within = session + answers_on + Duration::from_secs(2);
+    let lost = tokio::time::timeout(within, lost).await;
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiter).await;
+    blocking(|| restore(cluster))?;
+    let (lost_at, e) = lost
+        .map_err(|_| {
+            Failure(format!(
+                "lost() did not fire within {within:?} of the holder's only member being {how}"
+            ))
+        })?
+        .map_err(|e| Failure(e.to_string()))?;
+    check!(e.kind() == ErrorKind::LeaseLost, "lost() said {}", why(&e));
+    let (got_at, got, holder_knew, _waiter_client) = waited
+        .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
+        .map_err(|e| Failure(e.to_string()))?;
+    let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
+    eprintln!(
+        "member {how}: the holder's lost() fired {:?} after, the successor took the lock {:?} \
+         after",
+        lost_at - stopped,
+        got_at - stopped
+    );
+    // The holder's own clock is what counts (is_lost() checks it on every call); when its
+    // lost() task got to run is only reported.
+    check!(
+        holder_knew,
+        "the successor got the lock {:?} after the member was {how} while the holder still \
+         believed it held it (its lost() fired {:?} after)",
+        got_at - stopped,
+        lost_at - stopped
+    );
+    check!(
+        guard.fencing_token() > token,
+        "the successor's token {:?} is not above the lost holder's {token:?}",
+        guard.fencing_token()
+    );
+
+    let held = Arc::try_unwrap(held).map_err(|_| Failure("the guard is still shared".into()))?;
+    let released = held.release().await.map_err(fail)?;
+    check!(
+        !released,
+        "the lost holder's release says it still held the lock"
+    );
+    check!(
+        guard.release().await.map_err(fail)?,
+        "the successor's holding was lost"
+    );
+    // Its member serves again once it has caught up with the leader (a ZooKeeper member serves
+    // no client until then): the holder's client starts a new session and takes the lock anew.
+    let all: Vec<usize> = (0..cluster.members()).collect();
+    blocking(|| cluster.leader_among(&all))?;
+    let again = holder_client
+        .lock(NAME)
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .map_err(|e| {
+            Failure(format!(
+                "the old holder once its member ran again: {}",
+                why(&e)
+            ))
+        })?;
+    check!(
+        again.fencing_token() > token,
+        "the old holder's new token is not larger"
+    );
+    check!(
+        again.release().await.map_err(fail)?,
+        "its new holding was lost"
+    );
+    Ok(())
 }

@@ -4,7 +4,6 @@
 //! freed. Each test starts its own cluster on free ports; they take turns (see
 //! [`one_at_a_time`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::ErrorKind;
@@ -171,11 +170,16 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster(3))?;
     let x = follower(&cluster)?;
-    holder_cut_off_is_lost_before_its_successor(
+    let run = failover::CutOff {
+        holder_url: cluster.member_url(x, TTL),
+        waiter_url: cluster.members_url(&others(x), TTL),
+        session: TTL_D,
+        how: "paused",
+        answers_on: Duration::ZERO,
+    };
+    failover::holder_cut_off_is_lost_before_its_successor(
         &mut cluster,
-        x,
-        "paused",
-        Duration::ZERO,
+        run,
         |cluster| cluster.stop(x),
         |cluster| cluster.cont(x),
     )
@@ -193,131 +197,21 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster_with_peer_links(3))?;
     let x = blocking(|| cluster.leader())?;
-    holder_cut_off_is_lost_before_its_successor(
-        &mut cluster,
-        x,
-        "cut off",
+    let run = failover::CutOff {
+        holder_url: cluster.member_url(x, TTL),
+        waiter_url: cluster.members_url(&others(x), TTL),
+        session: TTL_D,
+        how: "cut off",
         // It answers keep-alives until check-quorum steps it down: an election timeout, 1 s.
-        Duration::from_secs(1),
+        answers_on: Duration::from_secs(1),
+    };
+    failover::holder_cut_off_is_lost_before_its_successor(
+        &mut cluster,
+        run,
         |cluster| cluster.isolate(x),
         |cluster| cluster.heal(),
     )
     .await
-}
-
-/// A holder reaching the cluster only through member `x`, a waiter through the others; `cut`
-/// (`how`) takes `x` away from the others, `restore` brings it back; `x` may go on answering the
-/// holder for `answers_on` after the cut. The holder's lost signal fires within that, the TTL
-/// and a bit, by its own clock it has lost the lock when the waiter gets
-/// it, the waiter's token is larger, and once `x` is back the old holder takes the lock anew.
-async fn holder_cut_off_is_lost_before_its_successor(
-    cluster: &mut EtcdCluster,
-    x: usize,
-    how: &str,
-    answers_on: Duration,
-    cut: impl FnOnce(&mut EtcdCluster) -> Result<(), Failure>,
-    restore: impl FnOnce(&mut EtcdCluster) -> Result<(), Failure>,
-) -> Outcome {
-    let holder_client = client(&cluster.member_url(x, TTL)).await?;
-    let waiter_client = client(&cluster.members_url(&others(x), TTL)).await?;
-    let held = Arc::new(
-        holder_client
-            .lock("cut-off")
-            .acquire_timeout(Duration::from_secs(5))
-            .await
-            .map_err(fail)?,
-    );
-    let token = held.fencing_token();
-    let lost = held.lost();
-    let lost = tokio::spawn(async move {
-        let e = lost.await;
-        (Instant::now(), e)
-    });
-    let waiter = tokio::spawn({
-        let held = held.clone();
-        async move {
-            let got = waiter_client
-                .lock("cut-off")
-                .acquire_timeout(Duration::from_secs(20))
-                .await;
-            // By the holder's own clock, at the moment the successor has the lock.
-            let holder_knew = held.is_lost();
-            (Instant::now(), got, holder_knew, waiter_client)
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    check!(!waiter.is_finished(), "the waiter got a held lock");
-
-    blocking(|| cut(cluster))?;
-    let stopped = Instant::now();
-    let within = TTL_D + answers_on + Duration::from_secs(2);
-    let (lost_at, e) = tokio::time::timeout(within, lost)
-        .await
-        .map_err(|_| {
-            Failure(format!(
-                "lost() did not fire within {within:?} of the holder's only member being {how}"
-            ))
-        })?
-        .map_err(|e| Failure(e.to_string()))?;
-    check!(e.kind() == ErrorKind::LeaseLost, "lost() said {}", why(&e));
-    let (got_at, got, holder_knew, _waiter_client) =
-        tokio::time::timeout(Duration::from_secs(15), waiter)
-            .await
-            .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
-            .map_err(|e| Failure(e.to_string()))?;
-    let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
-    eprintln!(
-        "member {how}: the holder's lost() fired {:?} after, the successor took the lock {:?} \
-         after",
-        lost_at - stopped,
-        got_at - stopped
-    );
-    // The holder's own clock is what counts (is_lost() checks it on every call); when its
-    // lost() task got to run is only reported.
-    check!(
-        holder_knew,
-        "the successor got the lock {:?} after the member was {how} while the holder still \
-         believed it held it (its lost() fired {:?} after)",
-        got_at - stopped,
-        lost_at - stopped
-    );
-    check!(
-        guard.fencing_token() > token,
-        "the successor's token {:?} is not above the lost holder's {token:?}",
-        guard.fencing_token()
-    );
-
-    blocking(|| restore(cluster))?;
-    let held = Arc::try_unwrap(held).map_err(|_| Failure("the guard is still shared".into()))?;
-    let released = held.release().await.map_err(fail)?;
-    check!(
-        !released,
-        "the lost holder's release says it still held the lock"
-    );
-    check!(
-        guard.release().await.map_err(fail)?,
-        "the successor's holding was lost"
-    );
-    // Its member runs again: the holder's client starts a new session and takes the lock anew.
-    let again = holder_client
-        .lock("cut-off")
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .map_err(|e| {
-            Failure(format!(
-                "the old holder once its member ran again: {}",
-                why(&e)
-            ))
-        })?;
-    check!(
-        again.fencing_token() > token,
-        "the old holder's new token is not larger"
-    );
-    check!(
-        again.release().await.map_err(fail)?,
-        "its new holding was lost"
-    );
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

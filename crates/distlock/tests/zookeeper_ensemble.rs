@@ -6,7 +6,6 @@
 //!
 //! Without java or ZooKeeper every test fails, naming `scripts/services.sh zk`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::ErrorKind;
@@ -339,11 +338,16 @@ async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_tak
     let _turn = one_at_a_time().await;
     let mut ensemble = ensemble()?;
     let x = follower(&ensemble)?;
-    holder_cut_off_is_lost_before_its_successor(
+    let run = failover::CutOff {
+        holder_url: ensemble.member_url(x, TIMEOUT),
+        waiter_url: ensemble.members_url(&others(x), TIMEOUT),
+        session: TIMEOUT,
+        how: "paused",
+        answers_on: Duration::ZERO,
+    };
+    failover::holder_cut_off_is_lost_before_its_successor(
         &mut ensemble,
-        x,
-        "paused",
-        Duration::ZERO,
+        run,
         |ensemble| ensemble.stop(x),
         |ensemble| ensemble.cont(x),
     )
@@ -360,134 +364,21 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
     let _turn = one_at_a_time().await;
     let mut ensemble = blocking(|| start_zookeeper_ensemble_with_peer_links(3))?;
     let x = blocking(|| ensemble.leader())?;
-    holder_cut_off_is_lost_before_its_successor(
-        &mut ensemble,
-        x,
-        "cut off",
+    let run = failover::CutOff {
+        holder_url: ensemble.member_url(x, TIMEOUT),
+        waiter_url: ensemble.members_url(&others(x), TIMEOUT),
+        session: TIMEOUT,
+        how: "cut off",
         // It serves its clients until it finds it has no quorum: the sync limit, 4 ticks.
-        Duration::from_secs(2),
+        answers_on: Duration::from_secs(2),
+    };
+    failover::holder_cut_off_is_lost_before_its_successor(
+        &mut ensemble,
+        run,
         |ensemble| ensemble.isolate(x),
         |ensemble| ensemble.heal(),
     )
     .await
-}
-
-/// A holder reaching the ensemble only through member `x`, a waiter through the others; `cut`
-/// (`how`) takes `x` away from the others, `restore` brings it back; `x` may go on answering the
-/// holder for `answers_on` after the cut. The holder's lost signal fires within that, the
-/// timeout and a bit, by its own clock it has lost the lock when the waiter
-/// gets it, the waiter's token is larger, and once `x` serves again the old holder takes the
-/// lock anew.
-async fn holder_cut_off_is_lost_before_its_successor(
-    ensemble: &mut ZkEnsemble,
-    x: usize,
-    how: &str,
-    answers_on: Duration,
-    cut: impl FnOnce(&mut ZkEnsemble) -> Result<(), Failure>,
-    restore: impl FnOnce(&mut ZkEnsemble) -> Result<(), Failure>,
-) -> Outcome {
-    const NAME: &str = "cut-off-member";
-    let holder_client = client(&ensemble.member_url(x, TIMEOUT)).await?;
-    let waiter_client = client(&ensemble.members_url(&others(x), TIMEOUT)).await?;
-    let held = Arc::new(
-        holder_client
-            .lock(NAME)
-            .acquire_timeout(Duration::from_secs(5))
-            .await
-            .map_err(fail)?,
-    );
-    let token = held.fencing_token();
-    let lost = held.lost();
-    let lost = tokio::spawn(async move {
-        let e = lost.await;
-        (Instant::now(), e)
-    });
-    let waiter = tokio::spawn({
-        let held = held.clone();
-        async move {
-            let got = waiter_client
-                .lock(NAME)
-                .acquire_timeout(Duration::from_secs(20))
-                .await;
-            // By the holder's own clock, at the moment the successor has the lock.
-            let holder_knew = held.is_lost();
-            (Instant::now(), got, holder_knew, waiter_client)
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    check!(!waiter.is_finished(), "the waiter got a held lock");
-
-    blocking(|| cut(ensemble))?;
-    let stopped = Instant::now();
-    let within = TIMEOUT + answers_on + Duration::from_secs(2);
-    let lost = tokio::time::timeout(within, lost).await;
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiter).await;
-    blocking(|| restore(ensemble))?;
-    let (lost_at, e) = lost
-        .map_err(|_| {
-            Failure(format!(
-                "lost() did not fire within {within:?} of the holder's only member being {how}"
-            ))
-        })?
-        .map_err(|e| Failure(e.to_string()))?;
-    check!(e.kind() == ErrorKind::LeaseLost, "lost() said {}", why(&e));
-    let (got_at, got, holder_knew, _waiter_client) = waited
-        .map_err(|_| Failure("the waiter never got the lock of the lost holder".into()))?
-        .map_err(|e| Failure(e.to_string()))?;
-    let guard = got.map_err(|e| Failure(format!("the waiter: {}", why(&e))))?;
-    eprintln!(
-        "member {how}: the holder's lost() fired {:?} after, the successor took the lock {:?} \
-         after",
-        lost_at - stopped,
-        got_at - stopped
-    );
-    // The holder's own clock is what counts (is_lost() checks it on every call); when its
-    // lost() task got to run is only reported.
-    check!(
-        holder_knew,
-        "the successor got the lock {:?} after the member was {how} while the holder still \
-         believed it held it (its lost() fired {:?} after)",
-        got_at - stopped,
-        lost_at - stopped
-    );
-    check!(
-        guard.fencing_token() > token,
-        "the successor's token {:?} is not above the lost holder's {token:?}",
-        guard.fencing_token()
-    );
-
-    let held = Arc::try_unwrap(held).map_err(|_| Failure("the guard is still shared".into()))?;
-    let released = held.release().await.map_err(fail)?;
-    check!(
-        !released,
-        "the lost holder's release says it still held the lock"
-    );
-    check!(
-        guard.release().await.map_err(fail)?,
-        "the successor's holding was lost"
-    );
-    // Its member runs again (once it has caught up with the leader: until then it serves no
-    // client): the holder's client starts a new session and takes the lock anew.
-    blocking(|| ensemble.leader())?;
-    let again = holder_client
-        .lock(NAME)
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .map_err(|e| {
-            Failure(format!(
-                "the old holder once its member ran again: {}",
-                why(&e)
-            ))
-        })?;
-    check!(
-        again.fencing_token() > token,
-        "the old holder's new token is not larger"
-    );
-    check!(
-        again.release().await.map_err(fail)?,
-        "its new holding was lost"
-    );
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
