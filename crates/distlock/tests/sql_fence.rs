@@ -104,6 +104,38 @@ macro_rules! fence_cases {
                 drop_log(&pool, &table).await;
             }
 
+            /// First writes to new resources, many at once (a new product each): every one is
+            /// accepted. On MariaDB a check that first looked for the missing row locked the gap
+            /// where it would go, and two such first writers then deadlocked on their inserts.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn first_writers_of_new_resources_at_once_are_all_accepted() {
+                let Some(pool) = $pool else { return };
+                let fence = SqlFence::<Db>::install(&pool).await.unwrap();
+                let prefix = db::unique_table("first");
+                let mut writers = Vec::new();
+                for w in 0..WRITERS {
+                    let (pool, prefix) = (pool.clone(), prefix.clone());
+                    writers.push(tokio::spawn(async move {
+                        for round in 0..25u64 {
+                            let resource = format!("{prefix}/{round}/{w}");
+                            let mut tx = pool.begin().await.unwrap();
+                            fence
+                                .check(&mut tx, &resource, FencingToken(round + 1))
+                                .await
+                                .map_err(|e| format!("{resource}: {e}"))?;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            tx.commit().await.unwrap();
+                        }
+                        Ok::<(), String>(())
+                    }));
+                }
+                for w in writers {
+                    w.await.unwrap().unwrap();
+                }
+                let last = fence.last_token(&pool, &format!("{prefix}/24/0")).await.unwrap();
+                assert_eq!(last, Some(FencingToken(25)));
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn single_statement_update_refuses_an_older_token() {
                 let Some(pool) = $pool else { return };

@@ -69,9 +69,16 @@ pub(crate) struct FenceStatements {
     pub(crate) advance: &'static str,
     /// Creates a resource's fence: resource, token.
     pub(crate) create: &'static str,
+    /// `create` runs before `advance`, with [`NO_TOKEN_YET`], so that `advance` always finds
+    /// the row (MySQL: a locking read that finds no row locks a gap, see its
+    /// `fence_create.sql`); otherwise it runs only after `advance` found nothing to raise.
+    pub(crate) create_first: bool,
     /// Reads a resource's fence: resource.
     pub(crate) read: &'static str,
 }
+
+/// The token of a fence row created before its first write is compared: below every token.
+const NO_TOKEN_YET: i64 = -1;
 
 /// A token as the BIGINT column stores it.
 fn to_sql(backend: &'static str, token: FencingToken) -> Result<i64> {
@@ -135,9 +142,19 @@ macro_rules! fence_for {
                 let $n = &LockName::new(resource)?;
                 let value = to_sql($backend, token)?;
                 let fail = |e| from_sqlx($backend, "checking the fence", e);
+                if self.statements.create_first {
+                    sqlx::query(self.statements.create)
+                        .bind($bind)
+                        .bind(NO_TOKEN_YET)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
+                }
                 // The second pass is for a first write raced by another first writer: the row
-                // that writer created is compared once more, after its commit.
-                for pass in 0..2 {
+                // that writer created is compared once more, after its commit. (A row created
+                // first is there to compare on the first pass.)
+                let passes = if self.statements.create_first { 1 } else { 2 };
+                for pass in 0..passes {
                     let raised = sqlx::query(self.statements.advance)
                         .bind(value)
                         .bind($bind)
@@ -148,7 +165,7 @@ macro_rules! fence_for {
                     if raised.rows_affected() > 0 {
                         return Ok(());
                     }
-                    if pass == 1 {
+                    if pass + 1 == passes {
                         break;
                     }
                     let created = sqlx::query(self.statements.create)
@@ -170,7 +187,7 @@ macro_rules! fence_for {
                     $backend,
                     resource,
                     token,
-                    last.map(|t| t as u64),
+                    last.filter(|t| *t > NO_TOKEN_YET).map(|t| t as u64),
                 ))
             }
 
@@ -189,7 +206,10 @@ macro_rules! fence_for {
                     .fetch_optional(executor)
                     .await
                     .map_err(|e| from_sqlx($backend, "reading the fence", e))?;
-                Ok(last.map(|t| FencingToken(t as u64)))
+                // A row created before a check that then failed holds no token yet.
+                Ok(last
+                    .filter(|t| *t > NO_TOKEN_YET)
+                    .map(|t| FencingToken(t as u64)))
             }
 
             /// The single-statement form: runs the caller's `UPDATE`, which must itself set

@@ -36,6 +36,7 @@ pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::
     schema: include_str!("sql/fence_schema.sql"),
     advance: include_str!("sql/fence_advance.sql"),
     create: include_str!("sql/fence_create.sql"),
+    create_first: false,
     read: include_str!("sql/fence_read.sql"),
 };
 

@@ -1,5 +1,11 @@
--- Fence check, step 2 (first write to a resource): create its row with the caller's token.
--- ? resource; ? token.
--- Affects 1 row when created (accepted); 0 when the row exists (a concurrent first writer
--- created it: step 1 is tried once more).
-INSERT IGNORE INTO distlock_fences (resource, token) VALUES (?, ?)
+-- Fence check, step 1 on MySQL/MariaDB (FenceStatements::create_first): make sure the
+-- resource's row exists, and lock it, before step 2 (fence_advance.sql) compares against it.
+-- ? resource; ? a token below every real one (-1: a new row accepts any token in step 2).
+-- Why first: step 2 on a missing row would be a locking read that finds nothing, and InnoDB
+-- (REPEATABLE READ) then locks the gap where the row would go; two first writers of new
+-- resources in the same gap each hold it and deadlock on their inserts (error 1213, seen with
+-- 8 concurrent first writers). An insert holds no gap lock, and on an existing row this
+-- statement takes the row's exclusive lock at once (a duplicate primary key), so concurrent
+-- checks of one resource queue on the row instead of upgrading shared locks into a deadlock.
+-- The new row is the caller's until its transaction ends: a rollback removes it again.
+INSERT INTO distlock_fences (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = token
