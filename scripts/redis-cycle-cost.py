@@ -9,7 +9,9 @@ the cost of one cycle, parsing and replies included.
 
 Variants:
   distlock      the Redis backend's acquire.lua and release.lua as distlock sends them (EVALSHA,
-                prelude.lua in front, with a holder record)
+                prelude.lua's constants and the helpers each calls in front, with a holder record)
+  every-helper  the same with all of prelude.lua in front of each (distlock before it left out
+                the helpers a script does not call)
   unfenced      rslock's cycle: SET key owner NX PX, then its compare-and-delete script
   lean-script   a fenced take reduced to GET, INCR, SET in a script; release GET, DEL
   functions     distlock's scripts registered once as Redis functions (FCALL): the prelude's
@@ -101,8 +103,20 @@ class Server:
         return int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))
 
 
-def with_prelude(body):
-    return (SCRIPTS / "prelude.lua").read_text() + "\n" + body
+def with_prelude(body, every_helper=False):
+    """`body` behind prelude.lua, as `with_helpers` in scripts.rs puts it: the prelude's head and
+    only the helpers the body calls (or that those call), unless `every_helper`."""
+    head, *helpers = (SCRIPTS / "prelude.lua").read_text().split("\nlocal function ")
+    names = [part.split("(")[0].strip() for part in helpers]
+    wanted = [every_helper or f"{name}(" in body for name in names]
+    while True:
+        more = [w or any(t and f"{name}(" in part for part, t in zip(helpers, wanted))
+                for name, w in zip(names, wanted)]
+        if more == wanted:
+            break
+        wanted = more
+    return "".join([head] + ["\nlocal function " + part
+                             for part, w in zip(helpers, wanted) if w]) + "\n" + body
 
 
 def prepare(server, variant):
@@ -118,6 +132,8 @@ def prepare(server, variant):
 
     if variant == "distlock":
         return evalsha(with_prelude(acquire), with_prelude(release))
+    if variant == "every-helper":
+        return evalsha(with_prelude(acquire, True), with_prelude(release, True))
     if variant == "lean-script":
         return evalsha(LEAN_TAKE, LEAN_RELEASE)
     if variant == "unfenced":
@@ -155,7 +171,7 @@ def main():
     print(f"server instructions per uncontended cycle (take + release), {cycles} cycles each")
     port = 6611
     results = {}
-    for variant in ["distlock", "unfenced", "lean-script", "functions", "multi-take"]:
+    for variant in ["distlock", "every-helper", "unfenced", "lean-script", "functions", "multi-take"]:
         idle = run(variant, 0, port)
         busy = run(variant, cycles, port + 1)
         port += 2

@@ -1,4 +1,5 @@
--- prelude.lua: helpers prepended to every distlock script (not a script on its own).
+-- prelude.lua: helpers put in front of distlock's scripts (not a script on its own); a script gets
+-- this file's constants and only the helpers it calls (scripts.rs: each is a closure made per call).
 --
 -- Defines:
 --   now_ms()             the server's clock in milliseconds (TIME): every lease is judged by
