@@ -36,6 +36,10 @@ fn main() -> std::process::ExitCode {
         )
         .case("zk::ended_session_fires_lost", ended_session_fires_lost)
         .case(
+            "zk::deleted_session_beacon_is_made_again",
+            deleted_session_beacon_is_made_again,
+        )
+        .case(
             "zk::readers_share_writers_exclude",
             cases::readers_share_writers_exclude,
         )
@@ -377,6 +381,43 @@ async fn ended_session_fires_lost(ctx: Ctx) -> Outcome {
         .acquire_timeout(Duration::from_secs(5))
         .await?;
     check!(again.release().await?, "release on the new session");
+    Ok(())
+}
+
+/// Every session confirms itself by a write to its beacon, `<chroot>/%sessions/<id>`. Someone
+/// deletes the beacons (a clean-up of the tree, say) while a lock is held: each client makes its
+/// beacon again, so the holder is not lost past its session timeout and releases its lock.
+async fn deleted_session_beacon_is_made_again(ctx: Ctx) -> Outcome {
+    if ctx.flavour.name != "mutex" {
+        return Ok(());
+    }
+    let (zk, chroot) = zk(&ctx).await?;
+    let client = distlock::connect(&ctx.url).await?;
+    let held = client.lock(ctx.unique_name("beacon")).acquire().await?;
+    let sessions = format!("{chroot}/%sessions");
+    let beacons = children(&zk, &sessions).await?;
+    check!(!beacons.is_empty(), "no session beacon under {sessions}");
+    for beacon in &beacons {
+        match zk.delete(&format!("{sessions}/{beacon}"), None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(Failure(format!("deleting {sessions}/{beacon}: {e}"))),
+        }
+    }
+    // Two session timeouts of the suite's URL (3 s): a holder that could not confirm its
+    // session is lost by then.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    check!(
+        !held.is_lost(),
+        "the holder was lost after its session's beacon was deleted"
+    );
+    check!(
+        !children(&zk, &sessions).await?.is_empty(),
+        "no beacon was made again under {sessions}"
+    );
+    check!(
+        held.release().await?,
+        "the holder's release found its lock gone"
+    );
     Ok(())
 }
 

@@ -168,7 +168,7 @@ impl Sessions {
             .map_err(|_| unreachable(format!("no session within {:?}", self.connect_timeout)))?
             .map_err(|e| unreachable(e.to_string()))?;
         let timeout = client.session_timeout();
-        let beacon = make_beacon(&client, &config.prefix)
+        let beacon = Beacon::make(&client, &config.prefix)
             .await
             .map_err(from_zk("creating the session's beacon node"))?;
         let over = Arc::new(watch::channel(false).0);
@@ -209,7 +209,7 @@ impl Sessions {
 /// the session expired or closed, it is over.
 async fn check(
     client: Client,
-    beacon: String,
+    beacon: Beacon,
     shared: Arc<Mutex<Option<Client>>>,
     timeout: Duration,
     confirmed: watch::Sender<Instant>,
@@ -236,7 +236,7 @@ async fn check(
         // The holdings' nodes, asked right behind the session's own check (requests are sent
         // when made, in order, on the one connection).
         let nodes = held.to_check();
-        let session_check = client.set_data(&beacon, b"", None);
+        let session_check = client.set_data(&beacon.path, b"", None);
         let node_checks: Vec<_> = nodes.iter().map(|(p, _)| client.check_stat(p)).collect();
         match tokio::time::timeout(valid_until - sent, session_check).await {
             Ok(Ok(_)) => {
@@ -259,8 +259,7 @@ async fn check(
             Ok(Err(e)) if terminal_error(&e) => break,
             // Someone deleted the beacon: made again, and checked again soon.
             Ok(Err(zookeeper_client::Error::NoNode)) => {
-                let prefix = beacon.rsplitn(3, '/').nth(2).unwrap_or_default().to_owned();
-                if let Err(e) = make_beacon(&client, &prefix).await {
+                if let Err(e) = Beacon::make(&client, &beacon.prefix).await {
                     tracing::debug!(error = %e, "making the session's beacon again failed");
                 }
                 next = Instant::now() + RETRY;
@@ -277,27 +276,42 @@ async fn check(
     over.send_replace(true);
 }
 
-/// Creates the session's beacon `<prefix>/%sessions/<session id>` (ephemeral, so it goes with
-/// the session), and its parent if missing; answers its path.
-async fn make_beacon(
-    client: &Client,
-    prefix: &str,
-) -> std::result::Result<String, zookeeper_client::Error> {
-    let parent = format!("{prefix}/{SESSIONS}");
-    let path = format!("{parent}/{:016x}", client.session_id().0);
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match client.create(&path, b"", &EPHEMERAL).await {
-            Ok(_) | Err(zookeeper_client::Error::NodeExists) => return Ok(path),
-            // The parent is missing (never made, or reaped as an empty container).
-            Err(zookeeper_client::Error::NoNode) if tries < 5 => {
-                match client.mkdir(&parent, &PARENT).await {
-                    Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-                    Err(e) => return Err(e),
+/// The session's beacon node, `<prefix>/%sessions/<session id>`: ephemeral, so it goes with the
+/// session; the checker's write to it confirms the session.
+struct Beacon {
+    /// The chroot its `%sessions` parent is under.
+    prefix: String,
+    path: String,
+}
+
+impl Beacon {
+    /// Creates the beacon of `client`'s session under `prefix`, and its parent if missing (or
+    /// finds it there already).
+    async fn make(
+        client: &Client,
+        prefix: &str,
+    ) -> std::result::Result<Beacon, zookeeper_client::Error> {
+        let parent = format!("{prefix}/{SESSIONS}");
+        let path = format!("{parent}/{:016x}", client.session_id().0);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match client.create(&path, b"", &EPHEMERAL).await {
+                Ok(_) | Err(zookeeper_client::Error::NodeExists) => {
+                    return Ok(Beacon {
+                        prefix: prefix.to_owned(),
+                        path,
+                    });
                 }
+                // The parent is missing (never made, or reaped as an empty container).
+                Err(zookeeper_client::Error::NoNode) if tries < 5 => {
+                    match client.mkdir(&parent, &PARENT).await {
+                        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
 }
