@@ -114,19 +114,6 @@ impl Server {
         }
     }
 
-    /// Sends `script` by hash at once, on the open pipelined connection, behind every request
-    /// sent on it before and ahead of every one after, and never reads its answer: for a request
-    /// that must reach the server after one whose answer was given up on, without waiting. False
-    /// when it could not be sent so (no open connection, or a TLS one): nothing was sent. A server
-    /// that lost its script cache answers `NOSCRIPT` and nothing happens; it is not loaded and
-    /// sent again, as that would lose the request's place.
-    pub(crate) fn send_unawaited(&self, script: &Script, keys: &[String], args: &[&str]) -> bool {
-        match &self.conn {
-            Conn::Pipelined(conn) => conn.send_now(&evalsha(script, keys, args)),
-            Conn::Managed(_) => false,
-        }
-    }
-
     /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
     /// the server (connection refused, or the write itself failed) is retried for a while, so a
     /// server restart is ridden out; an error after which the script may have run is returned
@@ -138,7 +125,19 @@ impl Server {
         args: &[&str],
         what: &str,
     ) -> Result<T> {
-        let evalsha = evalsha(script, keys, args);
+        // The EVALSHA command is packed once, straight from the borrowed keys and arguments
+        // (redis-rs' `ScriptInvocation` copies each into a vector of its own first).
+        let size: usize = keys.iter().map(String::len).sum::<usize>()
+            + args.iter().map(|a| a.len()).sum::<usize>()
+            + script.get_hash().len()
+            + 8;
+        let mut evalsha = Cmd::with_capacity(3 + keys.len() + args.len(), size);
+        evalsha
+            .arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
         let mut conn = self.conn.clone();
         let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
@@ -167,23 +166,6 @@ impl Server {
             }
         }
     }
-}
-
-/// `EVALSHA` of `script`, packed once straight from the borrowed keys and arguments (redis-rs'
-/// `ScriptInvocation` copies each into a vector of its own first).
-fn evalsha(script: &Script, keys: &[String], args: &[&str]) -> Cmd {
-    let size: usize = keys.iter().map(String::len).sum::<usize>()
-        + args.iter().map(|a| a.len()).sum::<usize>()
-        + script.get_hash().len()
-        + 8;
-    let mut evalsha = Cmd::with_capacity(3 + keys.len() + args.len(), size);
-    evalsha
-        .arg("EVALSHA")
-        .arg(script.get_hash())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
-    evalsha
 }
 
 /// The command connection: pipelined over plain TCP, redis-rs' own over TLS.

@@ -66,13 +66,10 @@ const REST: Duration = Duration::from_millis(500);
 impl Master {
     /// The masters `config` names, none connected yet.
     pub(super) fn all(config: &RedlockConfig) -> Vec<Master> {
-        // A refused request is not retried on the same master: the quorum is the retry. Each
-        // request is bounded by the response timeout here (`run`), so the connection itself
-        // gives up on a master only after twice that: a take given up on keeps its place on the
-        // connection, and the undo sent after it (`send_unawaited`) reaches the master behind it.
+        // A refused request is not retried on the same master: the quorum is the retry.
         let options = Options::default()
             .connect_timeout(config.connect_timeout)
-            .response_timeout(config.response_timeout * 2)
+            .response_timeout(config.response_timeout)
             .retry_for(Duration::ZERO);
         config
             .masters
@@ -156,13 +153,6 @@ impl Master {
             *self.resting() = Some(Instant::now() + REST);
         }
         answer
-    }
-
-    /// Sends `call` now, behind whatever this client sent this master before, without awaiting
-    /// the answer (see `Server::send_unawaited`), resting or not: false when nothing was sent.
-    pub(super) fn send_unawaited(&self, call: Call<'_>) -> bool {
-        self.connected()
-            .is_some_and(|server| server.send_unawaited(call.script, call.keys, call.args))
     }
 
     /// The keys matching `pattern` on this master (see `Server::scan`), within `limit`.

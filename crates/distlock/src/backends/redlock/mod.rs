@@ -219,6 +219,7 @@ impl RedlockBackend {
         keys: &[String],
         shares: &[Share],
         chosen: u64,
+        raised: &mut [bool],
     ) -> usize {
         // What each master is asked: winners behind `chosen` move their share (naming the token
         // they drew), masters held by another only raise their counter ('').
@@ -241,50 +242,83 @@ impl RedlockBackend {
         let chosen_text = chosen.to_string();
         let owner = req.owner.as_str();
         let limit = self.limit(req);
-        let calls = self.masters.iter().zip(&asks).filter_map(|(m, drew)| {
-            let drew = drew.as_deref()?;
-            let args = [owner, drew, chosen_text.as_str()];
-            Some(async move {
-                let done: Result<i64> = m
-                    .run(
-                        Call {
-                            script: &RAISE_FENCE,
-                            keys,
-                            args: &args,
-                            what: "raising the fencing counter",
-                        },
-                        limit,
-                    )
-                    .await;
-                // Only a winner's share counts towards the majority that carries `chosen`.
-                !drew.is_empty() && matches!(done, Ok(1))
-            })
-        });
-        at_chosen + join_all(calls).await.into_iter().filter(|ok| *ok).count()
-    }
-
-    /// Frees whatever shares an attempt that did not win may have taken: on every master that
-    /// won or did not answer in time (a take whose answer was given up on usually ran), by owner
-    /// alone (the raise may or may not have moved a share's token). Nothing is awaited: each
-    /// release is queued on its master's connection now, behind the take and ahead of whatever
-    /// this client sends after, so it cannot free a later attempt's share, and a master that
-    /// does not answer costs the failed take no more time. A master whose connection broke gets
-    /// nothing: its share, if any, lapses with the lease.
-    fn undo(&self, req: &LockRequest, shares: &[Share]) {
-        let k = Keys::new(req.kind, &req.name);
-        let (keys, channel) = (k.release(), k.channel());
-        let args = [req.owner.as_str(), channel.as_str(), ""];
-        let call = Call::new(
-            &SCRIPTS.ops(req.kind).release,
-            &keys,
-            &args,
-            "undoing a share of a failed take",
-        );
-        for (master, share) in self.masters.iter().zip(shares) {
-            if !matches!(share, Share::Held(_)) {
-                master.send_unawaited(call);
+        let calls = self
+            .masters
+            .iter()
+            .zip(&asks)
+            .enumerate()
+            .filter_map(|(i, (m, drew))| {
+                let drew = drew.as_deref()?;
+                let args = [owner, drew, chosen_text.as_str()];
+                Some(async move {
+                    let done: Result<i64> = m
+                        .run(
+                            Call {
+                                script: &RAISE_FENCE,
+                                keys,
+                                args: &args,
+                                what: "raising the fencing counter",
+                            },
+                            limit,
+                        )
+                        .await;
+                    // Only a winner's share counts towards the majority that carries `chosen`.
+                    (i, !drew.is_empty() && matches!(done, Ok(1)))
+                })
+            });
+        let mut carried = at_chosen;
+        for (i, ok) in join_all(calls).await {
+            if ok {
+                raised[i] = true;
+                carried += 1;
             }
         }
+        carried
+    }
+
+    /// Frees whatever shares an attempt that did not win took: each with the token its master
+    /// drew (and `chosen`, where the raise may have moved it there).
+    async fn undo(
+        &self,
+        req: &LockRequest,
+        shares: &[Share],
+        chosen: Option<u64>,
+        raised: &[bool],
+    ) {
+        let k = Keys::new(req.kind, &req.name);
+        let (keys, channel) = (k.release(), k.channel());
+        let owner = req.owner.as_str();
+        let limit = self.limit(req);
+        let release = &SCRIPTS.ops(req.kind).release;
+        let calls =
+            self.masters
+                .iter()
+                .zip(shares)
+                .zip(raised)
+                .filter_map(|((m, share), raised)| {
+                    let Share::Won(drew) = share else { return None };
+                    let token = match chosen {
+                        Some(c) if *raised => c,
+                        _ => *drew,
+                    }
+                    .to_string();
+                    let (keys, channel) = (&keys, &channel);
+                    Some(async move {
+                        let args = [owner, channel.as_str(), token.as_str()];
+                        let _: Result<i64> = m
+                            .run(
+                                Call {
+                                    script: release,
+                                    keys,
+                                    args: &args,
+                                    what: "undoing a share of a failed take",
+                                },
+                                limit,
+                            )
+                            .await;
+                    })
+                });
+        join_all(calls).await;
     }
 }
 
@@ -391,9 +425,12 @@ impl RedlockBackend {
                 _ => None,
             })
             .collect();
+        let mut raised = vec![false; shares.len()];
         let chosen = won.iter().copied().max();
         if let Some(chosen) = chosen.filter(|_| won.len() >= self.quorum) {
-            let carried = self.raise_fence(req, &keys, &shares, chosen).await;
+            let carried = self
+                .raise_fence(req, &keys, &shares, chosen, &mut raised)
+                .await;
             // Counted from the send time of the first request, after every answer (and the
             // raise): the shares' leases started no earlier than `sent`.
             if let Some(valid_for) = quorum::validity(lease, sent.elapsed())
@@ -406,7 +443,9 @@ impl RedlockBackend {
             }
         }
         // Not won: give back every share taken, on every master at once.
-        self.undo(req, &shares);
+        if !won.is_empty() {
+            self.undo(req, &shares, chosen, &raised).await;
+        }
         let answered = shares
             .iter()
             .filter(|s| !matches!(s, Share::Failed(_)))
