@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use distlock::backend::{Attempt, LockRequest};
+use distlock::{Lease, LockKind, LockName, OwnerToken};
 use distlock_testkit::child::{ChildProcess, Role, Spec};
-use distlock_testkit::{Ctx, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
     // Removed when the run ends; child processes get the URL from their spec.
@@ -13,6 +15,14 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| format!("sqlite:{}", dir.path().join("locks.db").display()));
     Suite::new("sqlite", "SQLite file", url)
         .case("sqlite::processes_create_one_file_at_once", create_at_once)
+        .case(
+            "sqlite::hand_over_in_memory_keeps_exclusion_and_fencing",
+            hand_over_in_memory,
+        )
+        .case(
+            "sqlite::forced_release_stops_hand_overs_in_memory",
+            forced_release_stops_hand_overs,
+        )
         .run()
 }
 
@@ -44,5 +54,193 @@ async fn create_at_once(ctx: Ctx) -> Outcome {
         child.finish(Duration::from_secs(10)).await?;
     }
     check!(holds.len() == 160, "{} holds of 160", holds.len());
+    Ok(())
+}
+
+fn request(name: &str, lease: Duration) -> Result<LockRequest, Failure> {
+    Ok(LockRequest::new(
+        LockName::new(name)?,
+        LockKind::Mutex,
+        OwnerToken::random(),
+        Lease::new(lease)?,
+    ))
+}
+
+/// The token of an attempt that must have acquired.
+fn acquired(attempt: Attempt, what: &str) -> Result<u64, Failure> {
+    match attempt {
+        Attempt::Acquired { token, .. } => Ok(token.get()),
+        other => Err(Failure(format!("{what}: {other:?}"))),
+    }
+}
+
+/// The token the file names for `name`, as another client reads it.
+async fn token_in_file(other: &distlock::Client, name: &str) -> Result<Option<u64>, Failure> {
+    let status = other.status(name).await?;
+    Ok(status
+        .first()
+        .and_then(|s| s.holdings.first())
+        .map(|h| h.token.get()))
+}
+
+/// A release hands the lock to a waiter of its own client in memory: no write, so the file still
+/// names the first holding. Another client (its own writer and memory, as another process would
+/// be) must find the lock held throughout; the first holder's stale release and renewal must be
+/// refused and change nothing; the file must name the new holding from the next write about
+/// the lock on; and tokens must increase: first holder < waiter < the next take anywhere.
+async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("handed");
+    let lease = Duration::from_secs(10);
+    let (first, second) = (request(&name, lease)?, request(&name, lease)?);
+    let backend = ctx.client.backend();
+    let other = distlock::connect(&ctx.url).await?;
+
+    let t1 = acquired(backend.try_take(&first).await?, "the first take")?;
+    let mut waiter = backend
+        .waiter(&second)
+        .expect("the SQLite backend has a waiter");
+    check!(
+        matches!(waiter.poll().await?, Attempt::Held { .. }),
+        "the waiter did not find the lock held"
+    );
+    check!(
+        backend.release(&first, None).await?,
+        "the holder's release was refused"
+    );
+    let t2 = acquired(waiter.poll().await?, "the waiter after the release")?;
+    check!(
+        t2 > t1,
+        "the waiter's token {t2} is not above the first's {t1}"
+    );
+    // Handed over in memory: the file has not been written.
+    check!(
+        token_in_file(&other, &name).await? == Some(t1),
+        "the file no longer names the first holding: the hand-over was written"
+    );
+    check!(
+        other.lock(&name).try_acquire().await?.is_none(),
+        "another client took the lock the waiter was handed"
+    );
+
+    // The first holder's stale renewal and release change nothing, and make the file name the
+    // waiter (a write about the lock moves the row first).
+    check!(
+        backend
+            .extend(&first, distlock::FencingToken(t1))
+            .await?
+            .is_none(),
+        "the first holder renewed a lock it had handed over"
+    );
+    check!(
+        !backend
+            .release(&first, Some(distlock::FencingToken(t1)))
+            .await?,
+        "the first holder released a lock it had handed over"
+    );
+    check!(
+        token_in_file(&other, &name).await? == Some(t2),
+        "after a write about the lock the file names {:?}, not the waiter's {t2}",
+        token_in_file(&other, &name).await?
+    );
+    check!(
+        other.lock(&name).try_acquire().await?.is_none(),
+        "another client took the lock after the first holder's stale release"
+    );
+
+    check!(
+        backend
+            .extend(&second, distlock::FencingToken(t2))
+            .await?
+            .is_some(),
+        "the waiter could not renew its holding"
+    );
+    check!(
+        backend
+            .release(&second, Some(distlock::FencingToken(t2)))
+            .await?,
+        "the waiter could not release its holding"
+    );
+    let next = other
+        .lock(&name)
+        .try_acquire()
+        .await?
+        .ok_or_else(|| Failure("the lock was not free after the waiter released it".into()))?;
+    check!(
+        next.fencing_token().get() > t2,
+        "a later take drew {} after the handed-over {t2}",
+        next.fencing_token()
+    );
+    next.release().await?;
+    Ok(())
+}
+
+/// A holder handed the lock in memory is released by force from another client: the file's row
+/// is gone, so its release must not hand the lock on in memory to the next waiter of its client
+/// (who would then hold a lock the file says is free); the waiter gets it only by a take, with a
+/// token above the one the forced release drew.
+async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("forced");
+    let lease = Duration::from_secs(10);
+    let (first, second, third) = (
+        request(&name, lease)?,
+        request(&name, lease)?,
+        request(&name, lease)?,
+    );
+    let backend = ctx.client.backend();
+    let other = distlock::connect(&ctx.url).await?;
+
+    acquired(backend.try_take(&first).await?, "the first take")?;
+    let mut second_waiter = backend.waiter(&second).expect("a waiter");
+    let mut third_waiter = backend.waiter(&third).expect("a waiter");
+    for waiter in [&mut second_waiter, &mut third_waiter] {
+        check!(
+            matches!(waiter.poll().await?, Attempt::Held { .. }),
+            "a waiter did not find the lock held"
+        );
+    }
+    check!(
+        backend.release(&first, None).await?,
+        "the holder's release was refused"
+    );
+    let t2 = acquired(second_waiter.poll().await?, "the second after the release")?;
+
+    let forced = other.force_release(&name, LockKind::Mutex).await?;
+    check!(
+        forced.fence.get() > t2,
+        "the forced release drew {} below the holder's {t2}",
+        forced.fence
+    );
+    let taker = other
+        .lock(&name)
+        .try_acquire()
+        .await?
+        .ok_or_else(|| Failure("the lock was not free after the forced release".into()))?;
+    // The forced-out holder releases: nothing of it is in the file any more.
+    check!(
+        !backend
+            .release(&second, Some(distlock::FencingToken(t2)))
+            .await?,
+        "the forced-out holder's release was accepted"
+    );
+    check!(
+        matches!(third_waiter.poll().await?, Attempt::Held { .. }),
+        "the next waiter was handed a lock another client holds"
+    );
+    taker.release().await?;
+    let t3 = acquired(
+        third_waiter.poll().await?,
+        "the third once the lock was free",
+    )?;
+    check!(
+        t3 > forced.fence.get(),
+        "the third drew {t3}, not above the forced release's {}",
+        forced.fence
+    );
+    check!(
+        backend.release(&third, None).await?,
+        "the third's release was refused"
+    );
+    third_waiter.leave().await?;
+    second_waiter.leave().await?;
     Ok(())
 }

@@ -70,6 +70,6 @@ pub(super) fn force_release(
         .map(|(row, _)| row);
     let fence: i64 = conn
         .prepare_cached(include_str!("sql/next_token.sql"))?
-        .query_row(params![name, clock::wall_us()], |row| row.get(0))?;
+        .query_row(params![name, clock::wall_us(), 0], |row| row.get(0))?;
     Ok((removed, fence))
 }

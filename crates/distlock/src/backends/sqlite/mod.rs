@@ -6,7 +6,9 @@
 //! * this file: [`SqliteBackend`], the [`Backend`] methods as `writer::Op`s;
 //! * `writer.rs`: the thread that owns the connection and runs the ops, several per
 //!   transaction (group commit), each take one `BEGIN IMMEDIATE` transaction with its fencing
-//!   token; a release hands the lock to a waiter of its process in the same transaction;
+//!   token;
+//! * `handover.rs`: a release hands the lock to a waiter of its client, in memory when it can,
+//!   else in the release's transaction;
 //! * `waiter.rs`: a waiter: takes, parks with the writer, wakes on a grant or a notice;
 //! * `sidecar.rs`: the `PATH-distlock` file: its flock queues writers of all processes in the
 //!   kernel, its release counters are bumped by every release;
@@ -19,6 +21,7 @@
 #![doc = include_str!("docs.md")]
 
 mod clock;
+mod handover;
 mod inspect;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod notices;
@@ -186,12 +189,17 @@ fn unexpected(what: &str, answer: SyncAnswer) -> Error {
     .with_backend(NAME)
 }
 
-/// Frees the owner's holding (the one with `token`, when given).
+/// Frees the owner's holding (the one with `token`, when given), or hands it to a waiter of
+/// this client in memory (`handover.rs`).
 async fn release(writer: &Writer, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+    let token_number = token.map(|t| t.get() as i64);
+    if writer.hand_over(req.name.as_str(), req.owner.as_str(), token_number) {
+        return Ok(true);
+    }
     let op = Op::Release {
         name: req.name.as_str().to_string(),
         owner: req.owner.as_str().to_string(),
-        token: token.map(|t| t.get() as i64),
+        token: token_number,
     };
     let done = writer.run(op).await.map_err(err("freeing the lock"))?;
     Ok(matches!(done, Answer::Done(true)))

@@ -65,6 +65,17 @@ impl Sidecar {
         }
     }
 
+    /// The release counter of `slot`.
+    pub(super) fn counter(&self, slot: usize) -> io::Result<u64> {
+        let mut counter = [0u8; 8];
+        // A file shorter than the slot reads as zero (the slot was never bumped).
+        let n = self.file.read_at(&mut counter, (slot * 8) as u64)?;
+        if n < 8 {
+            counter = [0; 8];
+        }
+        Ok(u64::from_le_bytes(counter))
+    }
+
     /// Every release counter; a file shorter than [`SLOTS`] counters reads as zeros past its end.
     pub(super) fn counters(&self) -> io::Result<Vec<u64>> {
         let mut bytes = vec![0u8; SLOTS * 8];
@@ -93,15 +104,10 @@ impl WritersLock<'_> {
     /// Bumps the release counter of `slot`, telling waiting processes that a lock of that slot
     /// may be free. Only while holding the writers' lock, so two bumps never overwrite each other.
     pub(super) fn bump(&self, slot: usize) -> io::Result<()> {
-        let at = (slot * 8) as u64;
-        let mut counter = [0u8; 8];
-        // A file shorter than the slot reads as zero: the first bump of that slot.
-        let n = self.sidecar.file.read_at(&mut counter, at)?;
-        if n < 8 {
-            counter = [0; 8];
-        }
-        let next = u64::from_le_bytes(counter).wrapping_add(1);
-        self.sidecar.file.write_all_at(&next.to_le_bytes(), at)
+        let next = self.sidecar.counter(slot)?.wrapping_add(1);
+        self.sidecar
+            .file
+            .write_all_at(&next.to_le_bytes(), (slot * 8) as u64)
     }
 }
 

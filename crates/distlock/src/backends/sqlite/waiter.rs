@@ -9,10 +9,13 @@
 //! writer, so no grant can follow), then frees a grant it got meanwhile; a grant sent to a
 //! waiter that is gone is freed by the writer.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-use super::writer::{Failure, Grant, Op, Writer};
+use super::handover::{Grant, Parked};
+use super::writer::{Failure, Op, Writer};
 use super::{err, release, take};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
@@ -68,9 +71,24 @@ impl SqliteWaiter {
         }
     }
 
-    /// The holding a grant stands for, its lease counted from the transaction that took it.
+    /// Takes a place in line for a hand-over.
+    fn park(&mut self) {
+        let (grant, place) = oneshot::channel();
+        self.writer.park(
+            self.req.name.as_str().to_string(),
+            Parked {
+                owner: self.req.owner.as_str().to_string(),
+                lease_ms: self.req.lease.as_millis() as i64,
+                grant,
+            },
+        );
+        self.place = Some(place);
+    }
+
+    /// The holding a grant stands for, its lease counted from the grant's instant (the start
+    /// of the transaction that took it, or the hand-over in memory).
     fn acquired(&self, grant: Grant) -> Attempt {
-        let lease = self.req.lease.duration();
+        let lease = Duration::from_millis(grant.lease_ms.max(0) as u64);
         Attempt::Acquired {
             token: FencingToken(grant.token as u64),
             hold: Hold::Lease {
@@ -86,6 +104,17 @@ impl Waiter for SqliteWaiter {
         if let Some(grant) = self.arrived() {
             return Ok(self.acquired(grant));
         }
+        // Without a place yet, a lock this client holds for another owner is held: no need to
+        // ask the file.
+        let name = self.req.name.as_str();
+        if self.place.is_none()
+            && let Some(left) = self.writer.held_here(name, self.req.owner.as_str())
+        {
+            self.park();
+            return Ok(Attempt::Held {
+                retry_after: Some(left),
+            });
+        }
         // The take gives up our place (the writer drops it before running the take), so no
         // grant follows it; one sent before it is picked up right after.
         let attempt = take(&self.writer, &self.req).await?;
@@ -93,16 +122,7 @@ impl Waiter for SqliteWaiter {
             if let Some(grant) = self.arrived() {
                 return Ok(self.acquired(grant));
             }
-            let (grant, place) = oneshot::channel();
-            self.writer
-                .send(Op::Park {
-                    name: self.req.name.as_str().to_string(),
-                    owner: self.req.owner.as_str().to_string(),
-                    lease_ms: self.req.lease.as_millis() as i64,
-                    grant,
-                })
-                .map_err(err("waiting for the lock"))?;
-            self.place = Some(place);
+            self.park();
         }
         Ok(attempt)
     }

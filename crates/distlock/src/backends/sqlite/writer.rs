@@ -11,32 +11,30 @@
 //! batch shares one lock hand-off and one commit. If the batch fails, each op is run again in a
 //! transaction of its own, so one op's error is never another's.
 //!
-//! Hand-over: a waiter of this process that found the lock held parks with the writer
-//! ([`Op::Park`]). A release of that lock then takes it for the first parked waiter in the
-//! release's own transaction (a new holding with a new fencing token) and hands the waiter the
-//! grant, instead of freeing the lock, notifying every process and letting them race for it. At
-//! most [`MAX_HANDOVERS`] in a row per lock: the next release frees it for all processes.
+//! Hand-over (`handover.rs`): a waiter of this client that found the lock held parks, and a
+//! release of that lock hands it to the first parked waiter instead of freeing it, notifying
+//! every process and letting them race for it: in memory, in the releasing task, when it can,
+//! else here, in the release's own transaction (a new holding with a new fencing token). At most
+//! `MAX_HANDOVERS` in a row per lock: the next release frees it for all processes. Before any
+//! other write about a lock handed over in memory, the writer moves its row to the holding of
+//! now, in that write's transaction.
 
-use std::collections::{HashMap, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::clock;
+use super::handover::{Grant, Holding, Local, Parked, RESERVED};
 use super::inspect::{self, Row};
 use super::sidecar::{Sidecar, WritersLock, slot_of};
 use super::sync::{SyncAnswer, SyncOp};
 
 /// The most ops one transaction carries, so one batch never keeps the file for long.
 const MAX_BATCH: usize = 64;
-
-/// The most times in a row a lock is handed to a waiter of this process in its release's
-/// transaction; the release after that frees it, so waiters in other processes get their turn.
-pub(super) const MAX_HANDOVERS: u32 = 8;
 
 /// One change to the lock table, as asked by [`super::SqliteBackend`].
 #[derive(Debug)]
@@ -61,14 +59,6 @@ pub(super) enum Op {
         owner: String,
         token: Option<i64>,
     },
-    /// A waiter of this process found the lock held: the next release of it in this process
-    /// may take it for this owner and send the [`Grant`] (replaces the owner's earlier place).
-    Park {
-        name: String,
-        owner: String,
-        lease_ms: i64,
-        grant: oneshot::Sender<Grant>,
-    },
     /// The waiter gives up its place; once answered, no grant for it will be sent.
     Unpark { name: String, owner: String },
     /// An election or latch step (`sync.rs`).
@@ -81,21 +71,6 @@ pub(super) enum Op {
     },
     /// Remove the lock whoever holds it and advance its fencing counter.
     ForceRelease { name: String },
-}
-
-/// A lock taken for a parked waiter: its fencing token, and an instant no later than the start
-/// of the transaction that took it (its lease counts from there).
-#[derive(Debug)]
-pub(super) struct Grant {
-    pub(super) token: i64,
-    pub(super) at: Instant,
-}
-
-/// A parked waiter.
-struct Parked {
-    owner: String,
-    lease_ms: i64,
-    grant: oneshot::Sender<Grant>,
 }
 
 /// What the writer sends once a batch has committed and the writers' lock is given back.
@@ -123,6 +98,9 @@ struct HandedOver {
 pub(super) enum Answer {
     /// The lock is the caller's, with this fencing token.
     Taken(i64),
+    /// The caller's own live holding, with this fencing token, found by a take: its lease
+    /// restarted (answered to the caller as `Taken`).
+    Kept(i64),
     /// Another owner holds it, for this long still.
     Held(Duration),
     /// Whether the extend or release found the holding.
@@ -159,6 +137,8 @@ struct Job {
 pub(super) struct Writer {
     jobs: mpsc::Sender<Job>,
     busy_timeout: Duration,
+    local: Arc<Mutex<Local>>,
+    sidecar: Arc<Sidecar>,
 }
 
 impl Writer {
@@ -170,18 +150,42 @@ impl Writer {
         busy_timeout: Duration,
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
+        let local = Arc::new(Mutex::new(Local::default()));
         let thread = WriterThread {
             conn,
-            sidecar,
+            sidecar: sidecar.clone(),
             boot_id,
             busy_timeout,
-            parked: HashMap::new(),
-            streaks: HashMap::new(),
+            local: local.clone(),
         };
         std::thread::Builder::new()
             .name("distlock-sqlite".into())
             .spawn(move || thread.run(queue))?;
-        Ok(Writer { jobs, busy_timeout })
+        Ok(Writer {
+            jobs,
+            busy_timeout,
+            local,
+            sidecar,
+        })
+    }
+
+    /// A release of `name` by `owner` (its holding `token`, when given) handed to a parked
+    /// waiter in memory, without the writer: true when done (see `handover.rs`).
+    pub(super) fn hand_over(&self, name: &str, owner: &str, token: Option<i64>) -> bool {
+        let notices = || self.sidecar.counter(slot_of(name)).ok();
+        lock(&self.local).hand_over(name, owner, token, notices)
+    }
+
+    /// How long the lease of lock `name` has left, if this client holds it for another owner
+    /// than `owner`: a take by `owner` would find it held.
+    pub(super) fn held_here(&self, name: &str, owner: &str) -> Option<Duration> {
+        lock(&self.local).held_for_another(name, owner)
+    }
+
+    /// Puts a waiter that found lock `name` held in line for a hand-over (replacing its earlier
+    /// place). Its take has been answered, so no grant can cross it.
+    pub(super) fn park(&self, name: String, waiter: Parked) {
+        lock(&self.local).park(name, waiter);
     }
 
     /// Runs `op` and answers what it did. A caller that gives up (drops the future, or waits
@@ -199,17 +203,6 @@ impl Writer {
             Err(_) => Err(Failure::Busy(self.busy_timeout)),
         }
     }
-
-    /// Queues `op` without waiting for its answer (parking: the writer only notes it).
-    pub(super) fn send(&self, op: Op) -> Result<(), Failure> {
-        let (answer, _) = oneshot::channel();
-        let job = Job {
-            op,
-            queued: Instant::now(),
-            answer,
-        };
-        self.jobs.send(job).map_err(|_| Failure::Stopped)
-    }
 }
 
 struct WriterThread {
@@ -217,17 +210,20 @@ struct WriterThread {
     sidecar: Arc<Sidecar>,
     boot_id: String,
     busy_timeout: Duration,
-    /// Waiters of this process, by lock name, in the order they parked.
-    parked: HashMap<String, VecDeque<Parked>>,
-    /// Hand-overs in a row, by lock name.
-    streaks: HashMap<String, u32>,
+    /// Parked waiters, hand-over streaks and the locks this client holds, shared with the
+    /// client's tasks.
+    local: Arc<Mutex<Local>>,
+}
+
+fn lock(local: &Mutex<Local>) -> MutexGuard<'_, Local> {
+    local.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl WriterThread {
     fn run(mut self, queue: mpsc::Receiver<Job>) {
         let sidecar = self.sidecar.clone();
         while let Ok(first) = queue.recv() {
-            // Parking needs no transaction: noted here, in arrival order.
+            // Leaving a wait needs no transaction: noted here, in arrival order.
             let Some(first) = self.intake(first) else {
                 continue;
             };
@@ -278,31 +274,9 @@ impl WriterThread {
 
     /// Notes parkings; hands every other op back for the next transaction.
     fn intake(&mut self, job: Job) -> Option<Job> {
-        let unpark = |parked: &mut HashMap<String, VecDeque<Parked>>, name: &str, owner: &str| {
-            if let Some(queue) = parked.get_mut(name) {
-                queue.retain(|p| p.owner != owner && !p.grant.is_closed());
-                if queue.is_empty() {
-                    parked.remove(name);
-                }
-            }
-        };
         match job.op {
-            Op::Park {
-                name,
-                owner,
-                lease_ms,
-                grant,
-            } => {
-                unpark(&mut self.parked, &name, &owner);
-                self.parked.entry(name).or_default().push_back(Parked {
-                    owner,
-                    lease_ms,
-                    grant,
-                });
-                None
-            }
             Op::Unpark { name, owner } => {
-                unpark(&mut self.parked, &name, &owner);
+                lock(&self.local).unpark(&name, &owner);
                 let _ = job.answer.send(Ok(Answer::Done(true)));
                 None
             }
@@ -312,7 +286,7 @@ impl WriterThread {
                 ref owner,
                 ..
             } => {
-                unpark(&mut self.parked, name, owner);
+                lock(&self.local).unpark(name, owner);
                 Some(job)
             }
             _ => Some(job),
@@ -381,6 +355,7 @@ impl WriterThread {
                 let grant = Grant {
                     token: h.token,
                     at: started,
+                    lease_ms: h.to.lease_ms,
                 };
                 replies.push(Reply::Grant {
                     to: h.to,
@@ -405,7 +380,7 @@ impl WriterThread {
             owner,
             token: Some(token),
         };
-        self.streaks.remove(name);
+        lock(&self.local).end_streak(name);
         match self.transaction(&[&op], &mut Vec::new()) {
             Ok(_) => {
                 if let Err(e) = turn.bump(slot_of(name)) {
@@ -420,21 +395,29 @@ impl WriterThread {
 
     /// Runs `ops` in one write transaction: all of them commit, or none. A release that frees a
     /// lock with a waiter parked takes it for that waiter in the same transaction (listed in
-    /// `handed`, by op index), unless the lock was handed over [`MAX_HANDOVERS`] times in a row.
+    /// `handed`, by op index), unless the lock was handed over `MAX_HANDOVERS` times in a row.
+    /// A lock handed over in memory has its row moved to the holding of now first.
     fn transaction(
         &mut self,
         ops: &[&Op],
         handed: &mut Vec<HandedOver>,
     ) -> Result<Vec<Answer>, Failure> {
+        // Every lease this transaction writes ends no earlier than this plus its length.
+        let now = clock::boottime_ms();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut answers = Vec::with_capacity(ops.len());
+        // Rows moved in this transaction: to the holding of now, or None if it was gone.
+        let mut moves: Vec<(String, Option<Holding>)> = Vec::new();
         let outcome = (|| {
             for (i, op) in ops.iter().enumerate() {
+                if let Some(name) = moved_name(op) {
+                    move_row(&tx, &self.local, &self.boot_id, name, &mut moves)?;
+                }
                 let answer = apply(&tx, &self.boot_id, op)?;
                 if let (Op::Release { name, .. }, Answer::Done(true)) = (op, &answer)
-                    && let Some(to) = next_parked(&mut self.parked, &mut self.streaks, name)
+                    && let Some(to) = lock(&self.local).next_parked(name)
                 {
                     let take = Op::Take {
                         name: name.clone(),
@@ -453,10 +436,7 @@ impl WriterThread {
                         // The row was deleted in this transaction: the take cannot find it held.
                         _ => {
                             let back = handed.pop().expect("just pushed").to;
-                            self.parked
-                                .entry(name.clone())
-                                .or_default()
-                                .push_front(back);
+                            lock(&self.local).put_back(name.clone(), back);
                         }
                     }
                 }
@@ -467,14 +447,129 @@ impl WriterThread {
         let committed = outcome.and_then(|()| tx.commit().map_err(Failure::from));
         if let Err(failure) = committed {
             // Nothing was taken: the waiters keep their places, first in line again.
+            let mut local = lock(&self.local);
             for h in handed.drain(..).rev() {
-                let name = ops_name(ops[h.release]);
-                self.parked.entry(name).or_default().push_front(h.to);
+                local.put_back(ops_name(ops[h.release]), h.to);
             }
             return Err(failure);
         }
-        Ok(answers)
+        self.record(ops, &answers, handed, moves, now);
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                Answer::Kept(token) => Answer::Taken(token),
+                other => other,
+            })
+            .collect())
     }
+
+    /// After a commit: what it did to the locks this client holds (`handover.rs`); `now` is from
+    /// before the transaction, so the leases noted end no later than the ones written.
+    fn record(
+        &self,
+        ops: &[&Op],
+        answers: &[Answer],
+        handed: &[HandedOver],
+        moves: Vec<(String, Option<Holding>)>,
+        now: i64,
+    ) {
+        let mut local = lock(&self.local);
+        for (name, to) in moves {
+            local.moved_to(&name, to);
+        }
+        for (op, answer) in ops.iter().zip(answers) {
+            match (op, answer) {
+                (
+                    Op::Take {
+                        name,
+                        owner,
+                        lease_ms,
+                    },
+                    Answer::Taken(token) | Answer::Kept(token),
+                ) => {
+                    let holding = Holding {
+                        owner: owner.clone(),
+                        token: *token,
+                    };
+                    if matches!(answer, Answer::Taken(_)) {
+                        match self.sidecar.counter(slot_of(name)) {
+                            Ok(notices) => local.taken(name, holding, now + lease_ms, notices),
+                            // No hand-over in memory without the counter to check.
+                            Err(_) => local.forget(name),
+                        }
+                    } else {
+                        local.renewed(name, &holding, now + lease_ms);
+                    }
+                }
+                (
+                    Op::Extend {
+                        name,
+                        owner,
+                        token,
+                        lease_ms,
+                    },
+                    Answer::Done(true),
+                ) => {
+                    let holding = Holding {
+                        owner: owner.clone(),
+                        token: *token,
+                    };
+                    local.renewed(name, &holding, now + lease_ms);
+                }
+                (Op::Release { name, owner, token }, Answer::Done(_)) => {
+                    local.released(name, owner, *token)
+                }
+                (Op::ForceRelease { name }, _) => local.forget(name),
+                _ => {}
+            }
+        }
+        for h in handed {
+            let holding = Holding {
+                owner: h.to.owner.clone(),
+                token: h.token,
+            };
+            let name = ops_name(ops[h.release]);
+            match self.sidecar.counter(slot_of(&name)) {
+                Ok(notices) => local.taken(&name, holding, now + h.to.lease_ms, notices),
+                Err(_) => local.forget(&name),
+            }
+        }
+    }
+}
+
+/// Moves the row of lock `name` to the holding a hand-over in memory made current, if one
+/// did and this transaction has not yet (`moves`).
+fn move_row(
+    tx: &Connection,
+    local: &Mutex<Local>,
+    boot_id: &str,
+    name: &str,
+    moves: &mut Vec<(String, Option<Holding>)>,
+) -> rusqlite::Result<()> {
+    let Some((row, to)) = lock(local).moved(name) else {
+        return Ok(());
+    };
+    let row = match moves.iter().rev().find(|(moved, _)| moved == name) {
+        Some((_, Some(earlier))) => earlier.clone(),
+        Some((_, None)) => return Ok(()),
+        None => row,
+    };
+    if row == to {
+        return Ok(());
+    }
+    let moved = tx
+        .prepare_cached(include_str!("sql/move_holding.sql"))?
+        .execute(params![
+            name,
+            row.owner,
+            row.token,
+            boot_id,
+            to.owner,
+            to.token,
+            clock::wall_us() / 1000
+        ])?;
+    moves.push((name.to_string(), (moved == 1).then_some(to)));
+    Ok(())
 }
 
 /// The lock name an op is about.
@@ -483,7 +578,6 @@ fn ops_name(op: &Op) -> String {
         Op::Take { name, .. }
         | Op::Extend { name, .. }
         | Op::Release { name, .. }
-        | Op::Park { name, .. }
         | Op::Unpark { name, .. }
         | Op::ForceRelease { name } => name.clone(),
         Op::Status { name, prefix } => name.clone().unwrap_or_else(|| prefix.clone()),
@@ -491,34 +585,16 @@ fn ops_name(op: &Op) -> String {
     }
 }
 
-/// The first waiter still waiting for `name`, if the lock may be handed over once more; counts
-/// the streak (a release with nobody parked, or past the limit, ends it).
-fn next_parked(
-    parked: &mut HashMap<String, VecDeque<Parked>>,
-    streaks: &mut HashMap<String, u32>,
-    name: &str,
-) -> Option<Parked> {
-    let streak = streaks.get(name).copied().unwrap_or(0);
-    let Some(waiting) = parked.get_mut(name) else {
-        streaks.remove(name);
-        return None;
-    };
-    if streak >= MAX_HANDOVERS {
-        streaks.remove(name);
-        return None;
+/// The lock whose row must name the holding of now before `op` runs: the ops that match or
+/// show the holding.
+fn moved_name(op: &Op) -> Option<&str> {
+    match op {
+        Op::Take { name, .. } | Op::Extend { name, .. } | Op::Release { name, .. } => Some(name),
+        Op::Status {
+            name: Some(name), ..
+        } => Some(name),
+        _ => None,
     }
-    while let Some(next) = waiting.pop_front() {
-        if !next.grant.is_closed() {
-            if waiting.is_empty() {
-                parked.remove(name);
-            }
-            *streaks.entry(name.to_string()).or_default() += 1;
-            return Some(next);
-        }
-    }
-    parked.remove(name);
-    streaks.remove(name);
-    None
 }
 
 /// One op inside the batch's transaction.
@@ -551,11 +627,11 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
                 }
                 // Our own live holding: restart its lease and answer its token.
                 extend(conn, name, owner, token, expires, boot_id)?;
-                return Ok(Answer::Taken(token));
+                return Ok(Answer::Kept(token));
             }
             let token: i64 = conn
                 .prepare_cached(include_str!("sql/next_token.sql"))?
-                .query_row(params![name, clock::wall_us()], |row| row.get(0))?;
+                .query_row(params![name, clock::wall_us(), RESERVED], |row| row.get(0))?;
             conn.prepare_cached(include_str!("sql/take.sql"))?
                 .execute(params![
                     name,
@@ -581,7 +657,7 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
             Ok(Answer::Done(deleted == 1))
         }
         // Noted by the thread (`intake`), never run in a transaction.
-        Op::Park { .. } | Op::Unpark { .. } => Ok(Answer::Done(false)),
+        Op::Unpark { .. } => Ok(Answer::Done(false)),
         Op::Sync(op) => super::sync::apply(conn, boot_id, op).map(Answer::Sync),
         Op::Status { name, prefix } => {
             inspect::status(conn, boot_id, name.as_deref(), prefix).map(Answer::Status)
