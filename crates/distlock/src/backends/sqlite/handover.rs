@@ -33,7 +33,8 @@
 //! Either way, at most [`MAX_HANDOVERS`] in a row per lock: the release after that frees it, so
 //! waiters in other processes get their turn.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -42,7 +43,7 @@ use super::clock;
 
 /// The most times in a row a lock is handed to a waiter of this client; the release after that
 /// frees it, so waiters in other processes get their turn.
-pub(super) const MAX_HANDOVERS: u32 = 8;
+pub(super) const MAX_HANDOVERS: u32 = 16;
 
 /// Fencing tokens a take reserves after its own, for the holders it hands over to in memory.
 pub(super) const RESERVED: i64 = MAX_HANDOVERS as i64;
@@ -98,6 +99,8 @@ pub(super) struct Local {
     streaks: HashMap<String, u32>,
     /// The locks this client took, by name.
     held: HashMap<String, Held>,
+    /// Locks a parked waiter of this client is asking the file about now ([`Turn`]).
+    asking: HashSet<String>,
 }
 
 impl std::fmt::Debug for Local {
@@ -106,6 +109,33 @@ impl std::fmt::Debug for Local {
             .field("parked", &self.parked.len())
             .field("held", &self.held.len())
             .finish()
+    }
+}
+
+/// A parked waiter's turn to ask the file about its lock after a release notice: a notice wakes
+/// every waiter of the lock in the process, and their takes would only queue at the writer to
+/// find it taken by the first. One asks; if it wins, the others get the lock from it in memory,
+/// and if it loses, they wait for the next notice. The turn ends when this is dropped.
+pub(super) struct Turn {
+    local: Arc<Mutex<Local>>,
+    name: String,
+}
+
+impl Turn {
+    /// The turn to ask about `name`, unless another waiter of this client has it.
+    pub(super) fn take(local: &Arc<Mutex<Local>>, name: &str) -> Option<Turn> {
+        let mut guard = local.lock().unwrap_or_else(|p| p.into_inner());
+        guard.asking.insert(name.to_string()).then(|| Turn {
+            local: local.clone(),
+            name: name.to_string(),
+        })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut guard = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        guard.asking.remove(&self.name);
     }
 }
 
@@ -181,14 +211,19 @@ impl Local {
         if held.now.owner != owner || token.is_some_and(|t| t != held.now.token) {
             return false;
         }
+        // At the streak's limit the writer frees the lock (its `next_parked` ends the streak).
+        let streak = self.streaks.get(name).copied();
         let next = held.now.token + 1;
-        if next > held.reserved || !self.parked.contains_key(name) {
+        if next > held.reserved
+            || !self.parked.contains_key(name)
+            || streak.is_some_and(|s| s >= MAX_HANDOVERS)
+        {
             return false;
         }
         if notices() != Some(held.notices) {
             return false;
         }
-        let (expires_ms, streak) = (held.expires_ms, self.streaks.get(name).copied());
+        let expires_ms = held.expires_ms;
         loop {
             // Peek first: a waiter the row cannot give half its lease is left for the writer,
             // whose take in the release's transaction starts a full one.

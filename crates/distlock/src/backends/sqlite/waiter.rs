@@ -104,17 +104,27 @@ impl Waiter for SqliteWaiter {
         if let Some(grant) = self.arrived() {
             return Ok(self.acquired(grant));
         }
-        // Without a place yet, a lock this client holds for another owner is held: no need to
-        // ask the file.
+        // A lock this client holds for another owner is held: no need to ask the file, and a
+        // place in line is kept (a release notice wakes every waiter of a process, and all but
+        // one find the lock taken by another waiter of theirs).
         let name = self.req.name.as_str();
-        if self.place.is_none()
-            && let Some(left) = self.writer.held_here(name, self.req.owner.as_str())
-        {
-            self.park();
+        if let Some(left) = self.writer.held_here(name, self.req.owner.as_str()) {
+            if self.place.is_none() {
+                self.park();
+            }
             return Ok(Attempt::Held {
                 retry_after: Some(left),
             });
         }
+        // Woken in line (by a notice, or the lease's end): one waiter of this client asks at a
+        // time; the others wait for its outcome (a hand-over, or the next notice).
+        let _turn = match self.place {
+            Some(_) => match self.writer.turn(name) {
+                Some(turn) => Some(turn),
+                None => return Ok(Attempt::Held { retry_after: None }),
+            },
+            None => None,
+        };
         // The take gives up our place (the writer drops it before running the take), so no
         // grant follows it; one sent before it is picked up right after.
         let attempt = take(&self.writer, &self.req).await?;

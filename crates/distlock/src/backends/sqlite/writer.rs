@@ -28,7 +28,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::clock;
-use super::handover::{Grant, Holding, Local, Parked, RESERVED};
+use super::handover::{Grant, Holding, Local, Parked, RESERVED, Turn};
 use super::inspect::{self, Row};
 use super::sidecar::{Sidecar, WritersLock, slot_of};
 use super::sync::{SyncAnswer, SyncOp};
@@ -180,6 +180,12 @@ impl Writer {
     /// than `owner`: a take by `owner` would find it held.
     pub(super) fn held_here(&self, name: &str, owner: &str) -> Option<Duration> {
         lock(&self.local).held_for_another(name, owner)
+    }
+
+    /// A parked waiter's turn to ask the file about lock `name` (see [`Turn`]); `None` while
+    /// another waiter of this client asks.
+    pub(super) fn turn(&self, name: &str) -> Option<Turn> {
+        Turn::take(&self.local, name)
     }
 
     /// Puts a waiter that found lock `name` held in line for a hand-over (replacing its earlier
