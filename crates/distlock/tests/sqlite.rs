@@ -23,6 +23,10 @@ fn main() -> std::process::ExitCode {
             "sqlite::forced_release_stops_hand_overs_in_memory",
             forced_release_stops_hand_overs,
         )
+        .case(
+            "sqlite::a_lease_nearly_over_is_handed_over_in_a_write",
+            nearly_over_is_written,
+        )
         .run()
 }
 
@@ -242,5 +246,51 @@ async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
     );
     third_waiter.leave().await?;
     second_waiter.leave().await?;
+    Ok(())
+}
+
+/// A row with less than half the waiter's lease left is not handed over in memory (the waiter
+/// would get only the little that is left): the release's transaction takes the lock for the
+/// waiter with a full lease, so the file names the waiter at once.
+async fn nearly_over_is_written(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("nearly-over");
+    let lease = Duration::from_secs(2);
+    let (first, second) = (request(&name, lease)?, request(&name, lease)?);
+    let backend = ctx.client.backend();
+    let other = distlock::connect(&ctx.url).await?;
+
+    acquired(backend.try_take(&first).await?, "the first take")?;
+    let mut waiter = backend.waiter(&second).expect("a waiter");
+    check!(
+        matches!(waiter.poll().await?, Attempt::Held { .. }),
+        "the waiter did not find the lock held"
+    );
+    // Past half the lease: 0.8 s left of 2 s.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    check!(
+        backend.release(&first, None).await?,
+        "the holder's release was refused"
+    );
+    let (token, valid_for) = match waiter.poll().await? {
+        Attempt::Acquired {
+            token,
+            hold: distlock::backend::Hold::Lease { valid_for },
+        } => (token.get(), valid_for),
+        other => return Err(Failure(format!("the waiter after the release: {other:?}"))),
+    };
+    check!(
+        valid_for > Duration::from_millis(1500),
+        "the waiter was given {valid_for:?} of a 2 s lease: handed the old row's rest in memory"
+    );
+    check!(
+        token_in_file(&other, &name).await? == Some(token),
+        "the file does not name the waiter's holding {token} after the hand-over"
+    );
+    check!(
+        backend
+            .release(&second, Some(distlock::FencingToken(token)))
+            .await?,
+        "the waiter could not release"
+    );
     Ok(())
 }
