@@ -196,6 +196,7 @@ impl Local {
     /// first parked waiter in memory if it can (see the module doc). True when it did; the
     /// release is then done. False: the writer must release (and may hand over in its
     /// transaction).
+    ///
     /// `notices` reads the release counter of the lock's slot now: a change since the take
     /// (a forced release, or a release of another lock of the slot) leaves it to the writer.
     pub(super) fn hand_over(
@@ -227,7 +228,13 @@ impl Local {
         loop {
             // Peek first: a waiter the row cannot give half its lease is left for the writer,
             // whose take in the release's transaction starts a full one.
-            let Some(first) = self.parked.get(name).and_then(|q| q.front()) else {
+            let Some(waiting) = self.parked.get_mut(name) else {
+                return false;
+            };
+            while waiting.front().is_some_and(|w| w.grant.is_closed()) {
+                waiting.pop_front();
+            }
+            let Some(first) = waiting.front() else {
                 return false;
             };
             let left = expires_ms - clock::boottime_ms();

@@ -117,7 +117,8 @@ impl Waiter for SqliteWaiter {
             });
         }
         // Woken in line (by a notice, or the lease's end): one waiter of this client asks at a
-        // time; the others wait for its outcome (a hand-over, or the next notice).
+        // time; the others wait for its outcome (a hand-over, or the next notice). If its take
+        // fails, they wait for the next notice, at most their lease, as after a lost notice.
         let _turn = match self.place {
             Some(_) => match self.writer.turn(name) {
                 Some(turn) => Some(turn),
