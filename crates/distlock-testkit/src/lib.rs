@@ -44,6 +44,8 @@ pub use suite::{Ctx, Flavour, Suite};
 
 use std::fmt;
 
+use distlock::{Lease, LockKind, LockName, LockRequest, OwnerToken};
+
 /// Why a case failed: a message for the test output.
 pub struct Failure(pub String);
 
@@ -70,6 +72,17 @@ macro_rules! check {
             return Err($crate::Failure(format!($($fmt)+)));
         }
     };
+}
+
+/// A request for the exclusive lock `name` by a new owner, with `lease`: for cases that call a
+/// backend's methods themselves (`client.backend().try_take(…)`).
+pub fn mutex_request(name: &str, lease: std::time::Duration) -> Result<LockRequest, Failure> {
+    Ok(LockRequest::new(
+        LockName::new(name)?,
+        LockKind::Mutex,
+        OwnerToken::random(),
+        Lease::new(lease)?,
+    ))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the machine, so holds recorded

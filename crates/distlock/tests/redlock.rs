@@ -8,13 +8,13 @@
 use std::time::Duration;
 
 use distlock::backend::Hold;
-use distlock::{Attempt, ErrorKind, Lease, LockKind, LockName, LockRequest, OwnerToken};
+use distlock::{Attempt, ErrorKind, OwnerToken};
 use distlock_testkit::faults::FaultProxy;
 use distlock_testkit::fenced::FencedFile;
 use distlock_testkit::servers::{
     Persistence, PrivateStore, redlock_url, start_redis, start_redlock,
 };
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDLOCK_URL").unwrap_or_else(|_| redlock_url(6390..=6394));
@@ -138,15 +138,6 @@ async fn take_once_possible(
     }
 }
 
-fn request(name: &str, lease: Duration) -> Result<LockRequest, Failure> {
-    Ok(LockRequest::new(
-        LockName::new(name)?,
-        LockKind::Mutex,
-        OwnerToken::random(),
-        Lease::new(lease)?,
-    ))
-}
-
 /// Masters behind proxies that hold their replies back. One late master of five is not waited
 /// for: a majority answered promptly, so the take is prompt and its validity whole. Three late
 /// of five: the majority needs a late grant, so the validity reported is shorter by at least
@@ -183,7 +174,7 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
         let (backend, name) = (backend.clone(), name.clone());
         set_delay(late, delay);
         async move {
-            let req = request(&name, lease)?;
+            let req = mutex_request(&name, lease)?;
             let sent = std::time::Instant::now();
             let answer = backend.try_take(&req).await?;
             let took = sent.elapsed();
@@ -231,7 +222,7 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
 
     // Later than the lease: the grants are worthless, so there is none, and nothing stays held.
     set_delay(3, lease + Duration::from_millis(300));
-    let too_late = request(&ctx.unique_name("too-late"), lease)?;
+    let too_late = mutex_request(&ctx.unique_name("too-late"), lease)?;
     let answer = backend.try_take(&too_late).await;
     check!(
         matches!(&answer, Err(e) if e.kind() == ErrorKind::NoQuorum),

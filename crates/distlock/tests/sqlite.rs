@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use distlock::backend::{Attempt, LockRequest};
-use distlock::{Lease, LockKind, LockName, OwnerToken};
+use distlock::LockKind;
+use distlock::backend::Attempt;
 use distlock_testkit::child::{ChildProcess, Role, Spec};
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
 
 fn main() -> std::process::ExitCode {
     // Removed when the run ends; child processes get the URL from their spec.
@@ -61,15 +61,6 @@ async fn create_at_once(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-fn request(name: &str, lease: Duration) -> Result<LockRequest, Failure> {
-    Ok(LockRequest::new(
-        LockName::new(name)?,
-        LockKind::Mutex,
-        OwnerToken::random(),
-        Lease::new(lease)?,
-    ))
-}
-
 /// The token of an attempt that must have acquired.
 fn acquired(attempt: Attempt, what: &str) -> Result<u64, Failure> {
     match attempt {
@@ -95,7 +86,7 @@ async fn token_in_file(other: &distlock::Client, name: &str) -> Result<Option<u6
 async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("handed");
     let lease = Duration::from_secs(10);
-    let (first, second) = (request(&name, lease)?, request(&name, lease)?);
+    let (first, second) = (mutex_request(&name, lease)?, mutex_request(&name, lease)?);
     let backend = ctx.client.backend();
     let other = distlock::connect(&ctx.url).await?;
 
@@ -186,9 +177,9 @@ async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("forced");
     let lease = Duration::from_secs(10);
     let (first, second, third) = (
-        request(&name, lease)?,
-        request(&name, lease)?,
-        request(&name, lease)?,
+        mutex_request(&name, lease)?,
+        mutex_request(&name, lease)?,
+        mutex_request(&name, lease)?,
     );
     let backend = ctx.client.backend();
     let other = distlock::connect(&ctx.url).await?;
@@ -255,7 +246,7 @@ async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
 async fn nearly_over_is_written(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("nearly-over");
     let lease = Duration::from_secs(2);
-    let (first, second) = (request(&name, lease)?, request(&name, lease)?);
+    let (first, second) = (mutex_request(&name, lease)?, mutex_request(&name, lease)?);
     let backend = ctx.client.backend();
     let other = distlock::connect(&ctx.url).await?;
 
