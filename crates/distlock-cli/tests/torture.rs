@@ -619,9 +619,13 @@ fn memcached_leases_ignore_a_clock_jump() {
     ));
 }
 
-/// Redlock assumes clocks that do not jump: with the clocks of 2 of 5 masters jumped, the other
-/// three still hold the lock and nobody else gets a majority; with 3 of 5 (a majority), a second
-/// holder gets in, and the fence refuses the first one's write.
+/// Redlock assumes clocks that do not jump. With the clocks of 3 of 5 masters (a majority)
+/// jumped, a second holder gets in. With 2 of 5, the stopped holder keeps the lock only if it
+/// holds shares on the three others; a holder that won a bare majority including the jumped
+/// masters (its take on another master late, cut off, or finding the previous holding there)
+/// is left with a minority, and a second holder gets in: seen in 2 of 8 runs of this case with
+/// two CPU hogs beside it (19 and 24 overlapping holds), never on an idle machine. Either way
+/// the fence refuses the first holder's stale write (`under_clock_jump` checks the verdict).
 #[test]
 fn redlock_clock_jump_on_a_minority_is_ridden_out_and_on_a_majority_is_fenced() {
     for jumped in [2, 3] {
@@ -639,10 +643,13 @@ fn redlock_clock_jump_on_a_minority_is_ridden_out_and_on_a_majority_is_fenced() 
         // lanes) once left it no time to win three of them within a 1 s lease's half.
         let extra = &["--duration", "8s", "--lease", "3s"];
         let jump = under_clock_jump(&masters.url(), &clock, extra);
-        assert_eq!(
-            overlapped(&jump),
-            jumped == 3,
-            "{jumped} of 5 jumped: {jump}"
-        );
+        if jumped == 3 {
+            assert!(overlapped(&jump), "3 of 5 jumped: {jump}");
+        } else if overlapped(&jump) {
+            eprintln!(
+                "2 of 5 jumped: a second holder got in (the holder held a bare majority), \
+                 and the fence refused the stale write: {jump}"
+            );
+        }
     }
 }
