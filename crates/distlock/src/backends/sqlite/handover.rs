@@ -34,7 +34,7 @@
 //! waiters in other processes get their turn.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -112,6 +112,12 @@ impl std::fmt::Debug for Local {
     }
 }
 
+/// The shared state, locked; a panic elsewhere while it was held leaves it usable (every change
+/// to it is one map operation).
+pub(super) fn lock(local: &Mutex<Local>) -> MutexGuard<'_, Local> {
+    local.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A parked waiter's turn to ask the file about its lock after a release notice: a notice wakes
 /// every waiter of the lock in the process, and their takes would only queue at the writer to
 /// find it taken by the first. One asks; if it wins, the others get the lock from it in memory,
@@ -124,7 +130,7 @@ pub(super) struct Turn {
 impl Turn {
     /// The turn to ask about `name`, unless another waiter of this client has it.
     pub(super) fn take(local: &Arc<Mutex<Local>>, name: &str) -> Option<Turn> {
-        let mut guard = local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(local);
         guard.asking.insert(name.to_string()).then(|| Turn {
             local: local.clone(),
             name: name.to_string(),
@@ -134,7 +140,7 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut guard = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.local);
         guard.asking.remove(&self.name);
     }
 }

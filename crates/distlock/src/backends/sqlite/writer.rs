@@ -21,14 +21,14 @@
 
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::clock;
-use super::handover::{Grant, Holding, Local, Parked, RESERVED, Turn};
+use super::handover::{Grant, Holding, Local, Parked, RESERVED, Turn, lock};
 use super::inspect::{self, Row};
 use super::sidecar::{Sidecar, WritersLock, slot_of};
 use super::sync::{SyncAnswer, SyncOp};
@@ -219,10 +219,6 @@ struct WriterThread {
     /// Parked waiters, hand-over streaks and the locks this client holds, shared with the
     /// client's tasks.
     local: Arc<Mutex<Local>>,
-}
-
-fn lock(local: &Mutex<Local>) -> MutexGuard<'_, Local> {
-    local.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl WriterThread {
