@@ -36,6 +36,10 @@ fn main() -> std::process::ExitCode {
             "redlock::tokens_increase_across_majorities_whose_counters_disagree",
             counters_disagree,
         )
+        .case(
+            "redlock::a_failed_take_frees_its_shares_on_masters_that_never_ran_a_release",
+            undo_on_new_masters,
+        )
         .case("redlock::bad_urls_are_typed", bad_urls)
         .run()
 }
@@ -235,6 +239,39 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
         taken.is_some(),
         "the failed acquisition left its shares held"
     );
+
+    // Later than the response timeout but well inside the lease: the late masters ran the take
+    // (only their replies are held back), and the failed take gives their shares back at once
+    // rather than leaving them held for the rest of the lease.
+    let impatient = distlock::connect_with(
+        &url,
+        &distlock::Options::default()
+            .response_timeout(Duration::from_millis(600))
+            .retry_for(Duration::ZERO),
+    )
+    .await?;
+    set_delay(3, Duration::from_millis(900));
+    let given_up = mutex_request(&ctx.unique_name("given-up"), lease)?;
+    let sent = std::time::Instant::now();
+    let answer = impatient.backend().try_take(&given_up).await;
+    check!(
+        matches!(&answer, Err(e) if e.kind() == ErrorKind::NoQuorum),
+        "three masters of five later than the response timeout gave {answer:?}"
+    );
+    set_delay(0, Duration::ZERO);
+    // The undo leaves this client a moment before the other's take, but through another proxy
+    // connection, so it may reach a master just after it: the other waits a little (its release
+    // notice wakes it), far less than the rest of the lease a kept share would hold it up.
+    let taken = other
+        .lock(given_up.name.as_str())
+        .acquire_timeout(lease / 5)
+        .await;
+    let after = sent.elapsed();
+    check!(
+        taken.is_ok() && after < lease,
+        "the late masters kept the failed take's shares: {taken:?} {after:?} after the take was \
+         sent (lease {lease:?})"
+    );
     drop(slow);
     Ok(())
 }
@@ -356,6 +393,57 @@ async fn counters_disagree(ctx: Ctx) -> Outcome {
         b.fencing_token()
     );
     check!(b.release().await?, "B's release failed");
+    Ok(())
+}
+
+/// Whether master `port` has a holding of lock `name`, through a plain connection.
+async fn held_on(port: u16, name: &str) -> Result<bool, Failure> {
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))?
+        .get_multiplexed_async_connection()
+        .await?;
+    let held: bool = redis::cmd("EXISTS")
+        .arg(format!("distlock:lock:{{{name}}}"))
+        .query_async(&mut conn)
+        .await?;
+    Ok(held)
+}
+
+/// A failed take's undo is queued without waiting for its answer, so it cannot be loaded and
+/// sent again after a `NOSCRIPT`: on masters that never ran the release script (new, or
+/// restarted) it must still free the shares, or the failed taker's next take renews them there
+/// (a take confirms its owner's own share) and, with every contender in that state, nobody wins.
+/// Torture's clock-jump run, which starts on new masters with four contenders, saw whole phases
+/// without one acquisition that way.
+async fn undo_on_new_masters(ctx: Ctx) -> Outcome {
+    let store = tokio::task::block_in_place(|| start_redlock(5, Persistence::None))?;
+    let ports: Vec<u16> = store.masters.iter().map(|m| m.port()).collect();
+    let name = ctx.unique_name("undo");
+    for &port in &ports[2..] {
+        on_master(port, &name, "block", 1).await?;
+    }
+    let client = distlock::connect_with(&store.url(), &quick()).await?;
+    let lease = Duration::from_secs(20);
+    let taken = client.lock(&name).lease(lease).try_acquire().await?;
+    check!(taken.is_none(), "won against three foreign holdings");
+    // The undo is not awaited by the take: give it a moment to land.
+    let give_up = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let mut kept = Vec::new();
+        for &port in &ports[..2] {
+            if held_on(port, &name).await? {
+                kept.push(port);
+            }
+        }
+        if kept.is_empty() {
+            break;
+        }
+        check!(
+            std::time::Instant::now() < give_up,
+            "the failed take's shares are still held on masters {kept:?} 2 s after it \
+             (lease {lease:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(())
 }
 

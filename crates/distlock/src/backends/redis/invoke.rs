@@ -114,6 +114,18 @@ impl Server {
         }
     }
 
+    /// Sends the script `text` (`EVAL`, so no `NOSCRIPT` can turn it away) at once, on the open
+    /// pipelined connection, behind every request sent on it before and ahead of every one
+    /// after, and never reads its answer: for a request that must reach the server after one
+    /// whose answer was given up on, without waiting. False when it could not be sent so (no
+    /// open connection, or a TLS one): nothing was sent.
+    pub(crate) fn send_unawaited(&self, text: &str, keys: &[String], args: &[&str]) -> bool {
+        match &self.conn {
+            Conn::Pipelined(conn) => conn.send_now(&script_call("EVAL", text, keys, args)),
+            Conn::Managed(_) => false,
+        }
+    }
+
     /// Runs `script` by hash (loading it after `NOSCRIPT`). A request that surely never reached
     /// the server (connection refused, or the write itself failed) is retried for a while, so a
     /// server restart is ridden out; an error after which the script may have run is returned
@@ -125,19 +137,7 @@ impl Server {
         args: &[&str],
         what: &str,
     ) -> Result<T> {
-        // The EVALSHA command is packed once, straight from the borrowed keys and arguments
-        // (redis-rs' `ScriptInvocation` copies each into a vector of its own first).
-        let size: usize = keys.iter().map(String::len).sum::<usize>()
-            + args.iter().map(|a| a.len()).sum::<usize>()
-            + script.get_hash().len()
-            + 8;
-        let mut evalsha = Cmd::with_capacity(3 + keys.len() + args.len(), size);
-        evalsha
-            .arg("EVALSHA")
-            .arg(script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
+        let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
         let mut conn = self.conn.clone();
         let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
@@ -166,6 +166,22 @@ impl Server {
             }
         }
     }
+}
+
+/// `EVALSHA` of a script's hash (or `EVAL` of its text), packed once straight from the borrowed
+/// keys and arguments (redis-rs' `ScriptInvocation` copies each into a vector of its own first).
+fn script_call(verb: &str, script: &str, keys: &[String], args: &[&str]) -> Cmd {
+    let size: usize = keys.iter().map(String::len).sum::<usize>()
+        + args.iter().map(|a| a.len()).sum::<usize>()
+        + script.len()
+        + 8;
+    let mut call = Cmd::with_capacity(3 + keys.len() + args.len(), size);
+    call.arg(verb)
+        .arg(script)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    call
 }
 
 /// The command connection: pipelined over plain TCP, redis-rs' own over TLS.

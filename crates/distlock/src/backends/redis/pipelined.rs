@@ -128,6 +128,13 @@ impl Pipelined {
             .map(|live| live.link.clone())
     }
 
+    /// Queues `cmd` on the open connection now, behind every request queued before it and ahead
+    /// of every one queued after, and leaves its answer unread; false when no connection is open
+    /// (nothing is sent: opening one takes a wait, and the request would lose its place).
+    pub(crate) fn send_now(&self, cmd: &Cmd) -> bool {
+        self.live_link().is_some_and(|link| link.send(cmd).is_ok())
+    }
+
     async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
         let link = self.link().await?;
         let answer = link.send(cmd)?;

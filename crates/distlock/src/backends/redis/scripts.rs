@@ -15,7 +15,24 @@ pub(crate) struct Ops {
     pub(crate) acquire: Script,
     pub(crate) extend: Script,
     pub(crate) release: Script,
+    /// `release`'s text, for `EVAL`: for a release that cannot wait for a `NOSCRIPT` answer and
+    /// a second try (Redlock's undo of a failed take, `Server::send_unawaited`).
+    pub(crate) release_text: String,
 }
+
+impl Ops {
+    fn new(acquire: &str, extend: &str, release: &str) -> Ops {
+        let release_text = with_helpers(PRELUDE, release);
+        Ops {
+            acquire: script(acquire),
+            extend: script(extend),
+            release: Script::new(&release_text),
+            release_text,
+        }
+    }
+}
+
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 pub(crate) struct Scripts {
     mutex: Ops,
@@ -47,7 +64,7 @@ impl Scripts {
 /// helper in every script cost the server 73.6k instructions per uncontended cycle, only those
 /// called 70.5k (`scripts/redis-cycle-cost.py`).
 pub(crate) fn script(body: &str) -> Script {
-    Script::new(&with_helpers(include_str!("scripts/prelude.lua"), body))
+    Script::new(&with_helpers(PRELUDE, body))
 }
 
 /// `prelude` up to its first helper, then those of its helpers (`local function NAME(`) that
@@ -89,26 +106,26 @@ fn inspecting(body: &str) -> Script {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    mutex: Ops {
-        acquire: script(include_str!("scripts/acquire.lua")),
-        extend: script(include_str!("scripts/extend.lua")),
-        release: script(include_str!("scripts/release.lua")),
-    },
-    fair: Ops {
-        acquire: script(include_str!("scripts/fair_acquire.lua")),
-        extend: script(include_str!("scripts/fair_extend.lua")),
-        release: script(include_str!("scripts/fair_release.lua")),
-    },
-    rw: Ops {
-        acquire: script(include_str!("scripts/rw_acquire.lua")),
-        extend: script(include_str!("scripts/rw_extend.lua")),
-        release: script(include_str!("scripts/rw_release.lua")),
-    },
-    sem: Ops {
-        acquire: script(include_str!("scripts/sem_acquire.lua")),
-        extend: script(include_str!("scripts/sem_extend.lua")),
-        release: script(include_str!("scripts/sem_release.lua")),
-    },
+    mutex: Ops::new(
+        include_str!("scripts/acquire.lua"),
+        include_str!("scripts/extend.lua"),
+        include_str!("scripts/release.lua"),
+    ),
+    fair: Ops::new(
+        include_str!("scripts/fair_acquire.lua"),
+        include_str!("scripts/fair_extend.lua"),
+        include_str!("scripts/fair_release.lua"),
+    ),
+    rw: Ops::new(
+        include_str!("scripts/rw_acquire.lua"),
+        include_str!("scripts/rw_extend.lua"),
+        include_str!("scripts/rw_release.lua"),
+    ),
+    sem: Ops::new(
+        include_str!("scripts/sem_acquire.lua"),
+        include_str!("scripts/sem_extend.lua"),
+        include_str!("scripts/sem_release.lua"),
+    ),
     fair_abandon: script(include_str!("scripts/fair_abandon.lua")),
     rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
     sem_available: script(include_str!("scripts/sem_available.lua")),

@@ -66,10 +66,13 @@ const REST: Duration = Duration::from_millis(500);
 impl Master {
     /// The masters `config` names, none connected yet.
     pub(super) fn all(config: &RedlockConfig) -> Vec<Master> {
-        // A refused request is not retried on the same master: the quorum is the retry.
+        // A refused request is not retried on the same master: the quorum is the retry. Each
+        // request is bounded by the response timeout here (`run`), so the connection itself
+        // gives up on a master only after twice that: a take given up on keeps its place on the
+        // connection, and the undo sent after it (`send_unawaited`) reaches the master behind it.
         let options = Options::default()
             .connect_timeout(config.connect_timeout)
-            .response_timeout(config.response_timeout)
+            .response_timeout(config.response_timeout * 2)
             .retry_for(Duration::ZERO);
         config
             .masters
@@ -153,6 +156,14 @@ impl Master {
             *self.resting() = Some(Instant::now() + REST);
         }
         answer
+    }
+
+    /// Sends the script `text` now, behind whatever this client sent this master before,
+    /// without awaiting the answer (see `Server::send_unawaited`), resting or not: false when
+    /// nothing was sent.
+    pub(super) fn send_unawaited(&self, text: &str, keys: &[String], args: &[&str]) -> bool {
+        self.connected()
+            .is_some_and(|server| server.send_unawaited(text, keys, args))
     }
 
     /// The keys matching `pattern` on this master (see `Server::scan`), within `limit`.

@@ -219,7 +219,6 @@ impl RedlockBackend {
         keys: &[String],
         shares: &[Share],
         chosen: u64,
-        raised: &mut [bool],
     ) -> usize {
         // What each master is asked: winners behind `chosen` move their share (naming the token
         // they drew), masters held by another only raise their counter ('').
@@ -242,83 +241,63 @@ impl RedlockBackend {
         let chosen_text = chosen.to_string();
         let owner = req.owner.as_str();
         let limit = self.limit(req);
-        let calls = self
-            .masters
-            .iter()
-            .zip(&asks)
-            .enumerate()
-            .filter_map(|(i, (m, drew))| {
-                let drew = drew.as_deref()?;
-                let args = [owner, drew, chosen_text.as_str()];
-                Some(async move {
-                    let done: Result<i64> = m
-                        .run(
-                            Call {
-                                script: &RAISE_FENCE,
-                                keys,
-                                args: &args,
-                                what: "raising the fencing counter",
-                            },
-                            limit,
-                        )
-                        .await;
-                    // Only a winner's share counts towards the majority that carries `chosen`.
-                    (i, !drew.is_empty() && matches!(done, Ok(1)))
-                })
-            });
-        let mut carried = at_chosen;
-        for (i, ok) in join_all(calls).await {
-            if ok {
-                raised[i] = true;
-                carried += 1;
-            }
-        }
-        carried
+        let calls = self.masters.iter().zip(&asks).filter_map(|(m, drew)| {
+            let drew = drew.as_deref()?;
+            let args = [owner, drew, chosen_text.as_str()];
+            Some(async move {
+                let done: Result<i64> = m
+                    .run(
+                        Call {
+                            script: &RAISE_FENCE,
+                            keys,
+                            args: &args,
+                            what: "raising the fencing counter",
+                        },
+                        limit,
+                    )
+                    .await;
+                // Only a winner's share counts towards the majority that carries `chosen`.
+                !drew.is_empty() && matches!(done, Ok(1))
+            })
+        });
+        at_chosen + join_all(calls).await.into_iter().filter(|ok| *ok).count()
     }
 
-    /// Frees whatever shares an attempt that did not win took: each with the token its master
-    /// drew (and `chosen`, where the raise may have moved it there).
-    async fn undo(
-        &self,
-        req: &LockRequest,
-        shares: &[Share],
-        chosen: Option<u64>,
-        raised: &[bool],
-    ) {
+    /// Frees whatever shares an attempt that did not win may have taken: on every master that
+    /// won or did not answer in time (a take whose answer was given up on usually ran), by owner
+    /// alone (the raise may or may not have moved a share's token). Each release is queued on
+    /// its master's connection now, behind the take and ahead of whatever this client sends
+    /// after, so it cannot free a later attempt's share, and is not awaited, so a master that
+    /// does not answer costs the failed take no more time. It is sent as the script's text
+    /// (`EVAL`): by hash, a master that never ran the release script (a new one, or one
+    /// restarted) would answer `NOSCRIPT` and keep the share, and every later take of the same
+    /// owner would renew it there (a take confirms the owner's own share) — with every contender
+    /// in that state, nobody ever wins. Where nothing could be queued (a TLS connection), a
+    /// share this take won is released and awaited; a master whose connection broke gets
+    /// nothing: its share, if any, lapses with the lease.
+    async fn undo(&self, req: &LockRequest, shares: &[Share]) {
         let k = Keys::new(req.kind, &req.name);
         let (keys, channel) = (k.release(), k.channel());
-        let owner = req.owner.as_str();
+        let args = [req.owner.as_str(), channel.as_str(), ""];
+        let ops = SCRIPTS.ops(req.kind);
+        let call = Call::new(
+            &ops.release,
+            &keys,
+            &args,
+            "undoing a share of a failed take",
+        );
         let limit = self.limit(req);
-        let release = &SCRIPTS.ops(req.kind).release;
-        let calls =
-            self.masters
-                .iter()
-                .zip(shares)
-                .zip(raised)
-                .filter_map(|((m, share), raised)| {
-                    let Share::Won(drew) = share else { return None };
-                    let token = match chosen {
-                        Some(c) if *raised => c,
-                        _ => *drew,
-                    }
-                    .to_string();
-                    let (keys, channel) = (&keys, &channel);
-                    Some(async move {
-                        let args = [owner, channel.as_str(), token.as_str()];
-                        let _: Result<i64> = m
-                            .run(
-                                Call {
-                                    script: release,
-                                    keys,
-                                    args: &args,
-                                    what: "undoing a share of a failed take",
-                                },
-                                limit,
-                            )
-                            .await;
-                    })
-                });
-        join_all(calls).await;
+        let awaited = self
+            .masters
+            .iter()
+            .zip(shares)
+            .filter(|(_, share)| !matches!(share, Share::Held(_)))
+            .filter(|(master, _)| !master.send_unawaited(&ops.release_text, &keys, &args))
+            .filter(|(_, share)| matches!(share, Share::Won(_)))
+            .map(|(master, _)| async move {
+                let _: Result<i64> = master.run(call, limit).await;
+            });
+        join_all(awaited).await;
     }
 }
 
@@ -425,12 +404,9 @@ impl RedlockBackend {
                 _ => None,
             })
             .collect();
-        let mut raised = vec![false; shares.len()];
         let chosen = won.iter().copied().max();
         if let Some(chosen) = chosen.filter(|_| won.len() >= self.quorum) {
-            let carried = self
-                .raise_fence(req, &keys, &shares, chosen, &mut raised)
-                .await;
+            let carried = self.raise_fence(req, &keys, &shares, chosen).await;
             // Counted from the send time of the first request, after every answer (and the
             // raise): the shares' leases started no earlier than `sent`.
             if let Some(valid_for) = quorum::validity(lease, sent.elapsed())
@@ -443,9 +419,7 @@ impl RedlockBackend {
             }
         }
         // Not won: give back every share taken, on every master at once.
-        if !won.is_empty() {
-            self.undo(req, &shares, chosen, &raised).await;
-        }
+        self.undo(req, &shares).await;
         let answered = shares
             .iter()
             .filter(|s| !matches!(s, Share::Failed(_)))
