@@ -58,7 +58,7 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
 #[command(
     args_conflicts_with_subcommands = true,
     after_help = "Scenarios: stock (N items with one unit each on sale, N buyers each ordering \
-                  the next item in stock: read, check, write stock - 1, insert an order), counter \
+                  the next item in stock: read, check, write stock - 1, then insert an order), counter \
                   (one counter at 0, N \"+1\" requests: read, add, write).\n\
                   Strategies: none (no protection), local-mutex (a mutex inside each instance; \
                   also run with 1 instance when K > 1), optimistic (version compare-and-swap, \

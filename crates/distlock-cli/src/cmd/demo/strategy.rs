@@ -1,5 +1,6 @@
 //! The strategies: how one instance of the service protects an order (read stock, check, write
-//! stock − 1, insert an order) or a "+1" (read, add, write) — or fails to.
+//! stock − 1; then insert the order, which needs no protection) or a "+1" (read, add, write) — or
+//! fails to.
 //!
 //! A distributed-lock strategy is just a distlock URL: `lock` runs once per `--lock-url`, so
 //! every backend the library gains is in the demo without new code here.
@@ -242,17 +243,23 @@ impl Protection {
     async fn order(&self, buyer: u64) -> Result<Outcome> {
         let everything = 1..i64::from(self.settings.products) + 1;
         match self.settings.method {
-            Method::None => self.sell(&everything, buyer).await,
+            Method::None => {
+                let taken = self.take_unit(&everything).await?;
+                self.record(taken, buyer).await
+            }
             Method::LocalMutex => {
-                let _only_this_process = self.local.lock().await;
-                self.sell(&everything, buyer).await
+                let taken = {
+                    let _only_this_process = self.local.lock().await;
+                    self.take_unit(&everything).await?
+                };
+                self.record(taken, buyer).await
             }
             Method::LockFence => Err(anyhow!("lock+fence runs in the pause scenario only")),
             Method::Lock => {
                 let guard = self.acquire("demo-stock").await?;
-                let sold = self.sell(&everything, buyer).await;
+                let taken = self.take_unit(&everything).await;
                 release(guard).await?;
-                sold
+                self.record(taken?, buyer).await
             }
             Method::Optimistic => {
                 for _ in 0..self.settings.retries {
@@ -261,19 +268,15 @@ impl Protection {
                     };
                     self.pause().await;
                     if self.store.cas_stock(&read, read.stock - 1).await? {
-                        self.record(read.id, buyer).await?;
-                        return Ok(Outcome::Done(read.id));
+                        return self.record(Some(read.id), buyer).await;
                     }
                 }
                 Ok(Outcome::GaveUp(self.settings.retries))
             }
-            Method::Atomic => match self.store.take_atomic(&everything).await? {
-                Some(id) => {
-                    self.record(id, buyer).await?;
-                    Ok(Outcome::Done(id))
-                }
-                None => Ok(Outcome::SoldOut),
-            },
+            Method::Atomic => {
+                let taken = self.store.take_atomic(&everything).await?;
+                self.record(taken, buyer).await
+            }
             Method::Segmented => self.order_segmented(buyer).await,
             Method::RowLock => self.sell_row_locked(&everything, buyer).await,
         }
@@ -292,41 +295,36 @@ impl Protection {
             let guard = self
                 .acquire(&format!("demo-stock-segment-{segment}"))
                 .await?;
-            let sold = self
-                .sell(
-                    &segment_ids(self.settings.products, segments, segment),
-                    buyer,
-                )
+            let taken = self
+                .take_unit(&segment_ids(self.settings.products, segments, segment))
                 .await;
             release(guard).await?;
-            match sold? {
-                Outcome::SoldOut => {
-                    self.empty_segments[segment as usize].store(true, Ordering::Relaxed)
-                }
-                done => return Ok(done),
+            match taken? {
+                None => self.empty_segments[segment as usize].store(true, Ordering::Relaxed),
+                taken => return self.record(taken, buyer).await,
             }
         }
         Ok(Outcome::SoldOut)
     }
 
-    /// The sources' order flow, unprotected by itself: read the first item in stock, check,
-    /// write stock − 1 computed in memory, insert the order.
-    async fn sell(&self, ids: &Range<i64>, buyer: u64) -> Result<Outcome> {
+    /// The part of the sources' order flow that needs one writer at a time, unprotected by
+    /// itself: read the first item in stock, check, write stock − 1 computed in memory. The unit
+    /// taken, or `None` when sold out; the caller then records the order.
+    async fn take_unit(&self, ids: &Range<i64>) -> Result<Option<i64>> {
         let Some(Product { id, stock, .. }) = self.store.first_in_stock(ids).await? else {
-            return Ok(Outcome::SoldOut);
+            return Ok(None);
         };
         if stock < 1 {
-            return Ok(Outcome::SoldOut);
+            return Ok(None);
         }
         self.pause().await;
         self.store.write_stock(id, stock - 1).await?;
-        self.record(id, buyer).await?;
-        Ok(Outcome::Done(id))
+        Ok(Some(id))
     }
 
-    /// The same read, check, write and insert as [`sell`](Self::sell), in one transaction
-    /// whose read locks the product's row: the next buyer's read waits for this commit and then
-    /// sees the stock it wrote.
+    /// The same read, check and write as [`take_unit`](Self::take_unit), and the order's insert,
+    /// in one transaction whose read locks the product's row: the next buyer's read waits for
+    /// this commit and then sees the stock it wrote.
     async fn sell_row_locked(&self, ids: &Range<i64>, buyer: u64) -> Result<Outcome> {
         let mut tx = self.store.begin().await?;
         let Some(Product { id, stock, .. }) = tx.lock_first_in_stock(ids).await? else {
@@ -340,10 +338,16 @@ impl Protection {
         Ok(Outcome::Done(id))
     }
 
-    async fn record(&self, product: i64, buyer: u64) -> Result<()> {
+    /// Records the order for the unit `taken` (after the critical section: the order row is the
+    /// buyer's own, and only the stock needs one writer at a time), or answers sold out.
+    async fn record(&self, taken: Option<i64>, buyer: u64) -> Result<Outcome> {
+        let Some(product) = taken else {
+            return Ok(Outcome::SoldOut);
+        };
         self.store
             .insert_order(product, buyer, self.settings.instance)
-            .await
+            .await?;
+        Ok(Outcome::Done(product))
     }
 
     async fn increment(&self, n: u64) -> Result<Outcome> {
