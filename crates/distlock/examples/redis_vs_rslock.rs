@@ -1,17 +1,22 @@
 //! distlock's Redis lock against rslock, the most used Rust Redis lock, on the same Redis in one
 //! run: acquire + release cycles per second, each worker on its own key (uncontended), library
 //! defaults (distlock's watchdog, fencing and re-entry included), the two libraries alternating
-//! round by round so that a busy machine slows both alike.
+//! round by round so that a busy machine slows both alike. `--workload contended` puts every
+//! worker of every process on one key and counts hand-offs instead: acquisitions by another
+//! worker than the one before, which each holder reads and writes in a file shared by the
+//! processes while it holds the lock.
 //!
 //! ```text
 //! cargo run --release -p distlock --features redis --example redis_vs_rslock -- \
-//!     [--url redis://127.0.0.1:6379] [--workers 16] [--processes 4] [--seconds 5] [--rounds 3]
+//!     [--url redis://127.0.0.1:6379] [--workers 16] [--processes 4] [--seconds 5] [--rounds 3] \
+//!     [--workload uncontended|contended]
 //! ```
 //!
 //! Workers are spread over processes (this program started again with `RVR_CHILD` set), as
 //! services run as many instances. With `--url redlock://h1:p1,h2:p2,…` (and `--features
 //! redlock`) both libraries run Redlock over the same masters.
 
+use std::os::unix::fs::FileExt;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +45,7 @@ struct Settings {
     processes: u32,
     seconds: u64,
     rounds: u32,
+    contended: bool,
 }
 
 fn settings() -> Result<Settings, String> {
@@ -49,6 +55,7 @@ fn settings() -> Result<Settings, String> {
         processes: 4,
         seconds: 5,
         rounds: 3,
+        contended: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -64,6 +71,13 @@ fn settings() -> Result<Settings, String> {
             "--processes" => s.processes = number()? as u32,
             "--seconds" => s.seconds = number()?,
             "--rounds" => s.rounds = number()? as u32,
+            "--workload" => {
+                s.contended = match value.as_str() {
+                    "contended" => true,
+                    "uncontended" => false,
+                    other => return Err(format!("--workload {other}: uncontended or contended")),
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -83,8 +97,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let s = settings()?;
+    let what = if s.contended {
+        "contended hand-offs/s (one key)"
+    } else {
+        "uncontended acquire+release cycles/s"
+    };
     println!(
-        "uncontended acquire+release cycles/s on {} — {} workers over {} processes, {} s a run",
+        "{what} on {} — {} workers over {} processes, {} s a run",
         s.url, s.workers, s.processes, s.seconds
     );
     println!("| round | distlock | rslock | distlock / rslock |");
@@ -110,18 +129,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// One library's cycles per second over all processes.
+/// One library's cycles (hand-offs, contended) per second over all processes.
 fn run(s: &Settings, library: Library, round: u32) -> Result<f64, Box<dyn std::error::Error>> {
     let per_process = s.workers / s.processes;
+    let holders = if s.contended {
+        holder_file(library, round)
+    } else {
+        String::new()
+    };
     let children: Vec<_> = (0..s.processes)
         .map(|p| {
             let spec = format!(
-                "{}|{}|{}|{}|{}",
+                "{}|{}|{}|{}|{}|{}",
                 library.name(),
                 s.url,
                 per_process,
                 s.seconds,
-                format_args!("r{round}p{p}")
+                format_args!("r{round}p{p}"),
+                holders,
             );
             std::process::Command::new(std::env::current_exe()?)
                 .env("RVR_CHILD", spec)
@@ -137,30 +162,79 @@ fn run(s: &Settings, library: Library, round: u32) -> Result<f64, Box<dyn std::e
         }
         cycles += String::from_utf8_lossy(&out.stdout).trim().parse::<u64>()?;
     }
+    if !holders.is_empty() {
+        let _ = std::fs::remove_file(&holders);
+    }
     Ok(cycles as f64 / s.seconds as f64)
 }
 
-/// A child process: `workers` tasks, each cycling on its own key until the time is up.
+/// The file in which the holders of a contended round write who they are (8 bytes, created
+/// empty here), so that each can tell whether it took the lock over from another worker.
+fn holder_file(library: Library, round: u32) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "rvr-holder-{}-{}-r{round}",
+        library.name(),
+        std::process::id()
+    ));
+    // A failure shows in the children, which open the file.
+    let _ = std::fs::write(&path, 0u64.to_le_bytes());
+    path.to_string_lossy().into_owned()
+}
+
+/// What a worker does while it holds the lock: with a holder file (contended), whether the
+/// holder before it was another worker, which it then names there; otherwise nothing to check.
+fn took_over(holders: Option<&std::fs::File>, me: u64) -> std::io::Result<bool> {
+    let Some(file) = holders else {
+        return Ok(true);
+    };
+    let mut before = [0u8; 8];
+    file.read_exact_at(&mut before, 0)?;
+    file.write_all_at(&me.to_le_bytes(), 0)?;
+    Ok(u64::from_le_bytes(before) != me)
+}
+
+/// A child process: `workers` tasks, each cycling on its own key (or, with a holder file, all on
+/// one) until the time is up; answers the cycles (the hand-offs) made.
 async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
     let parts: Vec<&str> = spec.split('|').collect();
-    let [library, url, workers, seconds, tag] = parts[..] else {
+    let [library, url, workers, seconds, tag, holder_path] = parts[..] else {
         return Err("bad RVR_CHILD".into());
     };
     let workers: u32 = workers.parse()?;
     let until = Instant::now() + Duration::from_secs(seconds.parse()?);
-    let cycles = Arc::new(AtomicU64::new(0));
+    let counted = Arc::new(AtomicU64::new(0));
+    let holders = match holder_path {
+        "" => None,
+        path => Some(Arc::new(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)?,
+        )),
+    };
+    // Contended: one key per library and round, the holder file's name.
+    let key = |w: u32| match holder_path {
+        "" => format!("rvr/{library}/{tag}/{w}"),
+        path => format!("rvr/{library}/{}", path.rsplit('/').next().unwrap_or(path)),
+    };
+    let me = |w: u32| u64::from(std::process::id()) << 16 | u64::from(w + 1);
     let mut tasks = Vec::new();
     match library {
         "distlock" => {
             let client = distlock::connect(url).await?;
             for w in 0..workers {
-                let lock = client.lock(format!("rvr/distlock/{tag}/{w}")).lease(LEASE);
-                let cycles = cycles.clone();
+                let lock = client.lock(key(w)).lease(LEASE);
+                let (counted, holders) = (counted.clone(), holders.clone());
                 tasks.push(tokio::spawn(async move {
                     while Instant::now() < until {
                         let guard = lock.acquire().await.map_err(|e| e.to_string())?;
+                        let new =
+                            took_over(holders.as_deref(), me(w)).map_err(|e| e.to_string())?;
                         guard.release().await.map_err(|e| e.to_string())?;
-                        cycles.fetch_add(1, Ordering::Relaxed);
+                        // Acquisitions after the end (each worker's last wait) do not count.
+                        if Instant::now() < until {
+                            counted.fetch_add(u64::from(new), Ordering::Relaxed);
+                        }
                     }
                     Ok::<(), String>(())
                 }));
@@ -170,16 +244,21 @@ async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
             let manager = Arc::new(rslock::LockManager::new(rslock_uris(url)));
             for w in 0..workers {
                 let manager = manager.clone();
-                let key = format!("rvr/rslock/{tag}/{w}");
-                let cycles = cycles.clone();
+                let key = key(w);
+                let (counted, holders) = (counted.clone(), holders.clone());
                 tasks.push(tokio::spawn(async move {
                     while Instant::now() < until {
                         let lock = manager
                             .acquire_no_guard(key.as_bytes(), LEASE)
                             .await
                             .map_err(|e| e.to_string())?;
+                        let new =
+                            took_over(holders.as_deref(), me(w)).map_err(|e| e.to_string())?;
                         manager.unlock(&lock).await;
-                        cycles.fetch_add(1, Ordering::Relaxed);
+                        // Acquisitions after the end (each worker's last wait) do not count.
+                        if Instant::now() < until {
+                            counted.fetch_add(u64::from(new), Ordering::Relaxed);
+                        }
                     }
                     Ok::<(), String>(())
                 }));
@@ -189,7 +268,7 @@ async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
     for t in tasks {
         t.await??;
     }
-    Ok(cycles.load(Ordering::Relaxed))
+    Ok(counted.load(Ordering::Relaxed))
 }
 
 /// rslock's servers for `url`: the URL itself for one Redis; for `redlock://h1:p1,h2:p2,…`, one
