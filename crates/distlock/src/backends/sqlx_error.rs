@@ -17,6 +17,9 @@ pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Er
         {
             ErrorKind::Connection
         }
+        sqlx::Error::Database(db) if is_session_ended(db.code().as_deref()) => {
+            ErrorKind::Connection
+        }
         sqlx::Error::Configuration(_) => ErrorKind::InvalidUrl,
         _ => ErrorKind::Backend,
     };
@@ -35,9 +38,40 @@ pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Er
         .with_boxed_source(source)
 }
 
+/// SQLSTATEs of a session the server ended or cannot serve: the connection exceptions (class
+/// 08), PostgreSQL's administrator or crash shutdown and "cannot connect now" (57P01–57P03), and
+/// MySQL's interrupted statement (70100: `KILL`, which also ends the connection). A server that
+/// ends a session while a statement runs answers that statement with one of these before it
+/// closes the socket; later statements then fail on the socket itself (an I/O error). Either
+/// way the statement did not complete and the session is gone, so it is worth a retry: a waiter
+/// must not give up its wait because its connection was ended under it.
+fn is_session_ended(sqlstate: Option<&str>) -> bool {
+    sqlstate
+        .is_some_and(|c| c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "70100"))
+}
+
 /// SQLite's BUSY (5) and LOCKED (6), with their extended codes: another process holds the
 /// write lock longer than the busy timeout.
 fn is_sqlite_busy(code: Option<&str>) -> bool {
     code.and_then(|c| c.parse::<i32>().ok())
         .is_some_and(|c| c & 0xff == 5 || c & 0xff == 6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_session_ended;
+
+    #[test]
+    fn ended_sessions_are_connection_errors_and_refusals_are_not() {
+        for code in ["57P01", "57P02", "57P03", "08006", "08S01", "70100"] {
+            assert!(is_session_ended(Some(code)), "{code}");
+        }
+        // A unique violation, a deadlock, a lock timeout, a syntax error: the database refused.
+        for code in [
+            "23505", "40001", "40P01", "55P03", "42601", "57014", "HY000",
+        ] {
+            assert!(!is_session_ended(Some(code)), "{code}");
+        }
+        assert!(!is_session_ended(None));
+    }
 }
