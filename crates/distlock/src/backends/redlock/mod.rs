@@ -287,16 +287,17 @@ impl RedlockBackend {
             "undoing a share of a failed take",
         );
         let limit = self.limit(req);
-        let awaited = self
-            .masters
-            .iter()
-            .zip(shares)
-            .filter(|(_, share)| !matches!(share, Share::Held(_)))
-            .filter(|(master, _)| !master.send_unawaited(&ops.release_text, &keys, &args))
-            .filter(|(_, share)| matches!(share, Share::Won(_)))
-            .map(|(master, _)| async move {
-                let _: Result<i64> = master.run(call, limit).await;
-            });
+        let mut awaited = Vec::new();
+        for (master, share) in self.masters.iter().zip(shares) {
+            if matches!(share, Share::Held(_)) {
+                continue;
+            }
+            // Queued here, before this function first awaits anything.
+            let queued = master.send_unawaited(&ops.release_text, &keys, &args);
+            if !queued && matches!(share, Share::Won(_)) {
+                awaited.push(master.run::<i64>(call, limit));
+            }
+        }
         join_all(awaited).await;
     }
 }
