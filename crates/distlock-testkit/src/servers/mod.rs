@@ -360,11 +360,38 @@ pub(crate) fn on_free_ports<T>(
     }
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, below the kernel's ephemeral range: private servers are
+/// restarted on their port (a restart, a moved clock), and a port the kernel also hands out to
+/// outgoing connections was once taken by one in that moment ("Address already in use", a
+/// clean-clone CI run's torture case). Ports are tried at random in 15000–32767 (above every
+/// port `scripts/services.sh` uses); the kernel's choice if none of a few hundred is free.
 pub(crate) fn free_port() -> Result<u16, Failure> {
+    use std::hash::{BuildHasher, Hasher};
+    const LOW: u16 = 15000;
+    let high = ephemeral_start().unwrap_or(32768).max(LOW + 1000);
+    for _ in 0..300 {
+        // A random number without another dependency: each RandomState is seeded afresh.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = LOW + (random % u64::from(high - LOW)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// The first port of the kernel's ephemeral range (outgoing connections' local ports).
+fn ephemeral_start() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The program `name` as found on `PATH`, if it is there.
