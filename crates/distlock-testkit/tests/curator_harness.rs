@@ -27,11 +27,6 @@ fn spawn(job: &CuratorJob) -> Result<CuratorHolder, Failure> {
     curator::build()?.spawn(job)
 }
 
-/// The sequence number ZooKeeper appended to a lock node.
-fn sequence(node: &str) -> u64 {
-    node[node.len() - 10..].parse().unwrap_or(u64::MAX)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_curator_mutex_holders_never_overlap() -> Result<(), Failure> {
     let zk = shared_zookeeper()?;
@@ -54,17 +49,11 @@ async fn two_curator_mutex_holders_never_overlap() -> Result<(), Failure> {
             "unexpected Curator mutex node {node}"
         );
     }
-    let (mut a_seq, b_seq): (Vec<u64>, Vec<u64>) = (
-        a.nodes().iter().map(|n| sequence(n)).collect(),
-        b.nodes().iter().map(|n| sequence(n)).collect(),
-    );
-    a_seq.extend(&b_seq);
-    a_seq.sort();
-    a_seq.dedup();
-    check!(
-        a_seq.len() == 40,
-        "two holds got the same sequence number: {a:?} {b:?}"
-    );
+    // Exclusion is what the counter and the protocol's own check show (that check can fail:
+    // the_protocol_catches_holders_that_are_not_kept_apart). The nodes' sequence numbers are
+    // no proof of it, nor even unique: the lock's parent is a container node, deleted once
+    // empty (after a second here), and a new parent numbers from 0 again (a clean-clone CI run
+    // saw "lock-0000000000" twice).
     Ok(())
 }
 

@@ -7,9 +7,11 @@
 //! * [`election`]: election records (fenced by compare-and-set, live while their writer's lease
 //!   is) and the watch on a key; [`latch`]: count-down latches.
 //! * [`inspect`]: a lock's status and its forced release.
+//! * [`attempts`]: how one request is sent again, after a fault or beside a slow attempt.
 //!
 #![doc = include_str!("docs.md")]
 
+mod attempts;
 mod config;
 mod election;
 mod inspect;
@@ -28,6 +30,7 @@ use etcd_client::{
     TlsOptions, Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
 
+use self::attempts::{AnswerTimes, Attempts};
 use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
@@ -127,42 +130,7 @@ fn passing(message: &str) -> bool {
 /// How long a request that failed with a connection fault is tried again, unless
 /// [`Options::retry_for`] says otherwise: long enough to ride out an election.
 const RETRY_FOR: Duration = Duration::from_secs(5);
-/// The most attempts of one request in flight at once (see [`Inner::retrying`]); past it the
-/// oldest is given up.
-const MOST_IN_FLIGHT: usize = 8;
 
-/// A moving average of how long answered requests took: an attempt unanswered for many times
-/// that is sent again beside it. etcd-client spreads requests over every endpoint, a member cut
-/// off (connection open, nothing answered) included: without this every third request waited
-/// for a member that would never answer.
-#[derive(Default)]
-struct AnswerTimes {
-    average_us: AtomicU64,
-}
-
-impl AnswerTimes {
-    /// The least wait before a second attempt: above a healthy answer on a loaded machine.
-    const SHORTEST_WAIT: Duration = Duration::from_millis(25);
-    /// The most: below the response timeout, and past an election's usual length.
-    const LONGEST_WAIT: Duration = Duration::from_millis(750);
-
-    fn record(&self, took: Duration) {
-        let sample = took.as_micros().min(u128::from(u32::MAX)) as u64;
-        let old = self.average_us.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            sample
-        } else {
-            old - old / 8 + sample / 8
-        };
-        self.average_us.store(new, Ordering::Relaxed);
-    }
-
-    /// How long an attempt may go unanswered before another is sent beside it.
-    fn wait_before_another(&self) -> Duration {
-        let average = Duration::from_micros(self.average_us.load(Ordering::Relaxed));
-        (average * 8).clamp(Self::SHORTEST_WAIT, Self::LONGEST_WAIT)
-    }
-}
 /// How long a release or leave that could not delete its key keeps trying in the background
 /// between tries (until it succeeds or the session is over).
 const CLEANUP_EVERY: Duration = Duration::from_millis(500);
@@ -286,7 +254,20 @@ impl Inner {
 
     async fn delete_when(&self, key: &str, when: Vec<Compare>) -> Result<bool> {
         let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
-        let answer = self.txn("deleting a contender's key", txn).await?;
+        // A hedged attempt that finds the key already deleted by the one before it must not
+        // report the holding as gone before it was released (a clean-clone CI run's demo
+        // reported a lock lost on a loaded etcd).
+        let answer = self
+            .retrying_until(
+                "deleting a contender's key",
+                true,
+                TxnResponse::succeeded,
+                |client| {
+                    let txn = txn.clone();
+                    async move { client.kv_client().txn(txn).await }
+                },
+            )
+            .await?;
         Ok(answer.succeeded())
     }
 
@@ -329,69 +310,45 @@ impl Inner {
     /// etcd-client keeps sending a share of requests to a member that is down, and an election
     /// fails requests for a moment. Every request sent this way is safe to repeat (reads,
     /// conditional writes, and puts of a key named before the first try), so an attempt left
-    /// unanswered for several times the usual answer time ([`AnswerTimes`]) gets another sent
+    /// unanswered for several times the usual answer time ([`attempts`]) gets another sent
     /// beside it and the first answer wins: a write that reached a member just as its leader
     /// died is never answered (etcd drops the proposal and the member waits out its own request
     /// timeout), and waiting on it alone kept a released key, and the lock, for the whole
     /// response timeout; a member cut off from this client never answers at all. Not when
     /// `hedged` is false: a request that could do harm landing late (see [`Self::txn_alone`]).
-    async fn retrying<T, F, Fut>(
+    async fn retrying<T, F, Fut>(&self, what: &'static str, hedged: bool, request: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        self.retrying_until(what, hedged, |_| true, request).await
+    }
+
+    /// [`retrying`](Self::retrying) for a conditional write whose answer is only `settled` when
+    /// its compares held (see [`attempts::run`]).
+    async fn retrying_until<T, F, Fut>(
         &self,
         what: &'static str,
         hedged: bool,
+        settled: impl Fn(&T) -> bool,
         mut request: F,
     ) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let until = tokio::time::Instant::now() + self.retry_for;
-        let mut nap = Duration::from_millis(10);
-        let mut send = |client: Client| {
-            let attempt = request(client);
-            Box::pin(async move {
-                let sent = tokio::time::Instant::now();
-                (attempt.await, sent.elapsed())
-            })
+        let attempts = Attempts {
+            answers: &self.answers,
+            retry_for: self.retry_for,
+            hedged,
         };
-        // Oldest first. Each attempt sent beside others waits twice as long as the one before
-        // (an election can leave several unanswered); past MOST_IN_FLIGHT the oldest is dropped.
-        let mut in_flight = vec![send(self.client.clone())];
-        let mut wait = self.answers.wait_before_another();
-        loop {
-            let another = hedged && tokio::time::Instant::now() < until;
-            tokio::select! {
-                ((answer, took), i, _) = futures_util::future::select_all(in_flight.iter_mut()) => {
-                    drop(in_flight.remove(i));
-                    let error = match answer {
-                        Ok(answer) => {
-                            self.answers.record(took);
-                            return Ok(answer);
-                        }
-                        Err(e) => from_etcd(what)(e),
-                    };
-                    if error.kind() != ErrorKind::Connection {
-                        return Err(error);
-                    }
-                    if !in_flight.is_empty() {
-                        continue;
-                    }
-                    if tokio::time::Instant::now() + nap >= until {
-                        return Err(error);
-                    }
-                    tokio::time::sleep(nap).await;
-                    nap = (nap * 2).min(Duration::from_millis(320));
-                    in_flight.push(send(self.client.clone()));
-                }
-                () = tokio::time::sleep(wait), if another => {
-                    if in_flight.len() == MOST_IN_FLIGHT {
-                        drop(in_flight.remove(0));
-                    }
-                    in_flight.push(send(self.client.clone()));
-                    wait = (wait * 2).min(AnswerTimes::LONGEST_WAIT);
-                }
-            }
-        }
+        attempts
+            .run(
+                settled,
+                |e| from_etcd(what)(e),
+                || request(self.client.clone()),
+            )
+            .await
     }
 
     /// The live session, started if there is none. The lease is granted like a put of a new
