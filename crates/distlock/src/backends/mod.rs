@@ -35,6 +35,9 @@ pub(crate) mod queue;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod text_records;
 
+#[cfg(any(feature = "etcd", feature = "redlock"))]
+pub(crate) mod moving_average;
+
 #[cfg(feature = "etcd")]
 pub mod etcd;
 

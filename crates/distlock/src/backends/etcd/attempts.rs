@@ -3,9 +3,9 @@
 //! the usual answer time, the first answer winning, unless that answer is a conditional write's
 //! "compares failed" that an earlier attempt still in flight may have caused.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::backends::moving_average::MovingAverage;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The most attempts of one request in flight at once; past it the oldest is given up.
@@ -16,9 +16,7 @@ const MOST_IN_FLIGHT: usize = 8;
 /// off (connection open, nothing answered) included: without this every third request waited
 /// for a member that would never answer.
 #[derive(Default)]
-pub(super) struct AnswerTimes {
-    average_us: AtomicU64,
-}
+pub(super) struct AnswerTimes(MovingAverage);
 
 impl AnswerTimes {
     /// The least wait before a second attempt: above a healthy answer on a loaded machine.
@@ -26,21 +24,9 @@ impl AnswerTimes {
     /// The most: below the response timeout, and past an election's usual length.
     const LONGEST_WAIT: Duration = Duration::from_millis(750);
 
-    fn record(&self, took: Duration) {
-        let sample = took.as_micros().min(u128::from(u32::MAX)) as u64;
-        let old = self.average_us.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            sample
-        } else {
-            old - old / 8 + sample / 8
-        };
-        self.average_us.store(new, Ordering::Relaxed);
-    }
-
     /// How long an attempt may go unanswered before another is sent beside it.
     fn wait_before_another(&self) -> Duration {
-        let average = Duration::from_micros(self.average_us.load(Ordering::Relaxed));
-        (average * 8).clamp(Self::SHORTEST_WAIT, Self::LONGEST_WAIT)
+        (self.0.get() * 8).clamp(Self::SHORTEST_WAIT, Self::LONGEST_WAIT)
     }
 }
 
@@ -95,7 +81,7 @@ impl Attempts<'_> {
                     drop(in_flight.remove(i));
                     let failed = match answer {
                         Ok(answer) => {
-                            self.answers.record(took);
+                            self.answers.0.record(took);
                             if settled(&answer) || in_flight.is_empty() {
                                 return Ok(answer);
                             }

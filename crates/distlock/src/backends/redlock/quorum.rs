@@ -1,7 +1,6 @@
 //! The arithmetic of Redlock, kept apart from the I/O so it can be tested alone: the majority,
 //! the validity of a grant, and how long a loser should wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The smallest majority of `n` masters.
@@ -62,30 +61,7 @@ pub(super) fn split_pause(quorum: usize, won: usize, round: Duration) -> Duratio
 /// How long a round on every master takes lately (a moving average): what the pauses that keep
 /// contenders apart are measured in, since it is milliseconds on a loaded machine and a fraction
 /// of one on an idle one.
-#[derive(Default)]
-pub(super) struct RoundTime {
-    micros: AtomicU64,
-}
-
-impl RoundTime {
-    /// Counts one more round that took `took`.
-    pub(super) fn record(&self, took: Duration) {
-        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        // A lost update between two rounds recorded at once costs nothing here.
-        let old = self.micros.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            took
-        } else {
-            old - old / 8 + took / 8
-        };
-        self.micros.store(new, Ordering::Relaxed);
-    }
-
-    /// The average.
-    pub(super) fn get(&self) -> Duration {
-        Duration::from_micros(self.micros.load(Ordering::Relaxed))
-    }
-}
+pub(super) type RoundTime = crate::backends::moving_average::MovingAverage;
 
 /// A random pause of at most `max` (µs resolution): the "retry after a random delay" of the
 /// Redlock docs, so contenders do not collide again.
@@ -148,17 +124,6 @@ mod tests {
         }
         let slow = split_pause(3, 2, MS(10));
         assert!(slow >= MS(10) && slow <= MS(20), "{slow:?}");
-    }
-
-    #[test]
-    fn round_time_follows_the_rounds() {
-        let r = RoundTime::default();
-        r.record(MS(8));
-        assert_eq!(r.get(), MS(8));
-        for _ in 0..100 {
-            r.record(MS(1));
-        }
-        assert!(r.get() < MS(2), "{:?}", r.get());
     }
 
     #[test]
