@@ -501,18 +501,25 @@ fn segment_ids(products: u32, segments: u32, segment: u32) -> Range<i64> {
 /// Releases `guard`, failing loudly if the lease had been lost meanwhile: someone else may have
 /// run the same critical section at the same time, and the audit will show it.
 async fn release(guard: distlock::Guard) -> Result<()> {
+    use futures_util::FutureExt;
     let name = guard.name().to_string();
+    // Why, if the client already knew (its clock, a renewal, the session's end); otherwise only
+    // the release itself found the holding gone from the store.
+    let known = guard.lost().now_or_never();
     let still_ours = guard
         .release()
         .await
         .with_context(|| format!("releasing lock {name:?}"))?;
     if still_ours {
-        Ok(())
-    } else {
-        Err(anyhow!(
-            "lock {name:?} was lost before the request finished"
-        ))
+        return Ok(());
     }
+    let why = known.map_or_else(
+        || "the store no longer had it at the release".to_string(),
+        |e| e.to_string(),
+    );
+    Err(anyhow!(
+        "lock {name:?} was lost before the request finished: {why}"
+    ))
 }
 
 #[cfg(test)]
