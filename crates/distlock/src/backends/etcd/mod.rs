@@ -325,7 +325,7 @@ impl Inner {
     }
 
     /// [`retrying`](Self::retrying) for a conditional write whose answer is only `settled` when
-    /// its compares held (see [`attempts::run`]).
+    /// its compares held (see [`Attempts::run`]).
     async fn retrying_until<T, F, Fut>(
         &self,
         what: &'static str,
