@@ -504,8 +504,12 @@ async fn release(guard: distlock::Guard) -> Result<()> {
     use futures_util::FutureExt;
     let name = guard.name().to_string();
     // Why, if the client already knew (its clock, a renewal, the session's end); otherwise only
-    // the release itself found the holding gone from the store.
-    let known = guard.lost().now_or_never();
+    // the release itself found the holding gone from the store. Asked only of a guard already
+    // lost: the reason's future subscribes to the holding's state, which no request should pay.
+    let known = guard
+        .is_lost()
+        .then(|| guard.lost().now_or_never())
+        .flatten();
     let still_ours = guard
         .release()
         .await
