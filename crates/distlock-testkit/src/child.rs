@@ -61,6 +61,15 @@ pub enum Role {
         /// Lease in milliseconds (renewed by the watchdog).
         lease_ms: u64,
     },
+    /// Take the lock with the default lease, report `acquired` (token), then let go of the guard
+    /// without releasing it, as `how` says, and return from `main` at once: no
+    /// `Client::shutdown`, the runtime is dropped with whatever it still has queued.
+    DropAndExit {
+        /// Lock name.
+        name: String,
+        /// Where the guard is dropped.
+        how: DropPath,
+    },
     /// Acquire and release `acquisitions` times, reporting (start ns, end ns, token) per hold.
     Record {
         /// Lock name.
@@ -118,6 +127,18 @@ pub enum Role {
         /// The count.
         count: u64,
     },
+}
+
+/// Where a [`Role::DropAndExit`] child drops its guard before `main` returns.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum DropPath {
+    /// An early return (as a `?` does) out of the function holding the guard.
+    EarlyReturn,
+    /// A spawned task that panics while holding it.
+    PanickedTask,
+    /// A plain thread outside the runtime, which the guard was moved to.
+    PlainThread,
 }
 
 /// A running child, seen from the test.
@@ -335,6 +356,26 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
                         return Ok(());
                     }
                     other => return Err(Failure(format!("unknown command {other:?}"))),
+                }
+            }
+        }
+        Role::DropAndExit { name, how } => {
+            let lock = (flavour.make)(client, &name);
+            let guard = lock.acquire().await?;
+            say(json!({"event": "acquired", "token": guard.fencing_token().get()}));
+            match how {
+                DropPath::EarlyReturn => return Ok(()),
+                DropPath::PanickedTask => {
+                    let task = tokio::spawn(async move {
+                        let _held = guard;
+                        panic!("a task panicking while it holds a guard (expected by the test)");
+                    });
+                    let _ = task.await;
+                }
+                DropPath::PlainThread => {
+                    std::thread::spawn(move || drop(guard))
+                        .join()
+                        .map_err(|_| Failure("the plain thread panicked".into()))?;
                 }
             }
         }

@@ -48,20 +48,6 @@ pub async fn connect(url: &str) -> Result<Client> {
 }
 
 /// [`connect`] with timeouts other than the backend's defaults.
-// A build without backends uses neither `options` nor any arm but the last.
-#[cfg_attr(
-    not(any(
-        feature = "sqlite",
-        feature = "redis",
-        feature = "redlock",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "memcached"
-    )),
-    allow(unused_variables)
-)]
 pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
     let url = url.trim();
     let scheme = Scheme::of(url)?;
@@ -114,7 +100,10 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
             ),
         )),
     };
-    Ok(Client::from_backend(backend?))
+    let exit_wait = options
+        .response_timeout
+        .unwrap_or(crate::core::DEFAULT_EXIT_WAIT);
+    Ok(Client::with_exit_wait(backend?, exit_wait))
 }
 
 /// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made
@@ -132,13 +121,31 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
 #[derive(Clone)]
 pub struct Client {
     pub(crate) engine: Arc<Engine>,
+    /// Shared by the clones: when the last one goes, background releases are waited for.
+    _last: Arc<LastClient>,
+}
+
+/// Dropped with the last clone of a [`Client`] (the handles the application holds, and the
+/// locks, read-write locks, elections and latches made from them).
+struct LastClient(Arc<Engine>);
+
+impl Drop for LastClient {
+    fn drop(&mut self) {
+        self.0.last_client_dropped();
+    }
 }
 
 impl Client {
     /// A client over a backend built by hand (tests, custom stores).
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Client::with_exit_wait(backend, crate::core::DEFAULT_EXIT_WAIT)
+    }
+
+    fn with_exit_wait(backend: Arc<dyn Backend>, exit_wait: std::time::Duration) -> Self {
+        let engine = Arc::new(Engine::new(backend, exit_wait));
         Client {
-            engine: Arc::new(Engine::new(backend)),
+            _last: Arc::new(LastClient(engine.clone())),
+            engine,
         }
     }
 

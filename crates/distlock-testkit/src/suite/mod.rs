@@ -9,6 +9,7 @@ mod cancel;
 mod crash;
 mod election;
 mod exclusion;
+mod exit;
 mod fenced_holder;
 mod fencing;
 mod latch;
@@ -380,6 +381,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(release::dropped_guard_releases),
         ),
         (
+            "dropped_guard_freed_before_exit",
+            Each,
+            ANY,
+            case(exit::dropped_guard_freed_before_exit),
+        ),
+        (
             "crashed_holder_frees_within_lease",
             Each,
             ANY,
@@ -420,6 +427,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             Each,
             LEASES,
             case(release::stale_holding_untouched_in_store),
+        ),
+        (
+            "stale_reentrant_holds_report_not_held",
+            Each,
+            ANY,
+            case(release::stale_reentrant_holds_report_not_held),
         ),
         (
             "old_guard_after_retake_is_inert",

@@ -145,3 +145,40 @@ pub(super) async fn old_guard_after_retake_is_inert(ctx: Ctx) -> Outcome {
     check!(new.release().await?, "the new holding was lost");
     Ok(())
 }
+
+/// Every hold of a holding that is gone reports it: an owner holds the lock three times, another
+/// client frees the holding by owner token and a third owner takes the lock; each of the three
+/// stale guards' releases answers `false` (the bool is how a caller learns that its work may have
+/// overlapped another holder's), and none of them touches the new holder's lock.
+pub(super) async fn stale_reentrant_holds_report_not_held(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("stale-holds");
+    let owner = OwnerToken::random();
+    let first = ctx.lock(&name).owner(owner.clone()).acquire().await?;
+    let second = first.reenter().await?;
+    let third = first.reenter().await?;
+    let other_client = ctx.connect().await?;
+    (ctx.flavour.make)(&other_client, &name)
+        .owner(owner)
+        .release()
+        .await?;
+    let next = (ctx.flavour.contender)(&other_client, &name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    let answers = [
+        first.release().await?,
+        second.release().await?,
+        third.release().await?,
+    ];
+    check!(
+        answers == [false, false, false],
+        "the stale guards' releases answered {answers:?} (each should be false: the holding \
+         was freed by owner token and another holder has the lock)"
+    );
+    let intruder = ctx.contender(&name).try_acquire().await?;
+    check!(
+        intruder.is_none(),
+        "a stale guard's release freed the new holder's lock"
+    );
+    check!(next.release().await?, "the new holder lost its lock");
+    Ok(())
+}

@@ -12,8 +12,9 @@ pub(crate) mod wait;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -35,17 +36,35 @@ pub(crate) struct Engine {
     runtime: Option<tokio::runtime::Handle>,
     /// Releases and leaves still running in the background.
     background: Arc<Background>,
+    /// Set when the application's last [`crate::Client`] handle is gone (see
+    /// [`Engine::last_client_dropped`]): work queued after that has nobody to wait for it.
+    abandoned: AtomicBool,
+    /// How long the end of the last client waits for background work (the backend's response
+    /// timeout: a release that takes longer has failed anyway, and its lease frees the lock).
+    exit_wait: Duration,
 }
 
-/// Counts background tasks, so that [`Engine::flush`] can wait for them.
+/// Counts background tasks, so that [`Engine::flush`] (awaiting) and
+/// [`Engine::wait_background`] (blocking) can wait for them.
 #[derive(Default)]
 struct Background {
-    running: AtomicUsize,
+    running: Mutex<usize>,
     idle: Notify,
+    idle_blocking: Condvar,
 }
 
+impl Background {
+    fn running(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The longest a dropped client waits for its background releases when its backend gave no
+/// response timeout.
+pub(crate) const DEFAULT_EXIT_WAIT: Duration = Duration::from_secs(10);
+
 impl Engine {
-    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+    pub(crate) fn new(backend: Arc<dyn Backend>, exit_wait: Duration) -> Self {
         let runtime = tokio::runtime::Handle::try_current().ok();
         Engine {
             renewals: Renewals::new(backend.clone(), runtime.clone()),
@@ -54,6 +73,81 @@ impl Engine {
             local: LocalWakeups::default(),
             runtime,
             background: Arc::default(),
+            abandoned: AtomicBool::new(false),
+            exit_wait,
+        }
+    }
+
+    /// The application dropped its last [`crate::Client`] handle: most often because `main` is
+    /// returning (by a `?` as well), and the runtime stops next, dropping every task it has — the
+    /// releases that dropped guards queued among them, which would leave their locks held for
+    /// the whole lease. So this waits, blocking, until the background work queued so far has
+    /// reached the store (at most [`exit_wait`](Engine::exit_wait)); work queued later (a guard
+    /// that outlives its client) is waited for by whoever queues it.
+    pub(crate) fn last_client_dropped(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        self.wait_background(|| *self.background.running() == 0);
+    }
+
+    /// Blocks the calling thread until `done` (checked under the background count's lock), at
+    /// most `exit_wait`. The tasks it waits for run on the runtime's other threads: on a worker
+    /// of a multi-thread runtime the worker's other tasks move elsewhere meanwhile
+    /// (`block_in_place`). A current-thread runtime runs them only on this very thread, so there
+    /// it cannot wait: it says so, and the leases free those locks.
+    fn wait_background(&self, done: impl Fn() -> bool) {
+        if done() {
+            return;
+        }
+        let Some(handle) = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+        else {
+            return;
+        };
+        // A runtime that is shutting down (this drop may be part of it) never runs the work:
+        // a task spawned now is cancelled before it runs, and that ends the wait.
+        let probe_ran = Arc::new(AtomicBool::new(false));
+        let probe = handle.spawn({
+            let ran = probe_ran.clone();
+            async move { ran.store(true, Ordering::Release) }
+        });
+        let shutting_down = || probe.is_finished() && !probe_ran.load(Ordering::Acquire);
+        let wait = || {
+            let deadline = std::time::Instant::now() + self.exit_wait;
+            let mut running = self.background.running();
+            loop {
+                drop(running);
+                if done() || shutting_down() {
+                    return;
+                }
+                running = self.background.running();
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        backend = self.backend.name(),
+                        "releases of dropped guards did not finish within {:?}; their leases \
+                         will free the locks",
+                        self.exit_wait
+                    );
+                    return;
+                }
+                running = self
+                    .background
+                    .idle_blocking
+                    .wait_timeout(running, left.min(Duration::from_millis(50)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => tracing::warn!(
+                backend = self.backend.name(),
+                "the last client was dropped on a current-thread runtime with releases still \
+                 queued: they run only if the runtime goes on (await Client::shutdown before \
+                 returning, or use Lock::run); otherwise their leases free the locks"
+            ),
+            Ok(_) => tokio::task::block_in_place(wait),
+            Err(_) => wait(),
         }
     }
 
@@ -64,7 +158,7 @@ impl Engine {
             let idle = self.background.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
-            if self.background.running.load(Ordering::Acquire) == 0 {
+            if *self.background.running() == 0 {
                 return;
             }
             idle.await;
@@ -99,6 +193,10 @@ impl Engine {
     pub(crate) async fn release_by_owner(&self, req: &LockRequest) -> Result<bool> {
         let freed = self.backend.release(req, None).await?;
         if freed {
+            // This client's guards of that holding learn it now, not at their next renewal.
+            if let Some(lease) = self.leases.holding(req) {
+                lease.mark_lost("its owner token released it (Lock::release)");
+            }
             self.local.released(&req.name);
         }
         Ok(freed)
@@ -117,12 +215,16 @@ impl Engine {
         else {
             return;
         };
-        self.background.running.fetch_add(1, Ordering::AcqRel);
+        *self.background.running() += 1;
         let done = Finished(self.background.clone());
-        handle.spawn(async move {
+        let task = handle.spawn(async move {
             fut.await;
             drop(done);
         });
+        if self.abandoned.load(Ordering::Acquire) {
+            // No client is left to wait for this at the end: wait for it here.
+            self.wait_background(|| task.is_finished());
+        }
     }
 }
 
@@ -178,7 +280,12 @@ struct Finished(Arc<Background>);
 
 impl Drop for Finished {
     fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let mut running = self.0.running();
+        *running -= 1;
+        drop(running);
+        // Every finish wakes the blocking waiters, who also wait for single tasks.
+        self.0.idle_blocking.notify_all();
+        if *self.0.running() == 0 {
             self.0.idle.notify_waiters();
         }
     }

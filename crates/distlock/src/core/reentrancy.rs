@@ -69,6 +69,19 @@ impl LeaseTable {
         slot
     }
 
+    /// The owner's holding of the lock in this client, if it has one.
+    pub(crate) fn holding(&self, req: &LockRequest) -> Option<Arc<HeldLease>> {
+        let key: Key = (req.name.clone(), req.kind, req.owner.clone());
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)?
+            .upgrade()?;
+        let current = slot.current.try_lock().ok()?.upgrade();
+        current
+    }
+
     /// One attempt: re-enter the owner's live holding (confirmed by the store), or ask the
     /// waiter to take the lock.
     pub(crate) async fn take(
@@ -119,22 +132,24 @@ pub(crate) async fn reenter(backend: &dyn Backend, lease: &Arc<HeldLease>) -> Re
 async fn add_confirmed_hold(backend: &dyn Backend, lease: &HeldLease) -> Result<bool> {
     // Counted before the round trip so that the watchdog keeps running whatever other guards do.
     lease.add_hold();
-    let sent = Instant::now();
-    let confirmed = match backend.extend(&lease.req, lease.token).await {
-        Ok(Some(valid_for)) => lease.confirm(sent, valid_for),
-        Ok(None) => {
-            lease.mark_lost("the store no longer lists this holding as the owner");
-            false
-        }
-        Err(e) => {
-            lease.drop_hold();
-            return Err(e);
-        }
-    };
-    if !confirmed {
+    let confirmed = still_ours(backend, lease).await;
+    if !matches!(confirmed, Ok(true)) {
         lease.drop_hold();
     }
-    Ok(confirmed)
+    confirmed
+}
+
+/// Whether the store still lists `lease` as its owner's holding (which restarts its lease); a
+/// holding it no longer lists is marked lost, so that its other guards learn it too.
+async fn still_ours(backend: &dyn Backend, lease: &HeldLease) -> Result<bool> {
+    let sent = Instant::now();
+    match backend.extend(&lease.req, lease.token).await? {
+        Some(valid_for) => Ok(lease.confirm(sent, valid_for)),
+        None => {
+            lease.mark_lost("the store no longer lists this holding as the owner");
+            Ok(false)
+        }
+    }
 }
 
 /// What releasing one guard did.
@@ -148,14 +163,16 @@ pub(crate) struct Released {
 /// Releases one guard's hold; the last one frees the lock in the store, naming the holding by
 /// its token so that a newer holding of the same owner is never touched. A holding already lost
 /// is not sent to the store: it is no longer ours to free.
+///
+/// A hold that is not the last asks the store whether the holding is still this one (a renewal
+/// by token), since our clock cannot know that it was freed by owner token or forced from
+/// elsewhere: every hold of a holding that is gone answers `held: false`, not only the last.
 pub(crate) async fn release(backend: &dyn Backend, lease: &Arc<HeldLease>) -> Result<Released> {
     let mut current = lease.slot.current.lock().await;
     let lost = lease.is_lost();
     if lease.drop_hold() > 0 {
-        return Ok(Released {
-            held: !lost,
-            freed: false,
-        });
+        let held = !lost && still_ours(backend, lease).await?;
+        return Ok(Released { held, freed: false });
     }
     if std::ptr::eq(current.as_ptr(), Arc::as_ptr(lease)) {
         *current = Weak::new();

@@ -116,7 +116,10 @@ impl FakeBackend {
 
 fn engine() -> (Arc<Engine>, Arc<FakeBackend>) {
     let backend = Arc::new(FakeBackend::default());
-    (Arc::new(Engine::new(backend.clone())), backend)
+    (
+        Arc::new(Engine::new(backend.clone(), super::DEFAULT_EXIT_WAIT)),
+        backend,
+    )
 }
 
 fn request(name: &str, owner: &OwnerToken, lease: Duration) -> LockRequest {
