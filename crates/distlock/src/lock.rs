@@ -175,6 +175,63 @@ impl Lock {
         }
     }
 
+    /// Waits for the lock, runs `work` while holding it, and releases it: the safe path in one
+    /// call. `Ok` only if the lock was held throughout the work: if the holding is lost
+    /// meanwhile (renewal failed, the store gave it away, a forced release), `work` is stopped
+    /// at its next `.await` and the answer is the [`ErrorKind::LeaseLost`] error saying why; if
+    /// the release finds the holding gone, the answer is that error too (the work may have
+    /// overlapped another holder's). Pass [`Guard::fencing_token`] to the resource, so that it
+    /// can refuse a late write ([`crate::fence`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> distlock::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite:{}", dir.path().join("locks.db").display());
+    /// let client = distlock::connect(&url).await?;
+    /// let written = client
+    ///     .lock("invoice:7")
+    ///     .run(async |guard| {
+    ///         // … write, passing guard.fencing_token() to the resource …
+    ///         guard.fencing_token().get()
+    ///     })
+    ///     .await?;
+    /// assert!(written > 0);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel Safety
+    ///
+    /// Dropping the future stops the work and releases the lock in the background (as a
+    /// dropped guard does).
+    pub async fn run<T>(&self, work: impl AsyncFnOnce(&Guard) -> T) -> Result<T> {
+        let guard = self.acquire().await?;
+        let lost = guard.lost();
+        // The work borrows the guard: it is dropped (stopped) before the guard is released.
+        let outcome = {
+            let work = work(&guard);
+            tokio::select! {
+                biased;
+                lost = lost => Err(lost),
+                out = work => Ok(out),
+            }
+        };
+        let held = guard.release().await;
+        let out = outcome?;
+        if held? {
+            return Ok(out);
+        }
+        Err(Error::new(
+            ErrorKind::LeaseLost,
+            format!(
+                "lock {:?} was no longer held when the work finished: it may have overlapped \
+                 another holder's",
+                self.name
+            ),
+        )
+        .with_backend(self.client.backend_name()))
+    }
+
     /// Frees the lock if the owner set with [`owner`](Lock::owner) holds it, without a guard
     /// (the other half of [`Guard::leak`]: a hand-over to another process that knows the owner
     /// token). [`ErrorKind::NotHeld`] if that owner does not hold the lock; someone else's lock

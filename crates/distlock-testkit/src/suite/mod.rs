@@ -19,6 +19,7 @@ mod pause;
 mod reentrancy;
 mod release;
 mod restart;
+mod scoped;
 mod session_end;
 mod timeouts;
 mod waiting;
@@ -385,6 +386,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             Each,
             ANY,
             case(exit::dropped_guard_freed_before_exit),
+        ),
+        (
+            "run_holds_then_frees",
+            Each,
+            ANY,
+            case(scoped::run_holds_then_frees),
+        ),
+        (
+            "run_stops_work_when_lost",
+            Each,
+            LEASES,
+            case(scoped::run_stops_work_when_lost),
         ),
         (
             "crashed_holder_frees_within_lease",

@@ -56,6 +56,8 @@ pub(crate) fn decode_contender(data: &[u8]) -> Contender {
 }
 
 /// Whether a contender's entry was put for `owner`.
+// Only etcd reads contender records back by owner.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub(crate) fn contender_of(data: &[u8], owner: &str) -> bool {
     data.strip_prefix(owner.as_bytes())
         .is_some_and(|rest| rest.first() == Some(&b'\n'))

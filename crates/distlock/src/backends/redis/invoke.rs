@@ -119,6 +119,8 @@ impl Server {
     /// after, and never reads its answer: for a request that must reach the server after one
     /// whose answer was given up on, without waiting. False when it could not be sent so (no
     /// open connection, or a TLS one): nothing was sent.
+    // Only Redlock sends without awaiting.
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
     pub(crate) fn send_unawaited(&self, text: &str, keys: &[String], args: &[&str]) -> bool {
         match &self.conn {
             Conn::Pipelined(conn) => conn.send_now(&script_call("EVAL", text, keys, args)),

@@ -131,6 +131,8 @@ impl Pipelined {
     /// Queues `cmd` on the open connection now, behind every request queued before it and ahead
     /// of every one queued after, and leaves its answer unread; false when no connection is open
     /// (nothing is sent: opening one takes a wait, and the request would lose its place).
+    // Only Redlock sends without awaiting.
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
     pub(crate) fn send_now(&self, cmd: &Cmd) -> bool {
         self.live_link().is_some_and(|link| link.send(cmd).is_ok())
     }

@@ -17,6 +17,8 @@ pub(crate) struct Ops {
     pub(crate) release: Script,
     /// `release`'s text, for `EVAL`: for a release that cannot wait for a `NOSCRIPT` answer and
     /// a second try (Redlock's undo of a failed take, `Server::send_unawaited`).
+    // Only Redlock sends without awaiting.
+    #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
     pub(crate) release_text: String,
 }
 
