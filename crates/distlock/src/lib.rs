@@ -65,3 +65,8 @@ pub use options::Options;
 pub use status::{ForcedRelease, Holder, Holding, LockStatus, Selection};
 pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 pub use url::redact;
+
+// The README's code is compiled with the doctests (its blocks use the SQL and Redis fences).
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
