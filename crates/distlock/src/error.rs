@@ -107,7 +107,7 @@ impl Error {
 
     /// [`with_source`](Error::with_source) for a cause already boxed.
     #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence")),
         allow(dead_code)
     )]
     pub(crate) fn with_boxed_source(mut self, source: Box<dyn StdError + Send + Sync>) -> Self {

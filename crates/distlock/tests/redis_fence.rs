@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use distlock::fence::RedisFence;
-use distlock::fence::redis::redis_rs::{self, AsyncCommands, aio::MultiplexedConnection};
 use distlock::{ErrorKind, FencingToken, OwnerToken};
+use redis::{AsyncCommands, aio::MultiplexedConnection};
 
 const WRITERS: u64 = 8;
 
@@ -20,7 +20,7 @@ async fn conn() -> Option<MultiplexedConnection> {
     }
     let url = std::env::var("DISTLOCK_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
-    let client = redis_rs::Client::open(url.as_str()).unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
     Some(
         client
             .get_multiplexed_async_connection()

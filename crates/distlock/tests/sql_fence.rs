@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::fence::SqlFence;
-use distlock::sql::sqlx::{self, AssertSqlSafe};
 use distlock::{ErrorKind, FencingToken};
 use sql_cases::db;
+use sqlx::AssertSqlSafe;
 
 /// Writers in the concurrency case.
 const WRITERS: u64 = 8;

@@ -7,8 +7,8 @@ mod sql_cases;
 use std::time::Duration;
 
 use distlock::sql::optimistic::{Cas, Retry, retry_on_conflict};
-use distlock::sql::sqlx::{self, AssertSqlSafe, Executor};
 use sql_cases::db;
+use sqlx::{AssertSqlSafe, Executor};
 
 const PROCESSES: usize = 3;
 const WRITERS: usize = 8;

@@ -7,8 +7,8 @@ mod sql_cases;
 use std::time::Duration;
 
 use distlock::sql::RowLock;
-use distlock::sql::sqlx::{self, AssertSqlSafe, Executor};
 use sql_cases::db;
+use sqlx::{AssertSqlSafe, Executor};
 
 const TASKS: usize = 8;
 const ROUNDS: usize = 10;

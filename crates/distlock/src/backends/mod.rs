@@ -1,6 +1,6 @@
 //! One module per store, each behind its cargo feature.
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
 pub(crate) mod sqlx_error;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

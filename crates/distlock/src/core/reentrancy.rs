@@ -78,8 +78,7 @@ impl LeaseTable {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)?
             .upgrade()?;
-        let current = slot.current.try_lock().ok()?.upgrade();
-        current
+        slot.current.try_lock().ok()?.upgrade()
     }
 
     /// One attempt: re-enter the owner's live holding (confirmed by the store), or ask the

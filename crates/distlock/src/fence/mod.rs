@@ -34,7 +34,7 @@
 //! resource — they already are, under the lock. Redis, the write becomes one `EVALSHA` doing a
 //! `GET` and a `SET` besides the write.
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
 pub mod sql;
 
 #[cfg(feature = "redis")]
@@ -42,7 +42,7 @@ pub mod redis;
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisFence;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
 pub use self::sql::SqlFence;
 
 use crate::error::{Error, ErrorKind};
@@ -53,7 +53,7 @@ use crate::types::FencingToken;
     not(any(
         feature = "postgres",
         feature = "mysql",
-        feature = "sqlite",
+        feature = "sqlite-fence",
         feature = "redis"
     )),
     allow(dead_code)

@@ -4,9 +4,9 @@
 //! ```no_run
 //! # async fn demo(guard: distlock::Guard) -> distlock::Result<()> {
 //! use distlock::fence::RedisFence;
-//! use distlock::fence::redis::redis_rs;
 //!
-//! let client = redis_rs::Client::open("redis://127.0.0.1:6379").expect("url");
+//! // Your own connection, from the redis crate distlock's `redis` feature uses (redis 1.x).
+//! let client = redis::Client::open("redis://127.0.0.1:6379").expect("url");
 //! let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
 //! let fence = RedisFence::new();
 //! let token = guard.fencing_token();
@@ -27,9 +27,6 @@
 
 use ::redis::aio::ConnectionLike;
 use ::redis::{ToRedisArgs, Value};
-
-/// The `redis` crate distlock is built with: connections passed to [`RedisFence`] come from it.
-pub use ::redis as redis_rs;
 
 use crate::backends::redis::{FENCED_WRITE, from_redis};
 use crate::error::{Error, ErrorKind, Result};

@@ -3,9 +3,8 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
-//! # async fn demo(pool: distlock::sql::sqlx::PgPool, guard: distlock::Guard) -> distlock::Result<()> {
+//! # async fn demo(pool: sqlx::PgPool, guard: distlock::Guard) -> distlock::Result<()> {
 //! use distlock::fence::SqlFence;
-//! use distlock::sql::sqlx;
 //!
 //! let fence = SqlFence::<sqlx::Postgres>::install(&pool).await?; // once: creates the table
 //! let mut tx = pool.begin().await.expect("begin");
@@ -260,7 +259,7 @@ fence_for! {
 }
 
 fence_for! {
-    feature = "sqlite",
+    feature = "sqlite-fence",
     db = sqlx::Sqlite,
     connection = sqlx::SqliteConnection,
     backend = "sqlite",

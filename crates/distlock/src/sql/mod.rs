@@ -1,7 +1,7 @@
 //! Database techniques that are not a [`Lock`](crate::Lock): a row lock held by the caller's own
 //! transaction ([`row_lock`]), and optimistic version checks with bounded retries
-//! ([`optimistic`]). Both work on the caller's sqlx pool; `sqlx` is re-exported so the types
-//! match.
+//! ([`optimistic`]). Both work on the caller's sqlx pool (sqlx 0.9: the pool of
+//! the same sqlx that distlock's `postgres` and `mysql` features use).
 //!
 //! | technique | where | freed after a crash by | fencing |
 //! |---|---|---|---|
@@ -16,5 +16,3 @@ pub mod row_lock;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use row_lock::{RowLock, RowLockTx};
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub use sqlx;

@@ -9,9 +9,9 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
-//! # async fn demo(pool: distlock::sql::sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 //! use distlock::sql::optimistic::{Cas, Retry, retry_on_conflict};
-//! use distlock::sql::sqlx::{self, Row};
+//! use sqlx::Row;
 //!
 //! let done = retry_on_conflict(&Retry::default(), |_attempt| async {
 //!     let row = sqlx::query("SELECT stock, version FROM product WHERE id = 1")

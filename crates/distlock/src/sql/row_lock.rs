@@ -9,9 +9,8 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
-//! # async fn demo(pool: distlock::sql::sqlx::PgPool) -> distlock::Result<()> {
+//! # async fn demo(pool: sqlx::PgPool) -> distlock::Result<()> {
 //! use distlock::sql::RowLock;
-//! use distlock::sql::sqlx;
 //!
 //! let mut tx = pool.lock_row("product:42").await?;
 //! sqlx::query("UPDATE product SET stock = stock - 1 WHERE id = 42 AND stock > 0")

@@ -1,7 +1,7 @@
 //! Pools for the row-lock and optimistic tests, with the failure/skip rules of the suite: an
 //! unreachable server fails naming the server; `DISTLOCK_SKIP=postgres,mysql` skips, loudly.
 
-use distlock::sql::sqlx::{MySqlPool, PgPool};
+use sqlx::{MySqlPool, PgPool};
 
 use super::{MYSQL_DEFAULT, PG_DEFAULT, url};
 

@@ -6,7 +6,6 @@ pub mod db;
 
 use std::time::Duration;
 
-use distlock::sql::sqlx;
 use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
 

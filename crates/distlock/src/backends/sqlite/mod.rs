@@ -48,6 +48,7 @@ use crate::types::{FencingToken, LockKind, LockName};
 const NAME: &str = "sqlite";
 
 /// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
+#[cfg(feature = "sqlite-fence")]
 pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
     schema: include_str!("sql/fence_schema.sql"),
     advance: include_str!("sql/fence_advance.sql"),
