@@ -840,6 +840,32 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
         err.to_string().contains("use 3, 5 or 7"),
         "the error does not say why: {err}"
     );
+    // One server under several names is no majority of independent masters: refused before
+    // anything is connected (6379 may have a server; 1 has none), naming the names.
+    for (url, names) in [
+        (
+            "redlock://127.0.0.1:6379,127.0.0.1:6379,localhost:6379",
+            "127.0.0.1:6379, 127.0.0.1:6379 and localhost:6379",
+        ),
+        (
+            "redlock://u:s3cret@127.0.0.1:1,LOCALHOST:1,127.0.0.1:2",
+            "127.0.0.1:1 and LOCALHOST:1",
+        ),
+        (
+            "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4,127.0.0.1:3",
+            "127.0.0.1:3 is listed twice",
+        ),
+    ] {
+        let Err(err) = distlock::connect_with(url, &quick()).await else {
+            return Err(Failure(format!("{url} was accepted")));
+        };
+        let text = format!("{err} {err:?}");
+        check!(
+            err.kind() == ErrorKind::InvalidUrl && text.contains(names),
+            "{url}: {text}"
+        );
+        check!(!text.contains("s3cret"), "{text}");
+    }
     // Nothing listens there: a typed error naming the count, not a hang or a panic.
     let err = distlock::connect_with("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", &quick())
         .await

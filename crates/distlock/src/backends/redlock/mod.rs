@@ -1,7 +1,8 @@
 //! The Redlock backend: the exclusive lock over 3, 5 or 7 independent Redis masters, held while a
 //! majority of them hold it. Its guarantees, and where they end, are below.
 //!
-//! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts;
+//! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts, and
+//!   the check that the masters are distinct servers;
 //! * `masters`: each master is the Redis backend's single-server connection
 //!   (`backends::redis::invoke::Server`: scripts by SHA-1, one multiplexed command
 //!   connection, one subscriber), connected lazily, every request bounded by a timeout;
@@ -97,6 +98,7 @@ impl RedlockBackend {
     /// apply to each master (a URL's `?connect_timeout=` / `?response_timeout=` win).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
         let config = config::parse(url, options)?;
+        config::check_distinct(&config).await?;
         let masters = Master::all(&config);
         let quorum = quorum::majority(masters.len());
         connect_all(&masters, quorum).await?;
