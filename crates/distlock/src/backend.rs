@@ -68,8 +68,10 @@ impl LockRequest {
 #[non_exhaustive]
 pub enum Hold {
     /// A lease the store keeps for `valid_for`, counted from when the request was *sent*. Usually
-    /// the requested lease; less where the store can promise less (Redlock: lease − elapsed −
-    /// drift), more where it rounds up (whole seconds). The core renews every third of it.
+    /// the requested lease; less where the store can promise less (Redlock: lease − drift), more
+    /// where it rounds up (whole seconds). The core counts the time the answer took (it counts
+    /// from the send), so a backend must not take it off again. The core renews every third of
+    /// it.
     Lease {
         /// How long the grant is valid from the send time of the request.
         valid_for: Duration,

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use distlock::backend::Hold;
 use distlock::{Attempt, ErrorKind, OwnerToken};
-use distlock_testkit::faults::FaultProxy;
+use distlock_testkit::faults::{Fault, FaultProxy};
 use distlock_testkit::fenced::FencedFile;
 use distlock_testkit::servers::{
-    Persistence, PrivateStore, redlock_url, start_redis, start_redlock,
+    Persistence, PrivateServer, PrivateStore, RedlockMasters, redlock_url, start_redis,
+    start_redlock,
 };
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
 
@@ -25,8 +26,24 @@ fn main() -> std::process::ExitCode {
             quorum_of_masters,
         )
         .case(
-            "redlock::late_master_shortens_the_validity",
-            late_master_shortens_validity,
+            "redlock::grants_from_late_masters_count_from_the_send_and_past_the_lease_are_none",
+            late_masters_grants,
+        )
+        .case(
+            "redlock::late_answers_leave_the_guard_until_send_plus_lease_minus_drift",
+            late_answers_cost_the_guard_nothing,
+        )
+        .case(
+            "redlock::a_take_answered_after_its_validity_is_an_error_not_a_lost_guard",
+            take_answered_after_its_validity,
+        )
+        .case(
+            "redlock::a_renewal_answered_late_holds_until_its_send_plus_lease_minus_drift",
+            late_renewal,
+        )
+        .case(
+            "redlock::a_take_retried_after_no_quorum_is_valid_from_the_round_that_won",
+            retried_take,
         )
         .case(
             "redlock::master_restarted_empty_inside_a_lease_is_caught_by_the_fence",
@@ -143,10 +160,11 @@ async fn take_once_possible(
 }
 
 /// Masters behind proxies that hold their replies back. One late master of five is not waited
-/// for: a majority answered promptly, so the take is prompt and its validity whole. Three late
-/// of five: the majority needs a late grant, so the validity reported is shorter by at least
-/// the delay; a delay past the lease makes the acquisition fail (and leaves nothing held).
-async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
+/// for: a majority answered promptly, so the take is prompt. Three late of five: the majority
+/// needs a late grant, so the take takes the delay. Either way the grant is lease − drift
+/// counted from the send (the core counts the time the answers took, once); a delay past the
+/// lease makes the acquisition fail (and leaves nothing held).
+async fn late_masters_grants(ctx: Ctx) -> Outcome {
     let masters = tokio::task::block_in_place(|| start_redlock(2, Persistence::None))?;
     let mut slow = Vec::new();
     let mut proxies = Vec::new();
@@ -198,31 +216,28 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
             Ok::<_, Failure>((took, valid_for))
         }
     };
-    let (_, prompt_validity) = take(0).await?;
-    check!(
-        prompt_validity <= lease - drift && prompt_validity > lease / 2,
-        "validity {prompt_validity:?} without delay (lease {lease:?})"
-    );
+    // The grant is counted from the send (the core counts the time the answers took): lease −
+    // drift, or more by as much as rounds retried before the one that won started later.
+    let counted_from_the_send = |late: usize, took: Duration, valid_for: Duration| {
+        check!(
+            valid_for >= lease - drift && valid_for <= lease - drift + took,
+            "validity {valid_for:?} counted from the send, with {late} of 5 masters {delay:?} \
+             late, answered after {took:?} (lease {lease:?}, drift {drift:?})"
+        );
+        Ok::<_, Failure>(())
+    };
+    let (took, valid_for) = take(0).await?;
+    counted_from_the_send(0, took, valid_for)?;
     let (took, valid_for) = take(1).await?;
     check!(
         took < delay,
         "one late master of five held the take up for {took:?}"
     );
-    check!(
-        valid_for > lease - delay,
-        "validity {valid_for:?} with one master of five {delay:?} late: the majority was prompt"
-    );
+    counted_from_the_send(1, took, valid_for)?;
     let (took, valid_for) = take(3).await?;
     check!(took >= delay, "the late majority's answer came in {took:?}");
-    check!(
-        valid_for <= lease - delay - drift,
-        "validity {valid_for:?} with three masters of five {delay:?} late (lease {lease:?}): \
-         not shortened"
-    );
-    check!(
-        valid_for + took <= lease,
-        "validity {valid_for:?} after {took:?}: more than the lease left"
-    );
+    // What is left of it once the answers are in: lease − elapsed − drift.
+    counted_from_the_send(3, took, valid_for)?;
 
     // Later than the lease: the grants are worthless, so there is none, and nothing stays held.
     set_delay(3, lease + Duration::from_millis(300));
@@ -273,6 +288,366 @@ async fn late_master_shortens_validity(ctx: Ctx) -> Outcome {
          sent (lease {lease:?})"
     );
     drop(slow);
+    Ok(())
+}
+
+/// Two prompt masters and three behind proxies that can hold their replies back (the requests
+/// pass at once, so a late master writes its share as early as a prompt one).
+struct LateMasters {
+    prompt: RedlockMasters,
+    slow: Vec<PrivateServer>,
+    proxies: Vec<FaultProxy>,
+}
+
+impl LateMasters {
+    async fn start() -> Result<Self, Failure> {
+        let prompt = tokio::task::block_in_place(|| start_redlock(2, Persistence::None))?;
+        let (mut slow, mut proxies) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let server = tokio::task::block_in_place(|| start_redis(Persistence::None))?;
+            proxies.push(FaultProxy::start(server.port()).await?);
+            slow.push(server);
+        }
+        Ok(LateMasters {
+            prompt,
+            slow,
+            proxies,
+        })
+    }
+
+    /// `n` masters (3 or 5): the prompt ones first (1 of 3, 2 of 5), then proxied ones; each
+    /// master as (the port the client uses, the server's own port).
+    fn masters(&self, n: usize) -> Vec<(u16, u16)> {
+        let prompt = self.prompt.masters.iter().map(|m| (m.port(), m.port()));
+        let slow = self
+            .proxies
+            .iter()
+            .zip(&self.slow)
+            .map(|(p, s)| (p.port(), s.port()));
+        prompt.take(n / 2).chain(slow).take(n).collect()
+    }
+
+    /// The first `late` proxies hold each reply for `delay`; the others pass at once.
+    fn set_delay(&self, late: usize, delay: Duration) {
+        for (i, proxy) in self.proxies.iter().enumerate() {
+            proxy.set_delay(if i < late { delay } else { Duration::ZERO });
+        }
+    }
+}
+
+/// Redlock's validity is `lease − elapsed − drift` at the moment the answers are in, i.e. the
+/// holding is good until `send + lease − drift` (every share was written no earlier than the
+/// send). The grant counts the elapsed time once: masters whose answers come 100–400 ms late
+/// (a late majority: 2 of 3, 3 of 5; a late minority: 1 of 3, 2 of 5; one round, or two when
+/// the counters disagree and the late masters must be raised) leave the guard valid until
+/// `send + lease − drift`, never less (its validity counted twice) and never more (past the
+/// shares). Measured with no watchdog: the guard's `lost()` fires at the end it was given.
+async fn late_answers_cost_the_guard_nothing(ctx: Ctx) -> Outcome {
+    let late_masters = LateMasters::start().await?;
+    // No retries: one round (or two, with the raise) per take, so the send is the take's.
+    let options = distlock::Options::default()
+        .response_timeout(Duration::from_secs(5))
+        .retry_for(Duration::ZERO);
+    let three = late_masters.masters(3);
+    let five = late_masters.masters(5);
+    let urls = [three.clone(), five.clone()].map(|m| redlock_url(m.iter().map(|(p, _)| *p)));
+    let clients = [
+        distlock::connect_with(&urls[0], &options).await?,
+        distlock::connect_with(&urls[1], &options).await?,
+    ];
+    for (client, masters) in clients.iter().zip([&three, &five]) {
+        warm_up(client, masters, &ctx.unique_name("warm-up")).await?;
+    }
+    let lease = Duration::from_millis(1000);
+    let drift = lease / 100 + Duration::from_millis(2);
+    // Past the end the guard was given, by more than a loaded machine's scheduling: a holding
+    // counted from the answer (not the send) would still be live here.
+    let slack = Duration::from_millis(60);
+
+    struct Taken {
+        what: String,
+        sent: std::time::Instant,
+        answered: Duration,
+        guard: distlock::Guard,
+        ended: tokio::task::JoinHandle<std::time::Instant>,
+    }
+    let (mut taken, mut failures) = (Vec::new(), Vec::new());
+    for delay in [100, 250, 400].map(Duration::from_millis) {
+        // (client, masters, late, counters disagree: a second round to the late masters)
+        for (c, masters, late, raise) in [
+            (0, &three, 1, false),
+            (0, &three, 2, false),
+            (0, &three, 2, true),
+            (1, &five, 2, false),
+            (1, &five, 3, false),
+            (1, &five, 3, true),
+        ] {
+            let what = format!(
+                "{late} of {} masters {delay:?} late{}",
+                masters.len(),
+                if raise { ", two rounds" } else { "" }
+            );
+            let name = ctx.unique_name("late-answers");
+            if raise {
+                counters_ahead_on_the_prompt(masters, &name).await?;
+            } else {
+                for (_, server) in masters.iter() {
+                    on_master(*server, &name, "counter", 100).await?;
+                }
+            }
+            late_masters.set_delay(late, delay);
+            let lock = clients[c].lock(&name).lease(lease).no_watchdog();
+            let sent = std::time::Instant::now();
+            let guard = lock.try_acquire().await;
+            let answered = sent.elapsed();
+            // Replies the take gave up on (a late minority's) go through now, not ahead of the
+            // next take's: the proxy holds each chunk in turn.
+            late_masters.set_delay(0, Duration::ZERO);
+            let guard = match guard {
+                Ok(Some(guard)) => guard,
+                other => {
+                    return Err(Failure(format!(
+                        "{what}: the take gave {:?} after {answered:?}",
+                        other.map(|g| g.map(|g| g.fencing_token()))
+                    )));
+                }
+            };
+            if guard.is_lost() {
+                failures.push(format!(
+                    "{what}: the take returned a guard already lost, after {answered:?} (lease \
+                     {lease:?})"
+                ));
+            }
+            let lost = guard.lost();
+            let ended = tokio::spawn(async move {
+                lost.await;
+                std::time::Instant::now()
+            });
+            taken.push(Taken {
+                what,
+                sent,
+                answered,
+                guard,
+                ended,
+            });
+        }
+    }
+    for t in taken {
+        tokio::time::sleep_until((t.sent + lease - drift + slack).into()).await;
+        let lost_by_then = t.guard.is_lost();
+        let ended = t.ended.await.map_err(|e| Failure(e.to_string()))?;
+        let ended_after = ended - t.sent;
+        eprintln!(
+            "{}: answered after {:?}, the guard ended {:?} after the send (send + lease − \
+             drift: {:?})",
+            t.what,
+            t.answered,
+            ended_after,
+            lease - drift
+        );
+        if ended_after < lease - drift {
+            failures.push(format!(
+                "{}: the guard ended {ended_after:?} after the send, before send + lease − \
+                 drift = {:?} (answered after {:?})",
+                t.what,
+                lease - drift,
+                t.answered
+            ));
+        }
+        if !lost_by_then {
+            failures.push(format!(
+                "{}: the guard was still live {:?} after the send, past send + lease − drift",
+                t.what,
+                lease - drift + slack
+            ));
+        }
+    }
+    check!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// Makes `client`'s connections to `masters` (as [`LateMasters::masters`] lists them) load the
+/// take, raise and renewal scripts, before any delay: a script a master does not have yet costs
+/// a round trip more (`NOSCRIPT`, then the script's text), which a late master makes late.
+async fn warm_up(client: &distlock::Client, masters: &[(u16, u16)], name: &str) -> Outcome {
+    counters_ahead_on_the_prompt(masters, name).await?;
+    let guard = client.lock(name).try_acquire().await?;
+    let Some(guard) = guard else {
+        return Err(Failure(format!("warming up, {name} was held")));
+    };
+    let again = guard.reenter().await?;
+    drop(again);
+    check!(guard.release().await?, "warming up, the release failed");
+    Ok(())
+}
+
+/// A renewal is counted once too: answered late by a majority, it still confirms the holding
+/// until its send + lease − drift. Seen through re-entry (which renews the holding and takes
+/// the store's answer as the watchdog does) on a guard with no watchdog, so nothing else moves
+/// its end.
+async fn late_renewal(ctx: Ctx) -> Outcome {
+    let late_masters = LateMasters::start().await?;
+    let masters = late_masters.masters(3);
+    let url = redlock_url(masters.iter().map(|(p, _)| *p));
+    let options = distlock::Options::default().response_timeout(Duration::from_secs(5));
+    let client = distlock::connect_with(&url, &options).await?;
+    warm_up(&client, &masters, &ctx.unique_name("warm-up")).await?;
+    let lease = Duration::from_millis(1000);
+    let drift = lease / 100 + Duration::from_millis(2);
+    let delay = Duration::from_millis(300);
+    let guard = client
+        .lock(ctx.unique_name("late-renewal"))
+        .lease(lease)
+        .no_watchdog()
+        .try_acquire()
+        .await?;
+    let Some(guard) = guard else {
+        return Err(Failure("the lock was held".into()));
+    };
+    tokio::time::sleep(lease / 4).await;
+    late_masters.set_delay(2, delay);
+    let sent = std::time::Instant::now();
+    let again = guard.reenter().await?;
+    let answered = sent.elapsed();
+    late_masters.set_delay(0, Duration::ZERO);
+    check!(
+        answered >= delay,
+        "the renewal was answered after {answered:?}, not late"
+    );
+    let ended = {
+        guard.lost().await;
+        sent.elapsed()
+    };
+    eprintln!(
+        "a renewal answered {answered:?} late by 2 of 3 masters: the holding ended {ended:?} \
+         after its send (send + lease − drift: {:?})",
+        lease - drift
+    );
+    check!(
+        ended >= lease - drift,
+        "the holding ended {ended:?} after the renewal's send, before send + lease − drift = \
+         {:?} (answered after {answered:?})",
+        lease - drift
+    );
+    drop(again);
+    Ok(())
+}
+
+/// Sets lock `name`'s fencing counter on the prompt masters (the first half, as
+/// [`LateMasters::masters`] lists them) ahead of the others (the late ones), so a take's
+/// winners disagree and the late masters are raised in a second round.
+async fn counters_ahead_on_the_prompt(masters: &[(u16, u16)], name: &str) -> Outcome {
+    for (i, (_, server)) in masters.iter().enumerate() {
+        let prompt = i < masters.len() / 2;
+        on_master(*server, name, "counter", if prompt { 5000 } else { 100 }).await?;
+    }
+    Ok(())
+}
+
+/// A majority granted the take, but its answers (here the second round, raising the late
+/// masters' counters) came after `lease − drift`: the grant is worthless by the time it is
+/// known. The take is an error (`NoQuorum`: no majority answered in time), not a guard.
+async fn take_answered_after_its_validity(ctx: Ctx) -> Outcome {
+    let late_masters = LateMasters::start().await?;
+    let masters = late_masters.masters(3);
+    let url = redlock_url(masters.iter().map(|(p, _)| *p));
+    let options = distlock::Options::default().response_timeout(Duration::from_secs(5));
+    let once = distlock::connect_with(&url, &options.clone().retry_for(Duration::ZERO)).await?;
+    warm_up(&once, &masters, &ctx.unique_name("warm-up")).await?;
+    let lease = Duration::from_millis(1000);
+    let drift = lease / 100 + Duration::from_millis(2);
+    // Each round within the lease, the two together past it.
+    let delay = Duration::from_millis(600);
+
+    let name = ctx.unique_name("too-late");
+    counters_ahead_on_the_prompt(&masters, &name).await?;
+    late_masters.set_delay(2, delay);
+    let sent = std::time::Instant::now();
+    let answer = once
+        .lock(&name)
+        .lease(lease)
+        .no_watchdog()
+        .try_acquire()
+        .await;
+    let answered = sent.elapsed();
+    match &answer {
+        Err(e) if e.kind() == ErrorKind::NoQuorum => check!(
+            e.to_string().contains("after"),
+            "the error does not say the answers came too late: {e}"
+        ),
+        other => {
+            return Err(Failure(format!(
+                "a take answered after {answered:?} (lease {lease:?}, drift {drift:?}) gave {:?}",
+                other
+                    .as_ref()
+                    .map(|g| g.as_ref().map(|g| (g.fencing_token(), g.is_lost())))
+            )));
+        }
+    }
+
+    Ok(())
+}
+
+/// A take retried after rounds that found no quorum (two of three masters unreachable for a
+/// moment) is valid from the send of the round that won, not from the first round's: counted
+/// from the first, the guard came back already lost.
+async fn retried_take(ctx: Ctx) -> Outcome {
+    let late_masters = LateMasters::start().await?;
+    let masters = late_masters.masters(3);
+    let url = redlock_url(masters.iter().map(|(p, _)| *p));
+    let client = distlock::connect_with(&url, &quick()).await?;
+    warm_up(&client, &masters, &ctx.unique_name("warm-up")).await?;
+    let lease = Duration::from_millis(1000);
+    let drift = lease / 100 + Duration::from_millis(2);
+    let down_for = Duration::from_millis(300);
+    for proxy in &late_masters.proxies[..2] {
+        proxy.set(Fault::Reset);
+    }
+    let sent = std::time::Instant::now();
+    let lock = client
+        .lock(ctx.unique_name("retried"))
+        .lease(lease)
+        .no_watchdog();
+    let taking = lock.acquire_timeout(Duration::from_secs(5));
+    tokio::pin!(taking);
+    // The masters come back while the take retries.
+    let guard = tokio::select! {
+        taken = &mut taking => taken,
+        () = tokio::time::sleep(down_for) => {
+            for proxy in &late_masters.proxies {
+                proxy.set(Fault::Pass);
+            }
+            taking.await
+        }
+    };
+    let answered = sent.elapsed();
+    let guard = guard?;
+    check!(
+        answered > down_for,
+        "the take won after {answered:?}, while two of three masters were unreachable"
+    );
+    check!(
+        !guard.is_lost(),
+        "the retried take returned a guard already lost, after {answered:?}"
+    );
+    let ended = {
+        guard.lost().await;
+        sent.elapsed()
+    };
+    eprintln!(
+        "two of three masters unreachable for {down_for:?}: the retried take answered after \
+         {answered:?}, its guard ended {ended:?} after the first send"
+    );
+    check!(
+        ended >= down_for + lease - drift,
+        "the retried guard ended {ended:?} after the first send, before the winning round's \
+         send (after {down_for:?}) + lease − drift"
+    );
+    check!(
+        ended <= answered + lease - drift + Duration::from_millis(200),
+        "the retried guard ended {ended:?} after the first send, past the answer ({answered:?}) \
+         + lease − drift"
+    );
     Ok(())
 }
 
@@ -465,6 +840,32 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
         err.to_string().contains("use 3, 5 or 7"),
         "the error does not say why: {err}"
     );
+    // One server under several names is no majority of independent masters: refused before
+    // anything is connected (6379 may have a server; 1 has none), naming the names.
+    for (url, names) in [
+        (
+            "redlock://127.0.0.1:6379,127.0.0.1:6379,localhost:6379",
+            "127.0.0.1:6379, 127.0.0.1:6379 and localhost:6379",
+        ),
+        (
+            "redlock://u:s3cret@127.0.0.1:1,LOCALHOST:1,127.0.0.1:2",
+            "127.0.0.1:1 and LOCALHOST:1",
+        ),
+        (
+            "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4,127.0.0.1:3",
+            "127.0.0.1:3 is listed twice",
+        ),
+    ] {
+        let Err(err) = distlock::connect_with(url, &quick()).await else {
+            return Err(Failure(format!("{url} was accepted")));
+        };
+        let text = format!("{err} {err:?}");
+        check!(
+            err.kind() == ErrorKind::InvalidUrl && text.contains(names),
+            "{url}: {text}"
+        );
+        check!(!text.contains("s3cret"), "{text}");
+    }
     // Nothing listens there: a typed error naming the count, not a hang or a panic.
     let err = distlock::connect_with("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", &quick())
         .await

@@ -2,10 +2,14 @@
 //! `redis://` URL per master, and the per-master timeouts.
 //!
 //! The masters are independent Redis servers (not replicas of each other): 3, 5 or 7 of them, so
-//! a majority is well defined and survives `(n − 1) / 2` of them down. The user-info applies to
-//! every master. Messages show the URL through [`crate::redact`] only.
+//! a majority is well defined and survives `(n − 1) / 2` of them down; [`check_distinct`]
+//! refuses one server listed as several. The user-info applies to every master. Messages show
+//! the URL through [`crate::redact`] only.
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use futures_util::future::join_all;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -148,6 +152,100 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
     })
 }
 
+/// Refuses masters that are one server under several names (`127.0.0.1:6379` and
+/// `localhost:6379`) or listed twice: a majority of them would be no majority of independent
+/// servers (one server down would take the "majority" with it), so the URL is a mistake, and
+/// the error names the masters. Each host is resolved (within the connect timeout); masters
+/// that share a socket address are one server. A host that does not resolve is compared by name
+/// (connecting to it will fail anyway).
+pub(super) async fn check_distinct(config: &RedlockConfig) -> Result<()> {
+    let resolve = |host_port: &str| {
+        let lookup = tokio::net::lookup_host(host_port.to_string());
+        async move {
+            match tokio::time::timeout(config.connect_timeout, lookup).await {
+                Ok(Ok(addresses)) => addresses.collect(),
+                _ => Vec::new(),
+            }
+        }
+    };
+    let resolved: Vec<Vec<SocketAddr>> =
+        join_all(config.shown_masters.iter().map(|m| resolve(m))).await;
+    let groups = same_servers(&config.shown_masters, &resolved);
+    if groups.len() == config.shown_masters.len() {
+        return Ok(());
+    }
+    let shared: Vec<String> = groups
+        .iter()
+        .filter(|group| group.len() > 1)
+        .map(|group| {
+            let names: Vec<&str> = group
+                .iter()
+                .map(|&i| config.shown_masters[i].as_str())
+                .collect();
+            if names.iter().all(|n| n.eq_ignore_ascii_case(names[0])) {
+                let times = match names.len() {
+                    2 => "twice".to_string(),
+                    k => format!("{k} times"),
+                };
+                return format!("{} is listed {times}", names[0]);
+            }
+            let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+            let address = resolved[group[0]]
+                .iter()
+                .find(|a| group.iter().all(|&i| resolved[i].contains(a)))
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default();
+            format!("{} and {last} are one server{address}", rest.join(", "))
+        })
+        .collect();
+    let n = config.shown_masters.len();
+    Err(Error::new(
+        ErrorKind::InvalidUrl,
+        format!(
+            "{:?}: {}: {n} masters listed, {} distinct; Redlock's majority holds only across \
+             independent servers, so list each master once; expected {EXPECTED}",
+            config.shown,
+            shared.join("; "),
+            groups.len()
+        ),
+    )
+    .with_backend(NAME))
+}
+
+/// The masters (by index, each group in listed order) grouped by server: two are one server
+/// when they share a resolved address, or, where either did not resolve, when they are written
+/// alike (the host's case aside).
+fn same_servers(shown: &[String], resolved: &[Vec<SocketAddr>]) -> Vec<Vec<usize>> {
+    let same = |i: usize, j: usize| {
+        if resolved[i].is_empty() || resolved[j].is_empty() {
+            shown[i].eq_ignore_ascii_case(&shown[j])
+        } else {
+            resolved[i].iter().any(|a| resolved[j].contains(a))
+        }
+    };
+    // Each master's group is named by its first member; at most 7 masters.
+    let mut first: Vec<usize> = (0..shown.len()).collect();
+    for j in 0..shown.len() {
+        for i in 0..j {
+            if same(i, j) {
+                let (keep, gone) = (first[i].min(first[j]), first[i].max(first[j]));
+                first
+                    .iter_mut()
+                    .filter(|f| **f == gone)
+                    .for_each(|f| *f = keep);
+            }
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, f) in first.iter().enumerate() {
+        match groups.iter_mut().find(|g| g[0] == *f) {
+            Some(group) => group.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +279,36 @@ mod tests {
         assert_eq!(plain.connect_timeout, CONNECT_TIMEOUT);
         let password_only = parse("redlock://:pw@a,b,c", &Options::default()).unwrap();
         assert_eq!(password_only.masters[0], "redis://:pw@a:6379");
+    }
+
+    #[test]
+    fn masters_sharing_an_address_or_a_name_are_one_server() {
+        let shown: Vec<String> = ["a:1", "B:1", "b:1", "c:1", "d:1"]
+            .map(String::from)
+            .to_vec();
+        let at = |ports: &[u16]| -> Vec<SocketAddr> {
+            ports
+                .iter()
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                .collect()
+        };
+        // a and d share an address (d has two, as `localhost` may); B and b do not resolve and
+        // are written alike; c is alone.
+        let resolved = [at(&[1]), vec![], vec![], at(&[3]), at(&[2, 1])];
+        assert_eq!(
+            same_servers(&shown, &resolved),
+            [vec![0, 4], vec![1, 2], vec![3]]
+        );
+        let distinct = [at(&[1]), at(&[2]), at(&[3])];
+        assert_eq!(
+            same_servers(&shown[..3], &distinct),
+            [vec![0], vec![1], vec![2]]
+        );
+        // Unresolved and written differently: not known to be one.
+        assert_eq!(
+            same_servers(&shown[..2], &[vec![], vec![]]),
+            [vec![0], vec![1]]
+        );
     }
 
     #[test]

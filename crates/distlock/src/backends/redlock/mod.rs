@@ -1,11 +1,12 @@
 //! The Redlock backend: the exclusive lock over 3, 5 or 7 independent Redis masters, held while a
 //! majority of them hold it. Its guarantees, and where they end, are below.
 //!
-//! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts;
+//! * `config`: `redlock://…` → one `redis://` URL per master and the per-master timeouts, and
+//!   the check that the masters are distinct servers;
 //! * `masters`: each master is the Redis backend's single-server connection
 //!   (`backends::redis::invoke::Server`: scripts by SHA-1, one multiplexed command
 //!   connection, one subscriber), connected lazily, every request bounded by a timeout;
-//! * `quorum`: the majority, the validity (lease − elapsed − drift), how long a loser waits;
+//! * `quorum`: the majority, the validity (lease − drift from the send), how long a loser waits;
 //! * `wakeups`: the masters' release notices merged into one wake-up stream;
 //! * `inspect`: lock status and forced release, the Redis backend's scripts on every master;
 //! * `scripts/raise_fence.lua`: the only Lua of its own (the take, renew and release scripts are
@@ -33,7 +34,7 @@ use crate::backends::redis::scripts::{SCRIPTS, script};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
-use crate::types::{FencingToken, LockKind, LockName};
+use crate::types::{FencingToken, LockKind, LockName, show_duration};
 
 use masters::{Call, Master, connect_all, no_quorum};
 
@@ -97,6 +98,7 @@ impl RedlockBackend {
     /// apply to each master (a URL's `?connect_timeout=` / `?response_timeout=` win).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
         let config = config::parse(url, options)?;
+        config::check_distinct(&config).await?;
         let masters = Master::all(&config);
         let quorum = quorum::majority(masters.len());
         connect_all(&masters, quorum).await?;
@@ -209,6 +211,29 @@ impl RedlockBackend {
         )
     }
 
+    /// The error of a round of `req` that a majority granted only `elapsed` after its send, at
+    /// or past the end of its validity: the grant is worthless. `NoQuorum` (no majority answered
+    /// in time, retryable): a take that returned the grant would hand out a guard already lost.
+    fn answered_too_late(&self, req: &LockRequest, what: &str, elapsed: Duration) -> Error {
+        let lease = req.lease.duration();
+        let valid_for = lease.saturating_sub(quorum::drift(lease));
+        let elapsed = Duration::from_millis(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+        Error::new(
+            ErrorKind::NoQuorum,
+            format!(
+                "{what} {:?}: a majority of the {} masters answered only {} after the send, past \
+                 the {} the grant is valid for (the {} lease less the allowed clock drift), so \
+                 it does not count; masters or a network this slow need a longer lease",
+                req.name.as_str(),
+                self.masters.len(),
+                show_duration(elapsed),
+                show_duration(valid_for),
+                show_duration(lease),
+            ),
+        )
+        .with_backend(NAME)
+    }
+
     /// Makes the winners' shares carry `chosen`, the largest token they drew, and raises the
     /// counter of every other master that answered; answers how many shares carry `chosen` now.
     /// Nothing is sent when every winner drew `chosen` (the masters' counters agree, as they do
@@ -313,7 +338,10 @@ impl Backend for RedlockBackend {
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        self.with_retries(|| self.take_once(req)).await
+        // The core counts a grant from just before it called this; a round retried later
+        // counts from its own send, so it says how much later that was.
+        let asked = Instant::now();
+        self.with_retries(|| self.take_once(req, asked)).await
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
@@ -363,8 +391,10 @@ impl RedlockBackend {
         }
     }
 
-    /// One round of Redlock's take: every master at once, then the verdict.
-    async fn take_once(&self, req: &LockRequest) -> Result<Attempt> {
+    /// One round of Redlock's take: every master at once, then the verdict. A grant is valid
+    /// for lease − drift from this round's send, stated as counted from `asked` (the start of
+    /// the `try_take` this round belongs to).
+    async fn take_once(&self, req: &LockRequest, asked: Instant) -> Result<Attempt> {
         let k = Keys::new(req.kind, &req.name);
         let keys = k.acquire();
         let lease = req.lease.duration();
@@ -406,21 +436,31 @@ impl RedlockBackend {
             })
             .collect();
         let chosen = won.iter().copied().max();
+        // How long the answers took, when a majority granted the take only after its validity.
+        let mut too_late = None;
         if let Some(chosen) = chosen.filter(|_| won.len() >= self.quorum) {
             let carried = self.raise_fence(req, &keys, &shares, chosen).await;
-            // Counted from the send time of the first request, after every answer (and the
-            // raise): the shares' leases started no earlier than `sent`.
-            if let Some(valid_for) = quorum::validity(lease, sent.elapsed())
-                && carried >= self.quorum
-            {
-                return Ok(Attempt::Acquired {
-                    token: FencingToken(chosen),
-                    hold: Hold::Lease { valid_for },
-                });
+            // Judged after every answer (and the raise); the shares' leases started no earlier
+            // than `sent`, so that is what the grant is counted from.
+            let elapsed = sent.elapsed();
+            match quorum::validity(lease, elapsed) {
+                Some(valid_for) if carried >= self.quorum => {
+                    return Ok(Attempt::Acquired {
+                        token: FencingToken(chosen),
+                        hold: Hold::Lease {
+                            valid_for: valid_for + sent.duration_since(asked),
+                        },
+                    });
+                }
+                Some(_) => {}
+                None => too_late = Some(elapsed),
             }
         }
         // Not won: give back every share taken, on every master at once.
         self.undo(req, &shares).await;
+        if let Some(elapsed) = too_late {
+            return Err(self.answered_too_late(req, "taking the lock", elapsed));
+        }
         let answered = shares
             .iter()
             .filter(|s| !matches!(s, Share::Failed(_)))
@@ -474,18 +514,14 @@ impl RedlockBackend {
         let call = Call::new(&SCRIPTS.ops(req.kind).extend, &keys, &args, what);
         let count = self.count(req, call).await;
         if count.yes >= self.quorum {
-            if let Some(valid_for) = quorum::validity(req.lease.duration(), sent.elapsed()) {
+            // Counted from the send, as the core counts it (the renewed shares' leases started
+            // no earlier than that).
+            let elapsed = sent.elapsed();
+            if let Some(valid_for) = quorum::validity(req.lease.duration(), elapsed) {
                 return Ok(Some(valid_for));
             }
             // Renewed on a majority, but too late to count: the watchdog tries again.
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "renewing lock {:?}: the masters answered after the lease's validity",
-                    req.name.as_str()
-                ),
-            )
-            .with_backend(NAME));
+            return Err(self.answered_too_late(req, what, elapsed));
         }
         if count.no > self.masters.len() - self.quorum {
             // A majority no longer lists this holding: it cannot be renewed on a majority.

@@ -14,13 +14,17 @@ pub(super) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
-/// How long a grant of `lease` is still valid after `elapsed` went by since its requests were
-/// sent: lease − elapsed − drift, or `None` when that is not positive (the grant is worthless).
+/// How long a grant of `lease` is valid, counted from when its requests were sent (each master
+/// started its share's lease no earlier than that): lease − drift, or `None` when the answers
+/// came `elapsed` after the send, at or past that end (the grant is worthless by the time it is
+/// known). The time the answers took is not taken off: the core counts a grant from the send
+/// ([`crate::backend::Hold::Lease`]), so the holding ends at send + lease − drift, and what it
+/// has left once the answers are in is the Redis docs' lease − elapsed − drift. Taking it off
+/// here as well counted it twice.
 pub(super) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
     lease
-        .checked_sub(elapsed)
-        .and_then(|left| left.checked_sub(drift(lease)))
-        .filter(|v| !v.is_zero())
+        .checked_sub(drift(lease))
+        .filter(|valid_for| elapsed < *valid_for)
 }
 
 /// How long a loser should wait before trying again, given the lease left of each master that
@@ -82,12 +86,14 @@ mod tests {
     }
 
     #[test]
-    fn validity_is_lease_minus_elapsed_minus_drift() {
+    fn validity_is_lease_minus_drift_from_the_send_if_the_answers_came_before_its_end() {
         assert_eq!(drift(Duration::from_secs(10)), MS(102));
-        assert_eq!(validity(Duration::from_secs(10), MS(98)), Some(MS(9800)));
-        assert_eq!(validity(MS(1000), MS(900)), Some(MS(88)));
+        assert_eq!(validity(Duration::from_secs(10), MS(98)), Some(MS(9898)));
+        assert_eq!(validity(MS(1000), MS(0)), Some(MS(988)));
+        assert_eq!(validity(MS(1000), MS(987)), Some(MS(988)));
         assert_eq!(validity(MS(1000), MS(988)), None);
         assert_eq!(validity(MS(1000), MS(5000)), None);
+        assert_eq!(validity(MS(1), MS(0)), None);
     }
 
     #[test]
