@@ -4,12 +4,14 @@
 //! they are, fencing tokens after a lost counter and a restart, a taker that crashed between its
 //! `add` and its grant, locks spread over two servers, what its whole-second leases refuse, and
 //! the election record and latch built from check-and-set steps (stale writes, racing writers,
-//! a lost head, a latch that is never created by a count-down).
+//! a lost head, a latch that is never created by a count-down), and a memcached run with `-M`
+//! whose memory is full (a renewal, a re-take and another client's take that find no memory).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock::{ErrorKind, FencingToken, LockName, OwnerToken};
-use distlock_testkit::servers::start_memcached;
+use distlock_testkit::faults::FaultProxy;
+use distlock_testkit::servers::{PrivateStore, start_memcached, start_memcached_without_evictions};
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -54,6 +56,18 @@ fn main() -> std::process::ExitCode {
             "memcached::latch_count_down_never_creates_or_goes_below_zero",
             latch_count_down,
         )
+        .case(
+            "memcached::full_memory_renewal_loses_the_lock_before_another_takes_it",
+            full_memory_renewal,
+        )
+        .case(
+            "memcached::full_memory_take_leaves_the_holders_item",
+            full_memory_take,
+        )
+        .case(
+            "memcached::full_memory_retake_and_reentry_keep_the_holding",
+            full_memory_retake,
+        )
         .run()
 }
 
@@ -90,6 +104,74 @@ impl Raw {
         self.0.read_exact(&mut data).await?;
         data.truncate(len);
         Ok(Some((line, String::from_utf8_lossy(&data).into_owned())))
+    }
+
+    /// The statistic `name` of `stats`.
+    async fn stat(&mut self, name: &str) -> Result<u64, Failure> {
+        self.0.get_mut().write_all(b"stats\r\n").await?;
+        let mut found = None;
+        loop {
+            let mut line = String::new();
+            if self.0.read_line(&mut line).await? == 0 {
+                return Err(Failure("memcached closed the connection".into()));
+            }
+            let line = line.trim_end();
+            if line == "END" {
+                break;
+            }
+            if let Some(value) = line.strip_prefix(&format!("STAT {name} ")) {
+                found = value.parse().ok();
+            }
+        }
+        found.ok_or_else(|| Failure(format!("memcached's stats have no {name}")))
+    }
+
+    /// Stores items with keys of `key_len` bytes and values of `value_len` bytes (so all in one
+    /// slab class, with the lock items of those lengths) until memcached, run with `-M`, refuses
+    /// one for lack of memory. How many it stored. Pipelined in quiet mode (`q`: only errors are
+    /// answered, `mn` ends a batch), so a few megabytes fill in well under a second.
+    async fn fill(&mut self, tag: &str, key_len: usize, value_len: usize) -> Result<u64, Failure> {
+        const BATCH: u64 = 256;
+        let prefix = format!("fill:{tag}:");
+        let digits = key_len.saturating_sub(prefix.len());
+        if digits < 7 {
+            return Err(Failure(format!(
+                "keys of {key_len} bytes are too short to fill"
+            )));
+        }
+        let value = "f".repeat(value_len);
+        let mut sent = 0;
+        loop {
+            let mut batch = String::new();
+            for n in sent..sent + BATCH {
+                batch.push_str(&format!(
+                    "ms {prefix}{n:0digits$} {value_len} q\r\n{value}\r\n"
+                ));
+            }
+            batch.push_str("mn\r\n");
+            self.0.get_mut().write_all(batch.as_bytes()).await?;
+            let mut refused = 0;
+            loop {
+                let mut line = String::new();
+                if self.0.read_line(&mut line).await? == 0 {
+                    return Err(Failure("memcached closed the connection".into()));
+                }
+                match line.trim_end() {
+                    "MN" => break,
+                    l if l.starts_with("SERVER_ERROR out of memory") => refused += 1,
+                    l => return Err(Failure(format!("filling: memcached answered {l:?}"))),
+                }
+            }
+            sent += BATCH;
+            if refused > 0 {
+                return Ok(sent - refused);
+            }
+            if sent > 10_000_000 {
+                return Err(Failure(
+                    "memcached stored 10 million items: is it run with -M?".into(),
+                ));
+            }
+        }
     }
 
     /// Sends `command` and returns the reply line.
@@ -605,5 +687,216 @@ async fn latch_count_down(ctx: Ctx) -> Outcome {
     );
     check!(latch.count().await? == 0, "a lost latch does not read 0");
     latch.wait_timeout(Duration::from_secs(2)).await?;
+    Ok(())
+}
+
+/// How many megabytes the private memcached of the full-memory cases gets (`-M -m 2`).
+const FULL_MEMORY_MB: u32 = 2;
+
+/// A renewal that finds memcached's memory full (run with `-M`, so it refuses instead of
+/// evicting): the holder's guard reports the lock lost no later than the moment another client
+/// takes it. memcached's meta `ms` deletes the item it could not replace when it answers
+/// `SERVER_ERROR out of memory`, even with a CAS; the renewal must not lose the item that way
+/// behind the holder's back (another client took it at once while the holder learnt it a
+/// twelfth of the lease later, at its next try).
+async fn full_memory_renewal(ctx: Ctx) -> Outcome {
+    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
+    let url = store.url();
+    let (holder, other) = (
+        distlock::connect(&url).await?,
+        distlock::connect(&url).await?,
+    );
+    let name = ctx.unique_name("full");
+    let lease = Duration::from_secs(3);
+    let held = holder.lock(&name).lease(lease).acquire().await?;
+    let mut raw = Raw::connect(&url).await?;
+    let key = plain_lock_key(&name);
+    let value = raw
+        .get(&key)
+        .await?
+        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    // Every chunk of the lock item's slab class taken: its next renewal finds no memory.
+    let filled = raw.fill("granted", key.len(), value.len()).await?;
+    let full_at = Instant::now();
+    let lost = held.lost();
+    let lost_at = tokio::spawn(async move {
+        let why = lost.await;
+        (Instant::now(), why)
+    });
+    // The other client tries every 10 ms; its take may fail for lack of memory meanwhile.
+    let mut refused = 0;
+    let (taken_at, holder_lost_when_taken) = loop {
+        match other.lock(&name).lease(lease).try_acquire().await {
+            Ok(Some(guard)) => {
+                let holder_lost = held.is_lost();
+                let at = Instant::now();
+                guard.release().await?;
+                break (at, holder_lost);
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == ErrorKind::Backend => refused += 1,
+            Err(e) => return Err(e.into()),
+        }
+        check!(
+            full_at.elapsed() < Duration::from_secs(20),
+            "nobody took the lock in 20 s after memory filled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let (lost_at, why) = tokio::time::timeout(Duration::from_secs(10), lost_at)
+        .await
+        .map_err(|_| Failure("the holder's lost() did not fire".into()))?
+        .map_err(|e| Failure(format!("the lost() task failed: {e}")))?;
+    eprintln!(
+        "full memory ({filled} items filled the lock's slab class): lost() fired {:?} after, \
+         another client took the lock {:?} after ({refused} takes refused for memory); {}",
+        lost_at.duration_since(full_at),
+        taken_at.duration_since(full_at),
+        if taken_at >= lost_at {
+            format!("{:?} after lost()", taken_at - lost_at)
+        } else {
+            format!("{:?} BEFORE lost()", lost_at - taken_at)
+        }
+    );
+    check!(
+        holder_lost_when_taken,
+        "another client took the lock {:?} after memory filled while the holder's guard still \
+         said held (its lost() fired {:?} after)",
+        taken_at.duration_since(full_at),
+        lost_at.duration_since(full_at)
+    );
+    // Lost because every renewal was refused for memory until the lease ended.
+    check!(
+        why.to_string().contains("out of memory"),
+        "the holder's lost() says {why}"
+    );
+    Ok(())
+}
+
+/// Another client's take that finds memcached's memory full must leave the holder's item: its
+/// `add` reaches the server after the holder took the lock (the contender read the key free just
+/// before) and is refused for lack of memory. memcached's meta `ms` in add mode then deletes the
+/// item that is there, the holder's, though the add never stored anything.
+async fn full_memory_take(ctx: Ctx) -> Outcome {
+    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
+    let url = store.url();
+    let proxy = FaultProxy::start(store.port()).await?;
+    let contender = distlock::connect(&format!("memcached://127.0.0.1:{}", proxy.port())).await?;
+    let holder = distlock::connect(&url).await?;
+    let name = ctx.unique_name("race");
+    let key = plain_lock_key(&name);
+    let lease = Duration::from_secs(30);
+    let mut raw = Raw::connect(&url).await?;
+    // The contender's first read of the free lock is answered 2 s late: it then adds its pending
+    // item while the holder holds the lock and memory is full.
+    let misses = raw.stat("get_misses").await?;
+    proxy.set_delay(Duration::from_secs(2));
+    let contender_lock = contender.lock(&name).lease(lease);
+    let contending =
+        tokio::spawn(async move { contender_lock.try_acquire().await.map(|g| g.is_some()) });
+    while raw.stat("get_misses").await? == misses {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let owner = OwnerToken::random();
+    let held = holder
+        .lock(&name)
+        .owner(owner.clone())
+        .lease(lease)
+        .acquire()
+        .await?;
+    let value = raw
+        .get(&key)
+        .await?
+        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    // The pending item's slab class (the contender's add) and the granted item's (the holder's
+    // renewals) full.
+    let pending_len = owner.as_str().len() + 2;
+    raw.fill("pending", key.len(), pending_len).await?;
+    raw.fill("granted", key.len(), value.len()).await?;
+    let contended = contending
+        .await
+        .map_err(|e| Failure(format!("the contender's take panicked: {e}")))?;
+    check!(
+        matches!(&contended, Err(e) if e.kind() == ErrorKind::Backend
+            && e.to_string().contains("out of memory")),
+        "the contender's take after the holder's answered {contended:?}, not memcached's out of \
+         memory (its add came before memory was full: the case did not happen)"
+    );
+    let now = raw.get(&key).await?;
+    check!(
+        now.as_deref() == Some(value.as_str()),
+        "the contender's take, refused for memory, left the holder's item as {now:?} while the \
+         holder's guard says held (lost: {})",
+        held.is_lost()
+    );
+    check!(!held.is_lost(), "the holder lost its lock");
+    check!(
+        held.release().await?,
+        "the holder's release found no holding"
+    );
+    Ok(())
+}
+
+/// The owner's re-take from another client (the take's check-and-set of its own item) and a
+/// reentry in the holder's client (a confirmation, an extend) that find memcached's memory
+/// full answer an error and leave the holding as it was; a release still frees it (a delete
+/// needs no memory).
+async fn full_memory_retake(ctx: Ctx) -> Outcome {
+    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
+    let url = store.url();
+    let (holder, twin) = (
+        distlock::connect(&url).await?,
+        distlock::connect(&url).await?,
+    );
+    let name = ctx.unique_name("retake");
+    let key = plain_lock_key(&name);
+    let lease = Duration::from_secs(30);
+    let owner = OwnerToken::random();
+    let held = holder
+        .lock(&name)
+        .owner(owner.clone())
+        .lease(lease)
+        .acquire()
+        .await?;
+    let mut raw = Raw::connect(&url).await?;
+    let value = raw
+        .get(&key)
+        .await?
+        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    raw.fill("granted", key.len(), value.len()).await?;
+    let out_of_memory = |r: &distlock::Result<Option<distlock::Guard>>| matches!(r, Err(e) if e.kind() == ErrorKind::Backend && e.to_string().contains("out of memory"));
+    let retake = twin
+        .lock(&name)
+        .owner(owner.clone())
+        .lease(lease)
+        .try_acquire()
+        .await;
+    check!(
+        out_of_memory(&retake),
+        "the owner's re-take answered {retake:?}"
+    );
+    let now = raw.get(&key).await?;
+    check!(
+        now.as_deref() == Some(value.as_str()),
+        "the owner's re-take, refused for memory, left the item as {now:?}"
+    );
+    let reentry = holder
+        .lock(&name)
+        .owner(owner.clone())
+        .lease(lease)
+        .try_acquire()
+        .await;
+    check!(out_of_memory(&reentry), "the reentry answered {reentry:?}");
+    let now = raw.get(&key).await?;
+    check!(
+        now.as_deref() == Some(value.as_str()),
+        "the reentry, refused for memory, left the item as {now:?}"
+    );
+    check!(!held.is_lost(), "the holder lost its lock");
+    check!(
+        held.release().await?,
+        "the release under full memory found no holding"
+    );
+    check!(raw.get(&key).await?.is_none(), "the release left the item");
     Ok(())
 }

@@ -9,8 +9,20 @@ use crate::Failure;
 /// a stop and start: locks and fencing counters are gone after a restart, as with the shared
 /// server of scripts/services.sh. Its URL is `memcached://127.0.0.1:PORT`.
 pub fn start_memcached() -> Result<PrivateServer, Failure> {
+    start(&["-m", "64"])
+}
+
+/// Starts a private memcached as [`start_memcached`] does, but with `megabytes` of memory and
+/// `-M`: when its memory is full it answers `SERVER_ERROR out of memory` instead of evicting, so
+/// a test can fill it (a few megabytes fill in well under a second).
+pub fn start_memcached_without_evictions(megabytes: u32) -> Result<PrivateServer, Failure> {
+    start(&["-M", "-m", &megabytes.to_string()])
+}
+
+fn start(memory: &[&str]) -> Result<PrivateServer, Failure> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
+    let memory: Vec<String> = memory.iter().map(|a| a.to_string()).collect();
     PrivateServer::start(Launch {
         name: "memcached",
         dir,
@@ -20,7 +32,9 @@ pub fn start_memcached() -> Result<PrivateServer, Failure> {
         command: Box::new(move || {
             let mut command = Command::new("memcached");
             command
-                .args(["-l", "127.0.0.1", "-U", "0", "-m", "64", "-u", "root", "-p"])
+                .args(["-l", "127.0.0.1", "-U", "0", "-u", "root"])
+                .args(&memory)
+                .arg("-p")
                 .arg(port.to_string());
             command
         }),

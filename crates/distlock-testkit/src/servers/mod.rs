@@ -19,7 +19,7 @@ pub use etcd::{
     start_etcd_cluster_with_peer_links, start_etcd_tls,
 };
 pub use mariadb::start_mariadb;
-pub use memcached::start_memcached;
+pub use memcached::{start_memcached, start_memcached_without_evictions};
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
 pub use redlock::{RedlockMasters, redlock_url, start_redlock};

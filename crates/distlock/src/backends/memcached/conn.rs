@@ -1,8 +1,18 @@
-//! The server: a small pool of connections to one memcached, and the five meta-protocol commands
-//! the lock needs (`mg`, `ms` in add mode, `ms` with a CAS, `md` with a CAS, `ma` with
-//! autovivify), spoken directly over TCP; three more for elections and latches (a plain `ms`, a
-//! plain `md`, `ma` decrementing without autovivify); and `lru_crawler metadump` for a status by
-//! prefix.
+//! The server: a small pool of connections to one memcached, and the commands the lock needs:
+//! `mg` (read an item with its CAS), `add` (store unless an item is there), `cas` (replace the
+//! item whose CAS was read), `md` with a CAS (delete exactly that item), `ma` with autovivify
+//! (the fencing counter); for elections and latches a plain `ms`, a plain `md` and `ma`
+//! decrementing without autovivify; and `lru_crawler metadump` for a status by prefix.
+//!
+//! Why `add` and `cas` are the classic text commands and not the meta `ms` in add or CAS mode:
+//! when memcached cannot allocate the new item (its memory is full and `-M` forbids evicting),
+//! the meta `ms` answers `SERVER_ERROR out of memory` **and deletes the item already at the
+//! key**, whatever its mode (memcached 1.6's `process_mset_command`, "avoid stale data persisting
+//! in cache because we failed alloc"; measured on 1.6.18 for `ms … C<cas>` and `ms … ME`). For
+//! a lock that is the holding itself: a renewal, a re-take, or another client's `add` would
+//! free the lock behind its holder's back. The classic `add` and `cas` answer the same error
+//! and leave the item as it was (memcached deletes there only for a plain `set`). Every command
+//! here on a lock item therefore either succeeds or changes nothing.
 //!
 //! A connection serves one request at a time and goes back to the pool only after a complete
 //! reply: a call cancelled or failed mid-request drops its connection, so a reply never reaches
@@ -48,6 +58,15 @@ impl Fault {
                 ),
             )
             .with_source(error),
+            Fault::Reply(reply) if is_out_of_memory(&reply) => Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "{what}: memcached at {server} answered {reply:?}: its memory is full and \
+                     it runs without evictions (-M), so it refuses new items (a holding already \
+                     stored is kept until it expires or is released); give it more memory (-m) \
+                     or free some"
+                ),
+            ),
             Fault::Reply(reply) => Error::new(
                 ErrorKind::Backend,
                 format!("{what}: memcached at {server} answered {reply:?}"),
@@ -55,6 +74,14 @@ impl Fault {
         }
         .with_backend(NAME)
     }
+}
+
+/// Whether `reply` is memcached's refusal for lack of memory (`SERVER_ERROR out of memory storing
+/// object` for a store, `SERVER_ERROR Out of memory allocating new item` for a new counter).
+fn is_out_of_memory(reply: &str) -> bool {
+    reply
+        .to_ascii_lowercase()
+        .starts_with("server_error out of memory")
 }
 
 /// An item as `mg <key> v c t` shows it.
@@ -97,17 +124,30 @@ impl Conn {
 
     /// Sends `command` (and `data`, when it has a value block) and reads the reply line.
     async fn request(&mut self, command: &str, data: Option<&str>) -> Result<String, Fault> {
-        let mut out = Vec::with_capacity(command.len() + data.map_or(0, str::len) + 4);
-        out.extend_from_slice(command.as_bytes());
-        out.extend_from_slice(b"\r\n");
-        if let Some(data) = data {
-            out.extend_from_slice(data.as_bytes());
+        self.send(&[(command, data)]).await?;
+        self.reply().await
+    }
+
+    /// Sends `commands` (each with its value block, if any) in one write.
+    async fn send(&mut self, commands: &[(&str, Option<&str>)]) -> Result<(), Fault> {
+        let mut out = Vec::new();
+        for (command, data) in commands {
+            out.extend_from_slice(command.as_bytes());
             out.extend_from_slice(b"\r\n");
+            if let Some(data) = data {
+                out.extend_from_slice(data.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
         }
         if let Err(error) = self.stream.get_mut().write_all(&out).await {
             // Nothing (or not all) reached a server that had closed the connection.
             return Err(Fault::Transport { error, sent: false });
         }
+        Ok(())
+    }
+
+    /// Reads the next reply line; an error line is a [`Fault::Reply`].
+    async fn reply(&mut self) -> Result<String, Fault> {
         let mut line = String::new();
         let n = match self.stream.read_line(&mut line).await {
             Ok(n) => n,
@@ -157,7 +197,13 @@ impl Conn {
 
     /// `mg`: the item at `key`, if any.
     pub(super) async fn get(&mut self, key: &str) -> Result<Option<Item>, Fault> {
-        let line = self.request(&format!("mg {key} v c t"), None).await?;
+        self.send(&[(&format!("mg {key} v c t"), None)]).await?;
+        self.item().await
+    }
+
+    /// Reads the reply of an `mg <key> v c t`.
+    async fn item(&mut self) -> Result<Option<Item>, Fault> {
+        let line = self.reply().await?;
         if line == "EN" {
             return Ok(None);
         }
@@ -176,28 +222,43 @@ impl Conn {
         }))
     }
 
-    /// `ms` in add mode: stores `value` at `key` for `ttl` seconds unless an item is there.
-    /// The new item's CAS, or `None` if one was there.
-    pub(super) async fn add(
+    /// `add` (classic, not `ms … ME`: see the module's docs): stores `value` at `key` for `ttl`
+    /// seconds (0: no expiry) unless an item is there. Whether it stored.
+    pub(super) async fn add(&mut self, key: &str, value: &str, ttl: u32) -> Result<bool, Fault> {
+        let command = format!("add {key} 0 {ttl} {}", value.len());
+        match self.request(&command, Some(value)).await?.as_str() {
+            "STORED" => Ok(true),
+            "NOT_STORED" => Ok(false),
+            line => Err(bad_reply(line)),
+        }
+    }
+
+    /// [`add`](Self::add), then `mg` of the same key in the same round trip: the item there
+    /// afterwards, whoever's it is (the classic `add` answers no CAS). What the `add` did shows in
+    /// the item: the value added (and a CAS to change exactly it), or the item that was there.
+    pub(super) async fn add_and_get(
         &mut self,
         key: &str,
         value: &str,
         ttl: u32,
-    ) -> Result<Option<u64>, Fault> {
-        let command = format!("ms {key} {} ME T{ttl} c", value.len());
-        let line = self.request(&command, Some(value)).await?;
-        let tokens: Vec<&str> = line.split(' ').collect();
-        match tokens[0] {
-            "HD" => flag(&tokens, 'c')
-                .map(|c| Some(c as u64))
-                .ok_or_else(|| bad_reply(&line)),
-            "NS" => Ok(None),
-            _ => Err(bad_reply(&line)),
+    ) -> Result<Option<Item>, Fault> {
+        let add = format!("add {key} 0 {ttl} {}", value.len());
+        self.send(&[(&add, Some(value)), (&format!("mg {key} v c t"), None)])
+            .await?;
+        let added = match self.reply().await {
+            // An answer, even an error (out of memory): the `mg` reply follows it.
+            Ok(line) | Err(Fault::Reply(line)) => line,
+            Err(transport) => return Err(transport),
+        };
+        let item = self.item().await?;
+        match added.as_str() {
+            "STORED" | "NOT_STORED" => Ok(item),
+            line => Err(bad_reply(line)),
         }
     }
 
-    /// `ms` with a CAS: replaces the item at `key` with `value` for `ttl` seconds if it is still
-    /// the one whose CAS is `cas`. Whether it was.
+    /// `cas` (classic, not `ms … C<cas>`: see the module's docs): replaces the item at `key`
+    /// with `value` for `ttl` seconds if it is still the one whose CAS is `cas`. Whether it was.
     pub(super) async fn swap(
         &mut self,
         key: &str,
@@ -205,10 +266,10 @@ impl Conn {
         ttl: u32,
         cas: u64,
     ) -> Result<bool, Fault> {
-        let command = format!("ms {key} {} C{cas} T{ttl}", value.len());
+        let command = format!("cas {key} 0 {ttl} {} {cas}", value.len());
         match self.request(&command, Some(value)).await?.as_str() {
-            "HD" => Ok(true),
-            "EX" | "NF" => Ok(false),
+            "STORED" => Ok(true),
+            "EXISTS" | "NOT_FOUND" => Ok(false),
             line => Err(bad_reply(line)),
         }
     }
@@ -226,7 +287,8 @@ impl Conn {
         }
     }
 
-    /// `ms`: stores `value` at `key` for `ttl` seconds (0: no expiry), whatever was there.
+    /// `ms`: stores `value` at `key` for `ttl` seconds (0: no expiry), whatever was there (and
+    /// deletes what was there if memcached has no memory for the new item).
     pub(super) async fn set(&mut self, key: &str, value: &str, ttl: u32) -> Result<(), Fault> {
         let command = format!("ms {key} {} T{ttl}", value.len());
         match self.request(&command, Some(value)).await?.as_str() {

@@ -144,7 +144,7 @@ impl Write<'_> {
                 }
                 let first = now_micros();
                 let head = format!("{first} {}", show_entry(first, self.term, self.value));
-                if conn.add(&self.k.head, &head, 0).await?.is_some() {
+                if conn.add(&self.k.head, &head, 0).await? {
                     return Ok(Step::Appended);
                 }
                 continue;
@@ -189,7 +189,7 @@ impl Write<'_> {
             let item = conn.get(&self.k.alive).await?;
             let carried = item.as_ref().map(parse_term).transpose()?;
             let done = match (self.value, item) {
-                (Some(_), None) => conn.add(&self.k.alive, &term, self.ttl).await?.is_some(),
+                (Some(_), None) => conn.add(&self.k.alive, &term, self.ttl).await?,
                 (Some(_), Some(_)) if carried > Some(self.term) => return Ok(false),
                 (Some(_), Some(item)) => {
                     conn.swap(&self.k.alive, &term, self.ttl, item.cas).await?

@@ -33,7 +33,7 @@ impl Task for Set {
         let count = self.count.to_string();
         for _ in 0..MAX_ROUNDS {
             let stored = match conn.get(&self.key).await? {
-                None => conn.add(&self.key, &count, 0).await?.is_some(),
+                None => conn.add(&self.key, &count, 0).await?,
                 Some(item) if parse_count(&item)? > 0 => return Ok(false),
                 // Only the item at 0 just read: a count set meanwhile is not overwritten.
                 Some(item) => conn.swap(&self.key, &count, 0, item.cas).await?,

@@ -103,15 +103,22 @@ impl Take<'_> {
     }
 
     /// One round: `None` when it lost a race and should look again. It reads before it adds:
-    /// waiters poll every few milliseconds, and a poll of a held lock is then one round trip.
+    /// waiters poll every few milliseconds, and a poll of a held lock is then one round trip
+    /// (an `add` would also allocate an item only to throw it away).
     async fn round(&self, conn: &mut Conn) -> Result<Option<Taken>, Fault> {
-        let Some(item) = conn.get(&self.k.lock).await? else {
-            // Free: add the pending item, which fails if another taker was first.
-            let pending = value(self.owner, None);
-            return Ok(match conn.add(&self.k.lock, &pending, self.ttl).await? {
-                Some(cas) => self.grant(conn, cas).await?.map(Taken::Yes),
-                None => None,
-            });
+        let item = match conn.get(&self.k.lock).await? {
+            Some(item) => item,
+            // Free: add the pending item, which fails if another taker was first, and read
+            // what is there after it: this taker's pending item (and its CAS, for the grant) or
+            // the other taker's, answered below as any item is.
+            None => {
+                let pending = value(self.owner, None);
+                match conn.add_and_get(&self.k.lock, &pending, self.ttl).await? {
+                    Some(item) => item,
+                    // Added and gone already (a forced release): look again.
+                    None => return Ok(None),
+                }
+            }
         };
         let (holder, token) = parse_value(&item.value)?;
         if holder != self.owner {
@@ -129,7 +136,8 @@ impl Take<'_> {
                     .await?;
                 Ok(kept.then_some(Taken::Yes(t)))
             }
-            // The owner's own take, cut off after its add (a cancelled call): finish it.
+            // The owner's own pending item: just added above, or left by its take cut off after
+            // the add (a cancelled call, or a grant refused for memory): finish it.
             None => Ok(self.grant(conn, item.cas).await?.map(Taken::Yes)),
         }
     }
