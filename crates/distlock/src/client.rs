@@ -88,7 +88,8 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         Scheme::Etcd => Err(Error::new(
             ErrorKind::Unsupported,
             "the etcd: backend is not part of this build of distlock (build with the `etcd` \
-             feature; its client needs protoc: scripts/build-deps.sh)",
+             feature; building its gRPC client needs protoc and protobuf's well-known types, e.g. \
+             Debian's protobuf-compiler and libprotobuf-dev)",
         )),
         // With every backend built in, this arm matches nothing.
         #[allow(unreachable_patterns)]

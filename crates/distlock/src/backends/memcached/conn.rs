@@ -53,8 +53,8 @@ impl Fault {
             Fault::Transport { error, .. } => Error::new(
                 ErrorKind::Connection,
                 format!(
-                    "{what}: memcached at {server}: {error} (is it running? scripts/services.sh \
-                     memcached starts one on 127.0.0.1:11211)"
+                    "{what}: memcached at {server}: {error} (is memcached running and listening \
+                     on that address?)"
                 ),
             )
             .with_source(error),

@@ -49,9 +49,8 @@ impl Server {
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
         let failed = |e| {
-            from_redis(&format!("connecting to {}", config.shown), e).with_hint(
-                "is redis-server running? (for the test servers: run scripts/services.sh)",
-            )
+            from_redis(&format!("connecting to {}", config.shown), e)
+                .with_hint("is redis-server running and listening on that address?")
         };
         let conn = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) => {

@@ -202,8 +202,7 @@ pub(super) async fn connect_all(masters: &[Master], quorum: usize) -> Result<()>
     if answered >= quorum {
         return Ok(());
     }
-    let what = "connecting (are the masters running? for the test masters: scripts/services.sh \
-                redlock)";
+    let what = "connecting (are the masters running and listening on the addresses in the URL?)";
     Err(no_quorum(masters.len(), quorum, answered, what, &failures))
 }
 
