@@ -34,6 +34,8 @@
 //! * [`sql`]: database techniques that are not a `Lock`: the row lock held by your own
 //!   transaction, optimistic version checks with bounded retries.
 #![warn(missing_docs, unreachable_pub)]
+// docs.rs shows which feature each item needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 pub mod backends;

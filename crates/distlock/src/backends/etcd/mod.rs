@@ -1,13 +1,13 @@
 //! The etcd backend: etcd's own mutex recipe (the `concurrency.Mutex` layout that `etcdctl lock`
 //! uses), held by the client's session lease and fenced by the holder key's create revision.
 //!
-//! * [`keys`]: where a lock's contenders put their keys.
-//! * [`session`]: the client's lease and its keep-alive; its end is every holding's lost signal.
-//! * [`waiter`]: a contender's place in the queue, and the watch on the one ahead of it.
-//! * [`election`]: election records (fenced by compare-and-set, live while their writer's lease
-//!   is) and the watch on a key; [`latch`]: count-down latches.
-//! * [`inspect`]: a lock's status and its forced release.
-//! * [`attempts`]: how one request is sent again, after a fault or beside a slow attempt.
+//! * `keys`: where a lock's contenders put their keys.
+//! * `session`: the client's lease and its keep-alive; its end is every holding's lost signal.
+//! * `waiter`: a contender's place in the queue, and the watch on the one ahead of it.
+//! * `election`: election records (fenced by compare-and-set, live while their writer's lease
+//!   is) and the watch on a key; `latch`: count-down latches.
+//! * `inspect`: a lock's status and its forced release.
+//! * `attempts`: how one request is sent again, after a fault or beside a slow attempt.
 //!
 #![doc = include_str!("docs.md")]
 

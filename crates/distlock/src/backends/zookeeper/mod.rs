@@ -2,12 +2,12 @@
 //! node, the lowest sequence holds, each waiter watches only the node before its own), held by
 //! the client's session and fenced by the holder node's creation zxid.
 //!
-//! * [`nodes`]: where a lock's contenders put their nodes, and the rule for who holds.
-//! * [`session`]: the client's session and its check; its end is every holding's lost signal.
-//! * [`waiter`]: a contender's node in the queue, and the watch on the one before it.
-//! * [`election`]: election records (fenced by compare-and-set, live while their writer's
-//!   session is) and the watch on a node; [`latch`]: count-down latches.
-//! * [`inspect`]: a lock's status and its forced release.
+//! * `nodes`: where a lock's contenders put their nodes, and the rule for who holds.
+//! * `session`: the client's session and its check; its end is every holding's lost signal.
+//! * `waiter`: a contender's node in the queue, and the watch on the one before it.
+//! * `election`: election records (fenced by compare-and-set, live while their writer's
+//!   session is) and the watch on a node; `latch`: count-down latches.
+//! * `inspect`: a lock's status and its forced release.
 //!
 #![doc = include_str!("docs.md")]
 
