@@ -94,7 +94,8 @@ fn holding(
     }
 }
 
-/// Tokens are drawn from counters that start at 1, so they are never negative in the store.
+/// Tokens are drawn from counters that start at the clock in µs (at 1 in earlier versions), so
+/// they are never negative in the store.
 pub(crate) fn token(t: i64) -> FencingToken {
     FencingToken(t.max(0) as u64)
 }

@@ -25,6 +25,7 @@ pub fn postgres_lease(suite: Suite) -> Suite {
         .private_store(start_postgres)
         .case("release_wakes_waiters_by_notify", release_wakes_waiters)
         .case("old_tables_get_holder_columns", pg_old_tables_migrate)
+        .tokens_cases(Sql::Postgres)
 }
 
 /// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
@@ -75,6 +76,7 @@ pub fn postgres_session(suite: Suite) -> Suite {
     suite
         .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
         .end_sessions(end_postgres_sessions)
+        .tokens_cases(Sql::Postgres)
 }
 
 /// Ends, from the server side, the PostgreSQL sessions of our connections from `client_ports`.
@@ -95,12 +97,14 @@ pub fn mysql_lease(suite: Suite) -> Suite {
     suite
         .private_store(start_mariadb)
         .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
+        .tokens_cases(Sql::Mysql)
 }
 
 pub fn mysql_session(suite: Suite) -> Suite {
     suite
         .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
         .end_sessions(end_mysql_sessions)
+        .tokens_cases(Sql::Mysql)
 }
 
 /// Ends, from the server side (`KILL`), the MariaDB sessions of our connections from
@@ -162,46 +166,214 @@ const MYSQL_OLD_TABLES: &str = "
 /// database of their own): the old holding shows without a holder, a new one with this
 /// process, and a forced release fences it.
 async fn pg_old_tables_migrate(ctx: Ctx) -> Outcome {
-    let database = db::unique_table("migrate");
-    let admin = distlock::backends::postgres::PostgresBackend::connect(&ctx.url).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(admin.pool())
-        .await?;
-    let url = with_database(&ctx.url, &database);
-    let outcome = async {
+    in_own_database(&ctx, Sql::Postgres, "migrate", |url| async move {
         let old = sqlx::postgres::PgPool::connect(&url).await?;
         sqlx::raw_sql(PG_OLD_TABLES).execute(&old).await?;
         old.close().await;
         migrated_tables_work(&url).await
-    }
-    .await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {database} WITH (FORCE)"
-    )))
-    .execute(admin.pool())
-    .await?;
-    outcome
+    })
+    .await
 }
 
 /// The same on MySQL / MariaDB, which has no ADD COLUMN IF NOT EXISTS in MySQL 8.
 async fn mysql_old_tables_migrate(ctx: Ctx) -> Outcome {
-    let database = db::unique_table("migrate");
-    let admin = distlock::backends::mysql::MysqlBackend::connect(&ctx.url).await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .execute(admin.pool())
-        .await?;
-    let url = with_database(&ctx.url, &database);
-    let outcome = async {
+    in_own_database(&ctx, Sql::Mysql, "migrate", |url| async move {
         let old = sqlx::mysql::MySqlPool::connect(&url).await?;
         sqlx::raw_sql(MYSQL_OLD_TABLES).execute(&old).await?;
         old.close().await;
         migrated_tables_work(&url).await
-    }
-    .await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {database}")))
-        .execute(admin.pool())
+    })
+    .await
+}
+
+/// Runs `body` with the URL of a database made for it on the server of `ctx.url` (same user
+/// and parameters), and drops the database after it, whatever the outcome.
+async fn in_own_database<F, Fut>(ctx: &Ctx, sql: Sql, what: &str, body: F) -> Outcome
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Outcome>,
+{
+    let database = db::unique_table(what);
+    sql.execute(&ctx.url, &format!("CREATE DATABASE {database}"))
         .await?;
+    let outcome = body(with_database(&ctx.url, &database)).await;
+    let drop = match sql {
+        Sql::Postgres => format!("DROP DATABASE {database} WITH (FORCE)"),
+        Sql::Mysql => format!("DROP DATABASE {database}"),
+    };
+    sql.execute(&ctx.url, &drop).await?;
     outcome
+}
+
+/// The SQL stores, for what their cases do differently.
+#[derive(Clone, Copy)]
+enum Sql {
+    Postgres,
+    Mysql,
+}
+
+impl Sql {
+    /// Runs `statements` (made by the test, never from input) in the database of `url`.
+    async fn execute(self, url: &str, statements: &str) -> Result<(), Failure> {
+        let statements = sqlx::AssertSqlSafe(statements.to_string());
+        match self {
+            Sql::Postgres => {
+                let backend = distlock::backends::postgres::PostgresBackend::connect(url).await?;
+                sqlx::raw_sql(statements).execute(backend.pool()).await?;
+            }
+            Sql::Mysql => {
+                let backend = distlock::backends::mysql::MysqlBackend::connect(url).await?;
+                sqlx::raw_sql(statements).execute(backend.pool()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every lock's row, lease and session: what a careless cleanup job does.
+    fn delete_lock_rows(self) -> &'static str {
+        match self {
+            Sql::Postgres => "DELETE FROM distlock_locks; DELETE FROM distlock_sessions",
+            Sql::Mysql => "DELETE FROM distlock_locks; DELETE FROM distlock_session_tokens",
+        }
+    }
+
+    /// Drops the lock tables (and the fencing sequence earlier versions drew from), so the next
+    /// client creates them anew: a restart from scratch.
+    fn drop_lock_tables(self) -> &'static str {
+        match self {
+            Sql::Postgres => {
+                "DROP TABLE distlock_locks, distlock_sessions; \
+                 DROP SEQUENCE IF EXISTS distlock_fencing"
+            }
+            Sql::Mysql => "DROP TABLE distlock_locks, distlock_session_tokens",
+        }
+    }
+}
+
+/// The cases about where fencing tokens start, added to each SQL store's suite.
+trait TokensCases {
+    fn tokens_cases(self, sql: Sql) -> Self;
+}
+
+impl TokensCases for Suite {
+    fn tokens_cases(self, sql: Sql) -> Self {
+        self.case("first_token_is_the_clock_in_us", first_token_is_the_clock)
+            .case("tokens_rise_after_the_lock_rows_are_deleted", move |ctx| {
+                tokens_rise_after(ctx, sql, Restart::RowsDeleted)
+            })
+            .case("tokens_rise_after_the_tables_are_recreated", move |ctx| {
+                tokens_rise_after(ctx, sql, Restart::TablesRecreated)
+            })
+    }
+}
+
+/// How far the server's clock may be from this process's (both run on this machine) or a
+/// take's clock reading from the moment around it, in µs: generous for a loaded machine.
+const CLOCK_SKEW_US: u64 = 60_000_000;
+
+/// This machine's wall clock in µs since the Unix epoch.
+fn wall_clock_us() -> u64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    u64::try_from(since_epoch.as_micros()).expect("µs since 1970 fit in 64 bits")
+}
+
+/// Whether `token` is the wall clock in µs at some moment between `before` and `after`
+/// (within the skew).
+fn is_clock_between(token: u64, before: u64, after: u64) -> bool {
+    (before - CLOCK_SKEW_US..=after + CLOCK_SKEW_US).contains(&token)
+}
+
+/// A name's first token, and the fence a forced release of a name never used draws, are the
+/// server's clock in µs: a counter that starts there is above every token handed out before
+/// its memory was lost (a deleted row, a recreated table), unless takes ran ahead of the
+/// clock.
+async fn first_token_is_the_clock(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("first");
+    let before = wall_clock_us();
+    let guard = ctx.lock(&name).acquire().await?;
+    let after = wall_clock_us();
+    let token = guard.fencing_token().get();
+    check!(
+        is_clock_between(token, before, after),
+        "a new name's first token is {token}, not the clock in µs ({before}..{after}, \
+         ±{CLOCK_SKEW_US})"
+    );
+    guard.release().await?;
+
+    let never_used = ctx.unique_name("forced");
+    let before = wall_clock_us();
+    let forced = ctx
+        .client
+        .force_release(&never_used, distlock::LockKind::Mutex)
+        .await?;
+    let after = wall_clock_us();
+    let fence = forced.fence.get();
+    check!(
+        is_clock_between(fence, before, after),
+        "a forced release of a name never used drew {fence}, not the clock in µs \
+         ({before}..{after}, ±{CLOCK_SKEW_US})"
+    );
+    let guard = ctx.lock(&never_used).acquire().await?;
+    check!(
+        guard.fencing_token().get() > fence,
+        "the first take after a forced release drew {}, not above the fence {fence}",
+        guard.fencing_token()
+    );
+    guard.release().await?;
+    Ok(())
+}
+
+/// What loses a SQL store's memory of a name's tokens.
+#[derive(Clone, Copy, Debug)]
+enum Restart {
+    RowsDeleted,
+    TablesRecreated,
+}
+
+/// A name's token after its row was deleted, or after the tables were dropped and created again
+/// by the next client, is above every token handed out before (in a database of the case's own,
+/// so the drop disturbs no other test). The take before the loss and the take and forced
+/// release after it each draw higher.
+async fn tokens_rise_after(ctx: Ctx, sql: Sql, restart: Restart) -> Outcome {
+    let name = ctx.unique_name("restart");
+    in_own_database(&ctx, sql, "tokens", |url| async move {
+        let client = distlock::connect(&url).await?;
+        let mut last = 0;
+        for _ in 0..3 {
+            let guard = client.lock(&name).acquire().await?;
+            let token = guard.fencing_token().get();
+            check!(token > last, "takes drew {last}, then {token}");
+            last = token;
+            guard.release().await?;
+        }
+        drop(client);
+        let statements = match restart {
+            Restart::RowsDeleted => sql.delete_lock_rows(),
+            Restart::TablesRecreated => sql.drop_lock_tables(),
+        };
+        sql.execute(&url, statements).await?;
+        // A new client: it creates whatever tables are missing.
+        let client = distlock::connect(&url).await?;
+        let guard = client.lock(&name).acquire().await?;
+        let token = guard.fencing_token().get();
+        check!(
+            token > last,
+            "after {restart:?} the take drew {token}, not above the last token before, {last}"
+        );
+        guard.release().await?;
+        let forced = client
+            .force_release(&name, distlock::LockKind::Mutex)
+            .await?;
+        check!(
+            forced.fence.get() > token,
+            "a forced release after {restart:?} drew {}, not above the take's {token}",
+            forced.fence
+        );
+        Ok(())
+    })
+    .await
 }
 
 async fn migrated_tables_work(url: &str) -> Outcome {

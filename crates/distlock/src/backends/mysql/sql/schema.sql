@@ -6,8 +6,8 @@
 --               trailing spaces (bound, never concatenated)
 --   owner       the holder's secret owner token (32 hex digits), or the last holder's
 --   holds       1 while held, 0 once released (re-entry is counted by the holding client)
---   token       fencing token of the current (or last) holding: the counter, bumped when a new
---               holder takes the row
+--   token       fencing token of the current (or last) holding: the counter, advanced to
+--               GREATEST(token + 1, the server clock in µs) when a new holder takes the row
 --   expires_at  when the lease ends, UTC, by the server's clock (UTC_TIMESTAMP(6))
 --   holder      who took the current holding: distlock::Holder's record (pid, host, process),
 --               for `distlock status`; NULL in rows written before holders were recorded

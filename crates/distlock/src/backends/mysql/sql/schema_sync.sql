@@ -4,8 +4,8 @@
 -- distlock_elections: one row per election, created empty (seq 0, term 0) by its first write.
 --   name        the election's name, byte for byte (VARBINARY)
 --   seq         the latest entry's number in distlock_election_log (0: none yet)
---   term        the largest term ever written (fencing tokens start at 1); never decreases, so a
---               deposed leader's write (a smaller term) is refused
+--   term        the largest term ever written (a fencing token of the election's lock); never
+--               decreases, so a deposed leader's write (a smaller term) is refused
 --   value       the latest entry's value; NULL once its leader resigned
 --   expires_at  when the record lapses unless the leader refreshes it, UTC, server clock
 -- distlock_election_log: the last entries per election (older ones are deleted), read by

@@ -6,18 +6,23 @@
 --               is by bytes, no case folding)
 --   owner       the holder's secret owner token (32 hex digits)
 --   holds       1 while held, 0 once released (re-entry is counted by the holding client)
---   token       fencing token of the current (or last) holding
+--   token       fencing token of the current (or last) holding, or the fence of a forced
+--               release: the name's counter
 --   expires_at  when the lease ends, by the database server's clock
 --   holder      who took the current holding: distlock::Holder's record (pid, host, process),
 --               for `distlock status`; NULL in rows written before holders were recorded
 --   taken_at    when the current holding began (server clock); a re-take keeps it
--- distlock_fencing: the sequence fencing tokens come from. Sequences never go back, also not
---   across a crash (PostgreSQL logs values ahead of use), so tokens strictly increase per name.
+-- Fencing tokens are counted per name in the name's row (distlock_locks.token,
+--   distlock_sessions.token): each new holding draws GREATEST(last + 1, the server clock in µs),
+--   so a row that is lost (deleted, or the table made anew) restarts at the clock, above the
+--   tokens handed out before (docs.md says when not). Versions before drew from a sequence,
+--   distlock_fencing, which this one neither creates nor uses.
 -- distlock_sessions: who holds each session (advisory) lock, written by the take, for `distlock
---   status` and a forced release: name, token (drawn at take), pid (pg_backend_pid() of the
---   holding connection), holder record, taken_at. A row describes a live holding only while
---   pg_locks shows that pid holding the name's advisory lock: a released or dead holder's row
---   stays until the next take overwrites it.
+--   status` and a forced release: name, token (drawn at take: the name's counter), pid
+--   (pg_backend_pid() of the holding connection), holder record, taken_at. A row describes a
+--   live holding only while pg_locks shows that pid holding the name's advisory lock: a released
+--   or dead holder's row stays until the next take overwrites it; a forced release sets pid 0
+--   (no backend's) and keeps the row for its counter.
 -- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
 --   caller's transaction); never deleted, rows are tiny.
 -- Clients creating the objects at once would race in the catalog ("duplicate key value violates
@@ -46,7 +51,6 @@ BEGIN
     END IF;
 END
 $$;
-CREATE SEQUENCE IF NOT EXISTS distlock_fencing;
 CREATE TABLE IF NOT EXISTS distlock_sessions (
     name     text COLLATE "C" PRIMARY KEY,
     token    bigint NOT NULL,

@@ -4,7 +4,7 @@
 -- $1 name or NULL, $2 prefix
 -- returns: name, token, holder record, since (Unix ms), lease left (ms, server clock), last
 --   token. The row keeps the last token handed out for the name (a forced release writes its
---   advanced token there), and the next take draws from the sequence, above it.
+--   advanced token there), and the next take draws above it.
 SELECT name, token, holder,
        floor(EXTRACT(EPOCH FROM taken_at) * 1000)::bigint AS since_ms,
        ceil(EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint AS left_ms,

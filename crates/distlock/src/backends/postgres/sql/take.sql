@@ -6,10 +6,14 @@
 -- Invariants: the row is overwritten only when it is the caller's or its lease has ended, judged
 --   by now() (the server's clock, one for every client). The caller's own live holding (same
 --   owner, lease not over) keeps its token and restarts its lease (re-entry is counted by the
---   client, so `holds` is 1 while held and 0 once released). A new holding draws its token
---   in the DO UPDATE branch, i.e. after this statement got the row lock, so it is larger than
---   the token of every holder before it. The token in the inserted row is used only by the very first take of a name (no
---   row yet, so no earlier holder); rows are never deleted, so that happens once per name.
+--   client, so `holds` is 1 while held and 0 once released). A new holding's token is
+--   GREATEST(the row's token + 1, the server clock in µs: excluded.token), drawn in the DO
+--   UPDATE branch, i.e. after this statement got the row lock, so it is larger than the token
+--   of every holder before it. The inserted row's token, the clock in µs (now(): the
+--   transaction's start, one value all through the statement), is used only by the first take
+--   of a name, or the first after its row was lost (deleted, or the table made anew): it is
+--   above every token handed out before unless those ran ahead of the clock (more than one
+--   take per µs) or the server's clock was set back (see docs.md).
 -- Fast "held" answer: `current` reads the statement's snapshot; when it shows another owner's
 --   live lease the INSERT is skipped, so a waiter's try locks nothing and writes nothing (an
 --   ON CONFLICT DO UPDATE locks the row even when its WHERE fails, and that lock is a WAL
@@ -20,11 +24,13 @@ WITH current AS (
     SELECT owner, expires_at FROM distlock_locks WHERE name = $1
 ), taken AS (
     INSERT INTO distlock_locks AS l (name, owner, holds, token, expires_at, holder, taken_at)
-    SELECT $1, $2, 1, nextval('distlock_fencing'), now() + $3 * interval '1 millisecond', $4, now()
+    SELECT $1, $2, 1, floor(EXTRACT(EPOCH FROM now()) * 1000000)::bigint,
+           now() + $3 * interval '1 millisecond', $4, now()
     WHERE NOT EXISTS (SELECT 1 FROM current WHERE owner <> $2 AND expires_at > now())
     ON CONFLICT (name) DO UPDATE SET
         holds = 1,
-        token = CASE WHEN l.expires_at > now() THEN l.token ELSE nextval('distlock_fencing') END,
+        token = CASE WHEN l.expires_at > now() THEN l.token
+                     ELSE GREATEST(l.token + 1, excluded.token) END,
         holder = CASE WHEN l.expires_at > now() THEN l.holder ELSE excluded.holder END,
         taken_at = CASE WHEN l.expires_at > now() THEN l.taken_at ELSE excluded.taken_at END,
         owner = excluded.owner,
