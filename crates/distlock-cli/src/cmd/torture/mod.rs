@@ -149,7 +149,7 @@ impl FaultKind {
             ),
             (FaultKind::Stop, _) => (
                 Overlaps::OfTheHitHolder,
-                "a holder stopped past its lease (or session timeout) loses the lock while it \
+                "a holder stopped past its lease or session timeout loses the lock while it \
                  believes it holds",
             ),
             (FaultKind::SessionKill, ConnectionSession) => (
@@ -158,7 +158,7 @@ impl FaultKind {
             ),
             (FaultKind::SessionKill, _) => (
                 Overlaps::None,
-                "a lease outlives its holder's sessions (it reconnects at its next renewal)",
+                "a lease outlives its holder's sessions: it reconnects at its next renewal",
             ),
             (FaultKind::Restart, _) => (
                 Overlaps::OfTheHitHolder,
