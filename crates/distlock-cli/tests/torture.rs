@@ -26,6 +26,21 @@ fn torture(url: &str, faults: &str) -> serde_json::Value {
 
 /// The same, with `extra` arguments (a lease of 1 s unless they name one).
 fn torture_with(url: &str, faults: &str, extra: &[&str]) -> serde_json::Value {
+    let (status, report) = run_torture(url, faults, extra);
+    assert!(
+        status.success(),
+        "distlock torture --faults {faults} failed ({status}): {report:#}"
+    );
+    report
+}
+
+/// Runs `distlock torture --json` on `url` with `faults` and `extra` arguments; returns its exit
+/// status and report (a run that printed no report fails the test, with its stderr).
+fn run_torture(
+    url: &str,
+    faults: &str,
+    extra: &[&str],
+) -> (std::process::ExitStatus, serde_json::Value) {
     let lease: &[&str] = if extra.contains(&"--lease") {
         &[]
     } else {
@@ -33,14 +48,15 @@ fn torture_with(url: &str, faults: &str, extra: &[&str]) -> serde_json::Value {
     };
     // TORTURE_LOGS=DIR keeps each run's event logs in a directory of its own under DIR.
     let logs: Vec<String> = match std::env::var("TORTURE_LOGS") {
-        Ok(dir) => {
+        // A test that names its own --logs keeps them there.
+        Ok(dir) if !extra.contains(&"--logs") => {
             static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
             let run = RUNS.fetch_add(1, Ordering::Relaxed);
             let dir = format!("{dir}/{faults}-{}-{run}", std::process::id());
             eprintln!("torture --faults {faults}: logs in {dir}");
             vec!["--logs".into(), dir]
         }
-        Err(_) => Vec::new(),
+        _ => Vec::new(),
     };
     let out = Command::new(BIN)
         .args(["torture", "--url", url, "--faults", faults, "--json"])
@@ -50,15 +66,15 @@ fn torture_with(url: &str, faults: &str, extra: &[&str]) -> serde_json::Value {
         .output()
         .expect("running distlock torture");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "distlock torture --faults {faults} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "distlock torture --faults {faults} ({}) printed no report ({e}): {}\n{stdout}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     eprintln!("{report:#}");
-    report
+    (out.status, report)
 }
 
 /// The cell of `fault`, which must say it is not applicable.
@@ -105,6 +121,91 @@ fn check_kill_and_stop(report: &serde_json::Value) {
         "stop not exercised: {stop}"
     );
     assert_eq!(stop["verdict"], "OK", "{stop}");
+}
+
+/// Deletes the exclusive-lock keys of every torture run (`distlock:lock:{torture/…}`, the
+/// Redis backend's layout; the fencing counter beside them is kept) on a Redis server every
+/// `every`, from a connection of its own, until dropped: a lock broken from outside, which no
+/// fault the torture injects explains.
+struct LockBreaker {
+    stop: std::sync::Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl LockBreaker {
+    fn start(port: u16, every: std::time::Duration) -> LockBreaker {
+        use std::io::{BufRead, BufReader, Write};
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        let script = "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+                      n = n + redis.call('DEL', k) end return n";
+        let command: Vec<u8> = ["EVAL", script, "0", "distlock:lock:{torture/*}"]
+            .iter()
+            .fold(b"*4\r\n".to_vec(), |mut out, arg| {
+                out.extend(format!("${}\r\n{arg}\r\n", arg.len()).into_bytes());
+                out
+            });
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut deleted = 0u64;
+            while !stopped.load(Ordering::Relaxed) {
+                writer.write_all(&command).unwrap();
+                let mut answer = String::new();
+                reader.read_line(&mut answer).unwrap();
+                let count = answer.trim().strip_prefix(':');
+                deleted += count
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("deleting the lock keys: Redis answered {answer:?}"));
+                std::thread::sleep(every);
+            }
+            deleted
+        });
+        LockBreaker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops deleting; returns how many keys it deleted.
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for LockBreaker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The torture's check of itself: a lock broken from outside (its Redis key deleted every 5 ms
+/// by another connection, on a server of the test's own) lets holders overlap that no injected
+/// fault explains, with no stale write accepted and no token out of order (the fence and the
+/// token counter are intact). The run must fail, each cell naming its unexplained overlaps: kill,
+/// under which the store promises exclusion, and stop, under which only the stopped holder may be
+/// overlapped.
+#[test]
+fn a_lock_broken_from_outside_fails_the_run() {
+    let redis = start_redis(Persistence::None)
+        .unwrap_or_else(|f| panic!("starting a private redis-server: {}", f.0));
+    let breaker = LockBreaker::start(redis.port(), std::time::Duration::from_millis(5));
+    let (status, report) = run_torture(&redis.url(), "kill,stop", &["--duration", "4s"]);
+    let deleted = breaker.stop();
+    assert!(deleted > 0, "no lock key was deleted: {report:#}");
+    assert_eq!(status.code(), Some(1), "{report:#}");
+    for fault in ["kill", "stop"] {
+        let cell = any_cell(&report, fault);
+        assert_eq!(cell["verdict"], "FAIL", "{cell}");
+        assert!(cell["unexplained_overlaps"].as_u64().unwrap() > 0, "{cell}");
+        let note = cell["note"].as_str().unwrap_or("");
+        assert!(note.contains("overlapping holds"), "{cell}");
+        // The lock was broken, not the fence nor the token counter.
+        assert_eq!(cell["stale_writes_accepted"], 0, "{cell}");
+        assert_eq!(cell["token_regressions"], 0, "{cell}");
+    }
 }
 
 #[test]

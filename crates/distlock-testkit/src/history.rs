@@ -74,35 +74,53 @@ pub fn check(holds: impl IntoIterator<Item = Hold>) -> Verdict {
     // token order avoids reporting a token violation the clock cannot show (they overlap anyway
     // unless both are empty).
     holds.sort_unstable_by_key(|h| (h.start_ns, h.token));
+    let overlaps = overlaps(&holds);
     let mut verdict = Verdict {
         holds: holds.len(),
+        overlaps: overlaps.len() as u64,
+        first_overlap: overlaps.first().map(|&(a, b)| (holds[a], holds[b])),
         ..Verdict::default()
     };
     let mut holds = holds.into_iter();
-    let Some(first) = holds.next() else {
+    let Some(mut largest_token) = holds.next() else {
         return verdict;
     };
-    // The earlier hold that ends last, and the one with the largest token.
-    let (mut latest_end, mut largest_token) = (first, first);
     for hold in holds {
-        if hold.start_ns < latest_end.end_ns {
-            verdict.overlaps += 1;
-            verdict.first_overlap.get_or_insert((latest_end, hold));
-        }
         if hold.token <= largest_token.token {
             verdict.token_order_violations += 1;
             verdict
                 .first_token_order_violation
                 .get_or_insert((largest_token, hold));
         }
-        if hold.end_ns > latest_end.end_ns {
-            latest_end = hold;
-        }
         if hold.token > largest_token.token {
             largest_token = hold;
         }
     }
     verdict
+}
+
+/// Every overlap [`check`] counts, as indices into `holds` (any order): (the earlier hold still
+/// running — of those, the one that ends last —, the hold that started during it), in the order
+/// the later holds started. Who was overlapped, for a caller that asks whether something it did
+/// to that holder explains it (`distlock torture`).
+pub fn overlaps(holds: &[Hold]) -> Vec<(usize, usize)> {
+    let mut order: Vec<usize> = (0..holds.len()).collect();
+    // As in `check`: two holds starting in the same nanosecond are taken in token order.
+    order.sort_unstable_by_key(|&i| (holds[i].start_ns, holds[i].token));
+    let mut order = order.into_iter();
+    let Some(mut latest_end) = order.next() else {
+        return Vec::new();
+    };
+    let mut pairs = Vec::new();
+    for i in order {
+        if holds[i].start_ns < holds[latest_end].end_ns {
+            pairs.push((latest_end, i));
+        }
+        if holds[i].end_ns > holds[latest_end].end_ns {
+            latest_end = i;
+        }
+    }
+    pairs
 }
 
 /// How long after `at_ns` the first hold that began after it began: for a holder that crashed
@@ -184,6 +202,20 @@ mod tests {
             verdict.first_token_order_violation,
             Some((hold(0, 1, 9), hold(1, 2, 2)))
         );
+    }
+
+    #[test]
+    fn overlaps_name_the_overlapped_hold_in_any_input_order() {
+        // The long hold 0..100 (index 1) is overlapped twice; 150..160 overlaps nothing.
+        let holds = [
+            hold(30, 40, 3),
+            hold(0, 100, 1),
+            hold(150, 160, 4),
+            hold(10, 20, 2),
+        ];
+        assert_eq!(overlaps(&holds), vec![(1, 3), (1, 0)]);
+        assert_eq!(check(holds).overlaps, 2);
+        assert!(overlaps(&[]).is_empty());
     }
 
     #[test]

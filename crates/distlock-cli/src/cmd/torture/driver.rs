@@ -15,7 +15,7 @@ use distlock_testkit::faults::random::Random;
 use distlock_testkit::faults::{Fault, FaultProxy};
 use distlock_testkit::monotonic_ns;
 
-use super::events::{self, Event, Injected};
+use super::events::{self, Injected, ProcessLog};
 use super::sessions::SessionKiller;
 use super::{FaultKind, Job};
 use crate::cmd::processes::{self, Worker};
@@ -189,7 +189,7 @@ impl Pool {
 
     /// Waits for every process to end (they stop at `end_ns`, and a call in flight may take up
     /// to a few leases); kills any still running well after. Returns every log's events.
-    pub(super) async fn finish(mut self, end_ns: u64, lease: Duration) -> Result<Vec<Vec<Event>>> {
+    pub(super) async fn finish(mut self, end_ns: u64, lease: Duration) -> Result<Vec<ProcessLog>> {
         let grace = lease * 4 + Duration::from_secs(10);
         for slot in self.slots.iter_mut() {
             let Some(mut worker) = slot.running.take() else {
@@ -211,9 +211,12 @@ impl Pool {
             }
         }
         let mut logs = Vec::new();
-        for slot in &self.slots {
+        for (process, slot) in self.slots.iter().enumerate() {
             for log in &slot.logs {
-                logs.push(events::read(log)?);
+                logs.push(ProcessLog {
+                    process,
+                    events: events::read(log)?,
+                });
             }
         }
         Ok(logs)
@@ -314,8 +317,11 @@ impl Driver<'_> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let process = (first + i) % self.pool.len();
-            self.pool.stop(process).await?;
+            // The fault begins with the SIGSTOP: from then on the process may renew nothing,
+            // however long its threads take to stop (one in the middle of a write to disk) or
+            // this driver, on a loaded machine, takes to see it.
             let at_ns = monotonic_ns();
+            self.pool.stop(process).await?;
             if !self.pool.holds(process)? {
                 self.pool.signal(process, libc::SIGCONT)?;
                 continue;

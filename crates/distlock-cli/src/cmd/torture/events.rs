@@ -91,10 +91,18 @@ pub(super) fn holding(events: &[Event]) -> bool {
     !held.is_empty()
 }
 
+/// The events of one start of a worker process, and which process it was (its number in the
+/// phase: a process killed and started again keeps its number).
+pub(super) struct ProcessLog {
+    pub(super) process: usize,
+    pub(super) events: Vec<Event>,
+}
+
 /// A fault the parent injected.
 #[derive(Serialize, Debug, Clone, Copy)]
 pub(super) struct Injected {
-    /// When it began: for kill, when the victim was stopped (it did nothing more after that).
+    /// When it began: for a fault on a holder, when it was sent SIGSTOP (it renewed nothing
+    /// after that; for kill, it did nothing more).
     pub(super) at_ns: u64,
     /// When it ended (for kill, when the process was killed).
     pub(super) until_ns: u64,

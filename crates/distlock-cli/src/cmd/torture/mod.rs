@@ -23,8 +23,19 @@
 //! * [`events`]: the event logs; [`report`]: the checker's figures and verdicts, as a table or
 //!   JSON.
 //!
+//! # The verdict
+//!
+//! A cell fails on a stale write the fence accepted, a token out of order, and on any overlap
+//! of holds (or lost update on the control counter) that the injected faults do not explain.
+//! What a fault may explain depends on the store's promise under it ([`FaultKind::allows`]): a
+//! `stop` of a lease holder may have its hold overlapped, from the stop on, and no other hold;
+//! a ZooKeeper or etcd holder cut off may lose its session, but only once it was told; a `kill`,
+//! or a `clock-jump` on a store whose leases run on a monotonic clock, explains no overlap at
+//! all; with no fault injected, every overlap fails.
+//!
 //! Exit status: 0 when no cell failed; 1 when one did (a stale write accepted, a token out of
-//! order) or the run itself failed; 64 for invalid arguments.
+//! order, an overlap no fault explains, a lock left held) or the run itself failed; 64 for
+//! invalid arguments.
 
 mod driver;
 mod events;
@@ -41,7 +52,7 @@ use distlock::url::Scheme;
 use distlock_testkit::faults::FaultProxy;
 use serde::{Deserialize, Serialize};
 
-use self::report::{Cell, Report, Teardown};
+use self::report::{Cell, Report, Rule, Teardown};
 use super::processes;
 use super::progress::Progress;
 use crate::{EXIT_USAGE, duration};
@@ -120,6 +131,87 @@ impl FaultKind {
         matches!(self, FaultKind::Minority | FaultKind::Partition)
     }
 
+    /// Which overlapping holds this fault may explain on a store whose holdings end as
+    /// `holding` says, and why: what the store promises under it (each backend's docs.md, "what
+    /// breaks it"). The workload's holds last a twentieth of a lease at most, so a fault that
+    /// leaves a holding in the store for a lease or more cannot hand the lock on within one:
+    /// there the store promises exclusion, and any overlap fails the cell.
+    fn allows(self, holding: Holding) -> Allowed {
+        use Holding::{ConnectionSession, Lease, TimedSession};
+        let (overlaps, why) = match (self, holding) {
+            (FaultKind::Kill, _) => (
+                Overlaps::None,
+                "a killed holder believes nothing: its hold ends with its last step",
+            ),
+            (FaultKind::Stop, ConnectionSession) => (
+                Overlaps::None,
+                "a stopped holder's connection stays open, and its session lock with it",
+            ),
+            (FaultKind::Stop, _) => (
+                Overlaps::OfTheHitHolder,
+                "a holder stopped past its lease or session timeout loses the lock while it \
+                 believes it holds",
+            ),
+            (FaultKind::SessionKill, ConnectionSession) => (
+                Overlaps::OfTheHitHolder,
+                "the server ending a session hands its lock on at once",
+            ),
+            (FaultKind::SessionKill, _) => (
+                Overlaps::None,
+                "a lease outlives its holder's sessions: it reconnects at its next renewal",
+            ),
+            (FaultKind::Restart, _) => (
+                Overlaps::OfTheHitHolder,
+                "a restart loses the holdings the store does not keep on disk",
+            ),
+            (FaultKind::ClockJump, Lease { wall_clock: true }) => (
+                Overlaps::OfTheHitHolder,
+                "the store judges leases by its wall clock: a jump ends them early",
+            ),
+            (FaultKind::ClockJump, _) => (
+                Overlaps::None,
+                "the store times holdings by a monotonic clock, which a wall-clock jump leaves \
+                 alone",
+            ),
+            (FaultKind::Delay, _) => (
+                Overlaps::None,
+                "a delay of a quarter lease ± an eighth ends no lease or session",
+            ),
+            (FaultKind::Blackhole, TimedSession) => (
+                Overlaps::OfCutOffHoldersToldFirst,
+                "a session cut off for two leases may expire, handing its lock on once its \
+                 holder was told",
+            ),
+            (FaultKind::Blackhole, Lease { .. }) => (
+                Overlaps::None,
+                "a cut-off holder's lease lasts longer than its hold",
+            ),
+            (FaultKind::Blackhole, ConnectionSession) => (
+                Overlaps::None,
+                "a silent connection stays open, and its session lock with it",
+            ),
+            (FaultKind::Reset, ConnectionSession) => (
+                Overlaps::OfCutOffHolders,
+                "a reset connection ends its session, handing its lock on",
+            ),
+            (FaultKind::Reset, _) => (
+                Overlaps::None,
+                "a reset of a fifth of a lease ends no lease or session",
+            ),
+            (FaultKind::Minority | FaultKind::Partition, TimedSession) => (
+                Overlaps::OfCutOffHoldersToldFirst,
+                "a session kept alive through a member cut off may expire before its client \
+                 moves it to another, or as the cluster heals, handing its lock on once its \
+                 holder was told; no second holder while it lives",
+            ),
+            (FaultKind::Minority | FaultKind::Partition, _) => (
+                Overlaps::None,
+                "the majority of the store's servers keeps the lock",
+            ),
+        };
+        Allowed { overlaps, why }
+    }
+
     fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -134,6 +226,61 @@ impl FaultKind {
             FaultKind::ClockJump => "clock-jump",
         }
     }
+}
+
+/// What ends a holding in a store, as far as the verdict needs it (each backend's docs.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holding {
+    /// A lease the store times, by its wall clock (Redis, Redlock's masters, PostgreSQL and
+    /// MySQL/MariaDB lease locks: a jump of it ends leases early) or a monotonic one (memcached,
+    /// SQLite's CLOCK_BOOTTIME).
+    Lease { wall_clock: bool },
+    /// A session the store ends once the client has been silent for its timeout (ZooKeeper,
+    /// etcd), on a monotonic clock.
+    TimedSession,
+    /// A session that lasts as long as the holder's connection (PostgreSQL and MySQL/MariaDB
+    /// `?lock=session`).
+    ConnectionSession,
+}
+
+impl Holding {
+    /// The holdings of the store at `scheme`, leases or sessions.
+    fn of(scheme: Scheme, leases: bool) -> Holding {
+        match (scheme, leases) {
+            (Scheme::Memcached | Scheme::Sqlite, true) => Holding::Lease { wall_clock: false },
+            (Scheme::Postgres | Scheme::Mysql, false) => Holding::ConnectionSession,
+            (Scheme::ZooKeeper | Scheme::Etcd, _) => Holding::TimedSession,
+            // Redis, Redlock, SQL lease locks; a store not known here gets the weakest promise.
+            (_, true) => Holding::Lease { wall_clock: true },
+            (_, false) => Holding::TimedSession,
+        }
+    }
+}
+
+/// Overlapping holds a fault may explain; any other overlap fails the cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Overlaps {
+    /// None: the store promises exclusion under the fault.
+    None,
+    /// Those of the hold the fault caught (the one its process held when the fault began), by
+    /// holds begun since the fault began.
+    OfTheHitHolder,
+    /// Those of a hold of a process the fault cut off from the store, held while it was, by
+    /// holds begun since the fault began.
+    OfCutOffHolders,
+    /// Those of a hold of a process the fault cut off from the store, held since the fault
+    /// began (while it was on, or as the store recovered), by holds begun once the holder had
+    /// been told it lost the lock: a store that lets a holder's session lapse tells the holder
+    /// before it hands the lock on.
+    OfCutOffHoldersToldFirst,
+}
+
+/// A cell's rule: which overlaps its fault may explain on the store, and why.
+#[derive(Clone, Copy, Debug)]
+struct Allowed {
+    overlaps: Overlaps,
+    why: &'static str,
 }
 
 /// Arguments of `distlock torture`.
@@ -458,6 +605,8 @@ impl Phase<'_> {
         let lease = self.args.lease;
         let processes = self.args.processes;
         let mut pool = driver::Pool::new(processes);
+        // The processes that reach the store through the proxies.
+        let mut cut_off = Vec::new();
         let mut first_worker = 0u32;
         for process in 0..processes {
             let workers = processes::share(self.args.workers, processes, process) as u32;
@@ -481,11 +630,17 @@ impl Phase<'_> {
             // minority of servers is cut off from everyone.
             let url = match &proxied_url {
                 Some(proxied) if process % 2 == 0 || self.fault == FaultKind::Minority => {
+                    cut_off.push(process);
                     proxied.as_str()
                 }
                 _ => self.url,
             };
             pool.add(job, url.to_string(), &self.dir)?;
+        }
+        // A partition cuts members off from each other: any process may be reaching the store
+        // through one cut off.
+        if self.fault == FaultKind::Partition {
+            cut_off = (0..processes).collect();
         }
         // The phase runs from when every process is ready; a process started again mid-phase
         // ends with the rest.
@@ -511,7 +666,13 @@ impl Phase<'_> {
             .trim()
             .parse()
             .unwrap_or(0);
-        let cell = Cell::check(self.fault, self.leases, &logs, &injected, counter);
+        let rule = Rule {
+            fault: self.fault,
+            leases: self.leases,
+            allowed: self.fault.allows(Holding::of(self.scheme, self.leases)),
+            cut_off,
+        };
+        let cell = Cell::check(&rule, &logs, &injected, counter);
         Ok(cell.teardown(self.teardown().await?))
     }
 

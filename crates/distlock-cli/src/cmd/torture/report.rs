@@ -5,6 +5,11 @@
 //!   for overlapping believed holders and tokens out of order (token regressions). A hold cut
 //!   by a kill ends at its log's last event: shorter than the holder's belief, so it can hide an
 //!   overlap but never invent one;
+//! * unexplained overlaps: each overlap is put down to the fault only where the cell's rule
+//!   ([`Rule`]: what the store promises under the fault) allows it — the overlapped hold is the
+//!   one the fault caught, or one of a process it cut off, and the overlapping hold began once
+//!   the fault had. Every other overlap, and any with no fault injected, is the lock's own
+//!   failure;
 //! * stale writes: the fenced resource refused a write (a larger token had been written:
 //!   rejected), or accepted one whose token equalled the largest it had accepted, which only a
 //!   second holder of the same token can write (accepted: the token source failed);
@@ -21,8 +26,27 @@ use std::collections::HashMap;
 use distlock_testkit::history::{self, Hold};
 use serde::Serialize;
 
-use super::FaultKind;
-use super::events::{Event, Injected};
+use super::events::{Event, Injected, ProcessLog};
+use super::{Allowed, FaultKind, Overlaps};
+
+/// What a phase is judged by besides its logs.
+pub(super) struct Rule {
+    pub(super) fault: FaultKind,
+    /// Holds are leases (else sessions).
+    pub(super) leases: bool,
+    /// The overlaps the fault may explain on this store.
+    pub(super) allowed: Allowed,
+    /// The processes the fault cut off from the store: those behind the proxies, or for a
+    /// partition every process (any may reach the store through a member cut off).
+    pub(super) cut_off: Vec<usize>,
+}
+
+/// A hold and the worker process (its number in the phase) that held it.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    hold: Hold,
+    process: usize,
+}
 
 /// What the parent found after the workers ended: how long until it could take the lock
 /// (`None`: not within `waited`), and how many holdings and waiters the store listed under
@@ -44,6 +68,13 @@ pub(super) struct Cell {
     acquisitions: u64,
     faults_injected: u64,
     overlapping_holders: u64,
+    /// Overlapping holds that no injected fault explains under `overlaps_allowed`: each one
+    /// fails the cell.
+    unexplained_overlaps: u64,
+    /// Which overlaps the fault may explain on this store ("none": the store promises
+    /// exclusion under it), and why (`None` when not applicable).
+    overlaps_allowed: Option<Overlaps>,
+    overlaps_allowed_why: Option<&'static str>,
     stale_writes_accepted: u64,
     stale_writes_rejected: u64,
     token_regressions: u64,
@@ -78,6 +109,9 @@ impl Cell {
             acquisitions: 0,
             faults_injected: 0,
             overlapping_holders: 0,
+            unexplained_overlaps: 0,
+            overlaps_allowed: None,
+            overlaps_allowed_why: None,
             stale_writes_accepted: 0,
             stale_writes_rejected: 0,
             token_regressions: 0,
@@ -117,17 +151,19 @@ impl Cell {
         self
     }
 
-    /// Checks one phase: `logs` (one per process start), the faults `injected`, the control
-    /// counter's final value.
+    /// Checks one phase by `rule`: `logs` (one per process start), the faults `injected`, the
+    /// control counter's final value.
     pub(super) fn check(
-        fault: FaultKind,
-        leases: bool,
-        logs: &[Vec<Event>],
+        rule: &Rule,
+        logs: &[ProcessLog],
         injected: &[Injected],
         counter: u64,
     ) -> Cell {
+        let (fault, leases) = (rule.fault, rule.leases);
         let mut cell = Cell::not_applicable(fault, "");
         cell.note = None;
+        cell.overlaps_allowed = Some(rule.allowed.overlaps);
+        cell.overlaps_allowed_why = Some(rule.allowed.why);
         cell.faults_injected = injected.len() as u64;
         let mut holds = Vec::new();
         // Holds whose release found the holding still there: the store's own grants. Token order
@@ -142,7 +178,12 @@ impl Cell {
         let mut lost_at: Vec<(u32, u64, u64)> = Vec::new();
         let mut acquired_at: Vec<u64> = Vec::new();
         let mut span = (u64::MAX, 0u64);
-        for log in logs {
+        for ProcessLog {
+            process,
+            events: log,
+        } in logs
+        {
+            let process = *process;
             let last_ns = log.iter().map(event_time).max().unwrap_or(0);
             if let Some(first_ns) = log.iter().map(event_time).min() {
                 span = (span.0.min(first_ns), span.1.max(last_ns));
@@ -166,7 +207,7 @@ impl Cell {
                                 end_ns: at_ns,
                                 token,
                             };
-                            holds.push(hold);
+                            holds.push(Held { hold, process });
                             ending.insert(worker, hold);
                         }
                     }
@@ -202,12 +243,36 @@ impl Cell {
                 }
             }
             // Holds the process never ended: it was killed holding.
-            holds.extend(open.into_values().map(|(start_ns, token)| Hold {
-                start_ns,
-                end_ns: last_ns.max(start_ns),
-                token,
+            holds.extend(open.into_values().map(|(start_ns, token)| Held {
+                hold: Hold {
+                    start_ns,
+                    end_ns: last_ns.max(start_ns),
+                    token,
+                },
+                process,
             }));
         }
+        let held = holds;
+        let holds: Vec<Hold> = held.iter().map(|h| h.hold).collect();
+        // When each hold's holder was told it had lost the lock (tokens are one per hold).
+        let mut told: HashMap<u64, u64> = HashMap::new();
+        for &(_, token, at_ns) in &lost_at {
+            let first = told.entry(token).or_insert(at_ns);
+            *first = (*first).min(at_ns);
+        }
+        // Each overlap: (the hold overlapped, the hold begun during it), and whether a fault
+        // explains it.
+        let unexplained: Vec<(Held, Held)> = history::overlaps(&holds)
+            .into_iter()
+            .map(|(earlier, later)| (held[earlier], held[later]))
+            .filter(|&(earlier, later)| {
+                let told_first = told
+                    .get(&earlier.hold.token)
+                    .is_some_and(|&at| at <= later.hold.start_ns);
+                !explained(rule, injected, earlier, later, told_first)
+            })
+            .collect();
+        cell.unexplained_overlaps = unexplained.len() as u64;
         let verdict = history::check(holds.iter().copied());
         cell.overlapping_holders = verdict.overlaps;
         cell.token_regressions = history::check(confirmed.iter().copied()).token_order_violations;
@@ -225,6 +290,61 @@ impl Cell {
         (cell.verdict, cell.note) = if cell.stale_writes_accepted > 0 || cell.token_regressions > 0
         {
             ("FAIL", Some(verdict.to_string()))
+        } else if let Some(&(earlier, later)) = unexplained.first() {
+            let lost = match cell.lost_updates {
+                0 => String::new(),
+                n => format!(" ({n} lost updates)"),
+            };
+            // The rule's reason is printed beside the cell: here, what it allows.
+            let name = fault.name();
+            let at = |h: Held| h.hold.start_ns.saturating_sub(span.0) / 1_000_000;
+            let which = match (rule.allowed.overlaps, injected.is_empty()) {
+                (_, true) => "with no fault injected".to_string(),
+                (Overlaps::None, false) => format!("under {name}, which explains none"),
+                (Overlaps::OfTheHitHolder, false) => format!(
+                    "that the {name} does not explain (only the hold it caught may be \
+                     overlapped, by holds taken since it began)"
+                ),
+                (Overlaps::OfCutOffHolders, false) => format!(
+                    "that the {name} does not explain (only a hold of a process it cut off, \
+                     held then, may be overlapped, by holds taken since it began)"
+                ),
+                (Overlaps::OfCutOffHoldersToldFirst, false) => format!(
+                    "that the {name} does not explain (only a hold of a process it cut off may \
+                     be overlapped, by holds taken since it began and once its holder was told \
+                     it had lost the lock)"
+                ),
+            };
+            let faults = match injected.is_empty() {
+                true => String::new(),
+                false => format!(" ({name}: {})", windows(injected, span.0)),
+            };
+            (
+                "FAIL",
+                Some(format!(
+                    "{} of {} overlapping holds{lost} {which}: the lock let a second holder in; \
+                     first: token {} (process {}) taken at {} ms while token {} (process {}, \
+                     taken at {} ms) was held{faults}",
+                    cell.unexplained_overlaps,
+                    cell.overlapping_holders,
+                    later.hold.token,
+                    later.process,
+                    at(later),
+                    earlier.hold.token,
+                    earlier.process,
+                    at(earlier),
+                )),
+            )
+        } else if cell.lost_updates > 0 && cell.overlapping_holders == 0 {
+            // An update is lost only to a read-modify-write inside another hold: an overlap the
+            // holds did not show (cut short by a kill), which nothing here explains.
+            (
+                "FAIL",
+                Some(format!(
+                    "{} lost updates on the control counter with no overlapping holds",
+                    cell.lost_updates
+                )),
+            )
         } else if fault.leaves_a_majority() && !injected.is_empty() && during == 0 {
             (
                 "FAIL",
@@ -271,6 +391,55 @@ impl Cell {
         };
         cell
     }
+}
+
+/// Whether a fault `injected` explains `later` beginning while `earlier` was held, by `rule`:
+/// `earlier` is a hold the fault struck (of the process it hit, or of one it cut off), held
+/// while it was on, and `later` began once it had; `told_first`: `earlier`'s holder had been
+/// told it lost the lock before `later` began.
+fn explained(
+    rule: &Rule,
+    injected: &[Injected],
+    earlier: Held,
+    later: Held,
+    told_first: bool,
+) -> bool {
+    injected.iter().any(|fault| {
+        let struck = match rule.allowed.overlaps {
+            Overlaps::None => return false,
+            Overlaps::OfTheHitHolder => fault.process == Some(earlier.process),
+            Overlaps::OfCutOffHolders => rule.cut_off.contains(&earlier.process),
+            // A session may lapse as the cluster heals too (seen on etcd 2 s after a
+            // partition ended): any hold since the fault began, if its holder was told first.
+            Overlaps::OfCutOffHoldersToldFirst => {
+                return told_first
+                    && rule.cut_off.contains(&earlier.process)
+                    && earlier.hold.end_ns >= fault.at_ns
+                    && later.hold.start_ns >= fault.at_ns;
+            }
+        };
+        struck
+            && earlier.hold.start_ns <= fault.until_ns
+            && earlier.hold.end_ns >= fault.at_ns
+            && later.hold.start_ns >= fault.at_ns
+    })
+}
+
+/// The faults `injected`, in ms from `origin`, for a note: "1450–3950 ms (process 1), …".
+fn windows(injected: &[Injected], origin: u64) -> String {
+    let ms = |ns: u64| ns.saturating_sub(origin) / 1_000_000;
+    let mut shown: Vec<String> = injected
+        .iter()
+        .take(4)
+        .map(|i| match i.process {
+            Some(p) => format!("{}–{} ms (process {p})", ms(i.at_ns), ms(i.until_ns)),
+            None => format!("{}–{} ms", ms(i.at_ns), ms(i.until_ns)),
+        })
+        .collect();
+    if injected.len() > shown.len() {
+        shown.push(format!("{} more", injected.len() - shown.len()));
+    }
+    shown.join(", ")
 }
 
 /// The longest a lost signal (worker, token, when) fired after another hold began later than
@@ -362,6 +531,7 @@ impl Report {
             "acquired",
             "injected",
             "overlaps",
+            "unexplained",
             "stale ok",
             "stale refused",
             "token regr",
@@ -375,7 +545,7 @@ impl Report {
             "left",
             "verdict",
         ];
-        let rows: Vec<[String; 16]> = self
+        let rows: Vec<[String; 17]> = self
             .cells
             .iter()
             .map(|c| {
@@ -384,6 +554,7 @@ impl Report {
                     c.acquisitions.to_string(),
                     c.faults_injected.to_string(),
                     c.overlapping_holders.to_string(),
+                    c.unexplained_overlaps.to_string(),
                     c.stale_writes_accepted.to_string(),
                     c.stale_writes_rejected.to_string(),
                     c.token_regressions.to_string(),
@@ -424,6 +595,17 @@ impl Report {
             line(row.iter().map(String::as_str).collect());
         }
         for c in &self.cells {
+            if let (Some(allowed), Some(why)) = (c.overlaps_allowed, c.overlaps_allowed_why) {
+                let allowed = match allowed {
+                    Overlaps::None => "none",
+                    Overlaps::OfTheHitHolder => "of the holder it hit",
+                    Overlaps::OfCutOffHolders => "of the holders it cut off",
+                    Overlaps::OfCutOffHoldersToldFirst => {
+                        "of the holders it cut off, once told they lost the lock"
+                    }
+                };
+                println!("{}: overlaps allowed: {allowed} ({why})", c.fault.name());
+            }
             if let Some(note) = &c.note {
                 println!("{}: {note}", c.fault.name());
             }
@@ -433,6 +615,9 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
+    use distlock::url::Scheme;
+
+    use super::super::Holding;
     use super::*;
 
     fn hold(worker: u32, token: u64, start: u64, end: u64, highest_before: u64) -> Vec<Event> {
@@ -459,6 +644,48 @@ mod tests {
         ]
     }
 
+    /// Checks `logs` (log `i` is process `i`'s) under `fault` on Redis (`leases`) or on
+    /// PostgreSQL session locks; process 0 is the one the proxies cut off.
+    fn check(
+        fault: FaultKind,
+        leases: bool,
+        logs: &[Vec<Event>],
+        injected: &[Injected],
+        counter: u64,
+    ) -> Cell {
+        let scheme = if leases {
+            Scheme::Redis
+        } else {
+            Scheme::Postgres
+        };
+        check_on(scheme, fault, leases, logs, injected, counter)
+    }
+
+    fn check_on(
+        scheme: Scheme,
+        fault: FaultKind,
+        leases: bool,
+        logs: &[Vec<Event>],
+        injected: &[Injected],
+        counter: u64,
+    ) -> Cell {
+        let rule = Rule {
+            fault,
+            leases,
+            allowed: fault.allows(Holding::of(scheme, leases)),
+            cut_off: vec![0],
+        };
+        let logs: Vec<ProcessLog> = logs
+            .iter()
+            .enumerate()
+            .map(|(process, events)| ProcessLog {
+                process,
+                events: events.clone(),
+            })
+            .collect();
+        Cell::check(&rule, &logs, injected, counter)
+    }
+
     const ONE: [Injected; 1] = [Injected {
         at_ns: 5,
         until_ns: 6,
@@ -468,7 +695,7 @@ mod tests {
     #[test]
     fn a_second_holder_of_the_same_token_fails_the_cell() {
         let logs = [hold(0, 7, 0, 10, 0), hold(1, 7, 20, 30, 7)];
-        let cell = Cell::check(FaultKind::Kill, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Kill, true, &logs, &ONE, 0);
         assert_eq!(cell.stale_writes_accepted, 1);
         assert_eq!(cell.token_regressions, 1);
         assert_eq!(cell.verdict, "FAIL");
@@ -484,7 +711,7 @@ mod tests {
             token: 1,
         });
         let logs = [first, hold(1, 2, 20 * MS, 30 * MS, 1)];
-        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.lost_signals, 1);
         assert_eq!(cell.max_lost_lag_ms, Some(30), "{cell:?}");
         // Told before anyone else had the lock: no lag.
@@ -495,7 +722,7 @@ mod tests {
             token: 1,
         });
         let logs = [early, hold(1, 2, 20 * MS, 30 * MS, 1)];
-        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.max_lost_lag_ms, Some(0), "{cell:?}");
     }
 
@@ -511,7 +738,7 @@ mod tests {
             hold(1, 2, 20, 30, 1),
             hold(0, 3, 95, 99, 2),
         ];
-        let cell = Cell::check(FaultKind::Minority, true, &logs, &cut, 0);
+        let cell = check(FaultKind::Minority, true, &logs, &cut, 0);
         assert_eq!(cell.acquired_during_faults, 0);
         assert_eq!(cell.availability_pct, Some(0));
         assert_eq!(cell.verdict, "FAIL", "{cell:?}");
@@ -520,7 +747,7 @@ mod tests {
             hold(1, 2, 50, 60, 1),
             hold(0, 3, 95, 99, 2),
         ];
-        let cell = Cell::check(FaultKind::Minority, true, &logs, &cut, 0);
+        let cell = check(FaultKind::Minority, true, &logs, &cut, 0);
         assert_eq!(cell.acquired_during_faults, 1);
         // 1 in the 50 ns of the fault, 2 in the other 50 ns of the phase (0 to 100): half.
         assert_eq!(cell.availability_pct, Some(50), "{cell:?}");
@@ -539,7 +766,7 @@ mod tests {
             held: false,
         });
         let logs = [lost, hold(1, 9, 10, 30, 0)];
-        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert!(cell.overlapping_holders > 0, "{cell:?}");
         assert_eq!(cell.token_regressions, 0, "{cell:?}");
     }
@@ -548,7 +775,7 @@ mod tests {
     fn a_refused_stale_write_in_an_overlap_is_a_stop_exercised() {
         // Worker 0, paused from 0 to 100, writes after worker 1 held and wrote token 2.
         let logs = [hold(0, 1, 0, 100, 2), hold(1, 2, 20, 30, 1)];
-        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.stale_writes_rejected, 1);
         assert!(cell.overlapping_holders > 0);
         assert_eq!(cell.verdict, "OK", "{cell:?}");
@@ -557,18 +784,199 @@ mod tests {
     #[test]
     fn a_stop_without_any_overlap_was_not_exercised() {
         let logs = [hold(0, 1, 0, 10, 0), hold(1, 2, 20, 30, 1)];
-        let cell = Cell::check(FaultKind::Stop, true, &logs, &ONE, 0);
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 0);
         assert_eq!(cell.verdict, "fault not exercised");
-        let kill = Cell::check(FaultKind::Kill, true, &logs, &ONE, 0);
+        let kill = check(FaultKind::Kill, true, &logs, &ONE, 0);
         assert_eq!(kill.verdict, "OK");
         // A session store keeps a stopped holder's lock: no overlap is its promise kept.
-        let session = Cell::check(FaultKind::Stop, false, &logs, &ONE, 0);
+        let session = check(FaultKind::Stop, false, &logs, &ONE, 0);
         assert_eq!(session.verdict, "OK", "{session:?}");
         assert!(session.note.unwrap().contains("session"));
         assert_eq!(kill.max_recovery_ms, Some(0), "15 ns rounds down");
         assert_eq!(
-            Cell::check(FaultKind::Kill, true, &logs, &[], 0).verdict,
+            check(FaultKind::Kill, true, &logs, &[], 0).verdict,
             "fault not exercised"
         );
+    }
+
+    /// Two workers of different processes, token 2 taken while token 1 was held: the lock let a
+    /// second holder in (process 0 held from 0 to 100, process 1 from 20 to 30), and both
+    /// counted (a counter of 1 has lost an update).
+    fn broken() -> [Vec<Event>; 2] {
+        let mut logs = [hold(0, 1, 0, 100, 0), hold(1, 2, 20, 30, 1)];
+        for (worker, log) in logs.iter_mut().enumerate() {
+            log.push(Event::Counted {
+                at_ns: 25,
+                worker: worker as u32,
+                read: 0,
+            });
+        }
+        logs
+    }
+
+    #[test]
+    fn an_overlap_with_no_fault_injected_fails() {
+        for fault in [FaultKind::Kill, FaultKind::Stop, FaultKind::Delay] {
+            let cell = check(fault, true, &broken(), &[], 1);
+            assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+            assert_eq!(cell.unexplained_overlaps, 1, "{cell:?}");
+            let note = cell.note.unwrap();
+            assert!(note.contains("with no fault injected"), "{note}");
+            assert!(note.contains("token 2 (process 1)"), "{note}");
+        }
+    }
+
+    #[test]
+    fn a_kill_explains_no_overlap() {
+        let cell = check(FaultKind::Kill, true, &broken(), &ONE, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        let note = cell.note.unwrap();
+        assert!(
+            note.contains("1 of 1 overlapping holds (1 lost updates) under kill"),
+            "{note}"
+        );
+        assert!(note.ends_with("(kill: 0–0 ms (process 0))"), "{note}");
+    }
+
+    #[test]
+    fn a_stop_explains_only_overlaps_of_the_hold_it_caught_from_then_on() {
+        // Process 0 held from 0, was stopped at 5: token 2 taken at 20 is the stop's doing.
+        assert_eq!(
+            check(FaultKind::Stop, true, &broken(), &ONE, 1).verdict,
+            "OK"
+        );
+        // The hold began between the SIGSTOP and the process stopping: still the one caught.
+        let sent = [Injected {
+            at_ns: 0,
+            until_ns: 15,
+            process: Some(0),
+        }];
+        let logs = [hold(0, 1, 1, 100, 0), hold(1, 2, 20, 30, 1)];
+        assert_eq!(check(FaultKind::Stop, true, &logs, &sent, 0).verdict, "OK");
+        // The stop hit process 1, not the overlapped holder.
+        let other = [Injected {
+            process: Some(1),
+            ..ONE[0]
+        }];
+        let cell = check(FaultKind::Stop, true, &broken(), &other, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        assert!(cell.note.unwrap().contains("the stop does not explain"));
+        // The second holder got in before the stop began.
+        let late = [Injected {
+            at_ns: 25,
+            until_ns: 50,
+            process: Some(0),
+        }];
+        let cell = check(FaultKind::Stop, true, &broken(), &late, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        // A stop of a session lock whose connection stays open explains nothing.
+        let cell = check(FaultKind::Stop, false, &broken(), &ONE, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+    }
+
+    #[test]
+    fn a_reset_explains_overlaps_of_a_cut_off_session_lock_holder_only() {
+        let reset = [Injected {
+            at_ns: 10,
+            until_ns: 15,
+            process: None,
+        }];
+        // Process 0 (behind the proxy) held through the reset: its session ended.
+        let cell = check(FaultKind::Reset, false, &broken(), &reset, 1);
+        assert_eq!(cell.verdict, "OK", "{cell:?}");
+        // A lease outlives a reset.
+        let cell = check(FaultKind::Reset, true, &broken(), &reset, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        // Process 1 is not behind the proxy.
+        let swapped = [hold(1, 1, 0, 100, 0), hold(0, 2, 20, 30, 1)];
+        let logs = [swapped[1].clone(), swapped[0].clone()];
+        let cell = check(FaultKind::Reset, false, &logs, &reset, 1);
+        assert_eq!(cell.unexplained_overlaps, 1, "{cell:?}");
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+    }
+
+    #[test]
+    fn a_session_cut_off_may_be_handed_on_only_once_its_holder_was_told() {
+        let cut = [Injected {
+            at_ns: 10,
+            until_ns: 50,
+            process: None,
+        }];
+        for fault in [FaultKind::Blackhole, FaultKind::Partition] {
+            // Not told before token 2 was taken at 20: a second holder while the session lived.
+            let cell = check_on(Scheme::ZooKeeper, fault, false, &broken(), &cut, 1);
+            assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+            assert!(cell.note.unwrap().contains("told"));
+            let mut logs = broken();
+            logs[0].push(Event::Lost {
+                at_ns: 15,
+                worker: 0,
+                token: 1,
+            });
+            let cell = check_on(Scheme::Etcd, fault, false, &logs, &cut, 1);
+            assert_eq!(cell.verdict, "OK", "{cell:?}");
+            // A session that lapsed as the store recovered: held from 10, after the cut (0 to
+            // 5) had ended.
+            let healed = [Injected {
+                at_ns: 0,
+                until_ns: 5,
+                process: None,
+            }];
+            let mut logs = [hold(0, 1, 10, 100, 0), hold(1, 2, 20, 30, 1)];
+            logs[0].push(Event::Lost {
+                at_ns: 15,
+                worker: 0,
+                token: 1,
+            });
+            let cell = check_on(Scheme::Etcd, fault, false, &logs, &healed, 0);
+            assert_eq!(cell.overlapping_holders, 1, "{cell:?}");
+            assert_eq!(cell.unexplained_overlaps, 0, "{cell:?}");
+            // A lease store's majority keeps the lock: told or not.
+            let cell = check_on(Scheme::Redlock, FaultKind::Minority, true, &logs, &cut, 1);
+            assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+        }
+    }
+
+    #[test]
+    fn a_clock_jump_explains_overlaps_only_where_leases_follow_the_wall_clock() {
+        for (scheme, allowed) in [
+            (Scheme::Redis, true),
+            (Scheme::Redlock, true),
+            (Scheme::Postgres, true),
+            (Scheme::Mysql, true),
+            (Scheme::Memcached, false),
+            (Scheme::Sqlite, false),
+        ] {
+            let cell = check_on(scheme, FaultKind::ClockJump, true, &broken(), &ONE, 1);
+            assert_eq!(cell.verdict == "OK", allowed, "{scheme:?}: {cell:?}");
+        }
+        for scheme in [Scheme::ZooKeeper, Scheme::Etcd] {
+            let cell = check_on(scheme, FaultKind::ClockJump, false, &broken(), &ONE, 1);
+            assert_eq!(cell.verdict, "FAIL", "{scheme:?}: {cell:?}");
+        }
+    }
+
+    #[test]
+    fn a_session_kill_explains_overlaps_of_session_locks_not_of_leases() {
+        let cell = check(FaultKind::SessionKill, false, &broken(), &ONE, 1);
+        assert_eq!(cell.verdict, "OK", "{cell:?}");
+        let cell = check(FaultKind::SessionKill, true, &broken(), &ONE, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+    }
+
+    #[test]
+    fn lost_updates_without_overlapping_holds_fail() {
+        let logs = [hold(0, 1, 0, 10, 0), hold(1, 2, 20, 30, 1)];
+        let mut logs = logs.to_vec();
+        for (worker, log) in logs.iter_mut().enumerate() {
+            log.push(Event::Counted {
+                at_ns: 9,
+                worker: worker as u32,
+                read: 0,
+            });
+        }
+        let cell = check(FaultKind::Stop, true, &logs, &ONE, 1);
+        assert_eq!(cell.lost_updates, 1);
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
     }
 }

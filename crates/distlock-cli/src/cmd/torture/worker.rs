@@ -89,12 +89,17 @@ async fn cycle(lock: &Lock, worker: u32, end_ns: u64, job: &Job, log: &EventLog,
             });
             std::future::pending::<()>().await
         };
+        // The file calls block, so they run with `block_in_place`, which hands this thread's
+        // other tasks (the watchdog, the store's connection) to another thread meanwhile: the
+        // fenced file's `flock` waits as long as a holder stopped inside its write keeps it, and
+        // a runtime thread blocked that long starved the watchdog, so the waiting holder's lease
+        // lapsed (`stop` on Redis: a hold of 1.5 s, overlapped by the resumed holder).
         let work = async {
-            let read = read_counter(&job.counter);
+            let read = tokio::task::block_in_place(|| read_counter(&job.counter));
             tokio::time::sleep(random.up_to(Duration::from_micros(job.pause_max_us))).await;
             // Written even when the guard says the lease is lost: the fence must refuse it.
             let lost_known = guard.is_lost();
-            match fenced.write_checked(token) {
+            match tokio::task::block_in_place(|| fenced.write_checked(token)) {
                 Ok(write) => log.write(&Event::Wrote {
                     at_ns: monotonic_ns(),
                     worker,
@@ -105,7 +110,7 @@ async fn cycle(lock: &Lock, worker: u32, end_ns: u64, job: &Job, log: &EventLog,
                 }),
                 Err(e) => failed(format!("fenced write: {e}")),
             }
-            match write_counter(&job.counter, read + 1, worker) {
+            match tokio::task::block_in_place(|| write_counter(&job.counter, read + 1, worker)) {
                 Ok(()) => log.write(&Event::Counted {
                     at_ns: monotonic_ns(),
                     worker,
