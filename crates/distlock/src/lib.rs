@@ -68,7 +68,7 @@ pub use status::{ForcedRelease, Holder, Holding, LockStatus, Selection};
 pub use types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 pub use url::redact;
 
-// The READMEs' code is compiled with the doctests (the project's blocks use the SQL and Redis
+// The READMEs' and docs/' code is compiled with the doctests (the project's blocks use the SQL and Redis
 // fences; the project README is outside the package, so only a build in the repository has it).
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "redis"))]
 #[doc = include_str!("../../../README.md")]
@@ -77,3 +77,11 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct CrateReadmeDoctests;
+
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[doc = include_str!("../../../docs/election.md")]
+struct ElectionDocDoctests;
+
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[doc = include_str!("../../../docs/fencing.md")]
+struct FencingDocDoctests;
