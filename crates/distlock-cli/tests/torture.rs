@@ -390,7 +390,7 @@ fn etcd_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
     let url = cluster.url(3);
     let extra = ["--duration", "14s", "--lease", "2s"];
     leader_cut_off_from_its_followers(&url, &extra, |request| {
-        cut_off_the_leader(&mut cluster, request)
+        Ok(cut_off_the_leader(&mut cluster, request)?)
     });
 }
 
@@ -408,7 +408,7 @@ fn zookeeper_leader_cut_off_from_its_followers_lets_no_second_holder_in() {
     let url = ensemble.url(std::time::Duration::from_secs(3));
     let extra = ["--duration", "14s", "--lease", "2s"];
     leader_cut_off_from_its_followers(&url, &extra, |request| {
-        cut_off_the_leader(&mut ensemble, request)
+        Ok(cut_off_the_leader(&mut ensemble, request)?)
     });
 }
 

@@ -32,15 +32,15 @@ pub mod certs;
 pub mod child;
 pub mod curator;
 pub mod failover;
-pub mod faults;
-pub mod fenced;
-pub mod history;
 pub mod section;
 pub mod servers;
-pub mod sockets;
 pub mod suite;
 
 pub use suite::{Ctx, Flavour, Suite};
+
+// The fault injection, the fenced file and the history checker live in distlock-harness, which
+// the `distlock` command uses too; they are re-exported under their old paths.
+pub use distlock_harness::{faults, fenced, history, monotonic_ns, sockets};
 
 use std::fmt;
 
@@ -58,6 +58,12 @@ impl<E: std::error::Error> From<E> for Failure {
 impl fmt::Debug for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+impl From<Failure> for distlock_harness::Failure {
+    fn from(f: Failure) -> Self {
+        distlock_harness::Failure(f.0)
     }
 }
 
@@ -83,16 +89,4 @@ pub fn mutex_request(name: &str, lease: std::time::Duration) -> Result<LockReque
         OwnerToken::random(),
         Lease::new(lease)?,
     ))
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the machine, so holds recorded
-/// by different processes can be put in one order.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -208,8 +208,8 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
     failover::holder_cut_off_is_lost_before_its_successor(
         &mut cluster,
         run,
-        |cluster| cluster.isolate(x),
-        |cluster| cluster.heal(),
+        |cluster| Ok(cluster.isolate(x)?),
+        |cluster| Ok(cluster.heal()?),
     )
     .await
 }

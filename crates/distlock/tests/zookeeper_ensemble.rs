@@ -375,8 +375,8 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
     failover::holder_cut_off_is_lost_before_its_successor(
         &mut ensemble,
         run,
-        |ensemble| ensemble.isolate(x),
-        |ensemble| ensemble.heal(),
+        |ensemble| Ok(ensemble.isolate(x)?),
+        |ensemble| Ok(ensemble.heal()?),
     )
     .await
 }

@@ -7,7 +7,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use distlock_testkit::monotonic_ns;
+use distlock_harness::monotonic_ns;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};

@@ -124,7 +124,7 @@ impl EtcdCluster {
 
     /// Which member leads, once the running members agree on one (waits out an election).
     pub fn leader(&self) -> Result<usize, Failure> {
-        self.leader_among(&self.running())
+        Ok(self.leader_among(&self.running())?)
     }
 
     /// The peer port the other members dial for member `i`: its proxy's, or its own.
@@ -342,7 +342,7 @@ impl Partitionable for EtcdCluster {
         self.members.len()
     }
 
-    fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
+    fn leader_among(&self, which: &[usize]) -> Result<usize, distlock_harness::Failure> {
         let started = Instant::now();
         loop {
             let statuses = self
@@ -372,7 +372,7 @@ impl Partitionable for EtcdCluster {
                 }
             }
             if started.elapsed() > ELECTION_TIMEOUT {
-                return Err(Failure(format!(
+                return Err(distlock_harness::Failure(format!(
                     "the private etcd cluster agreed on no leader within {ELECTION_TIMEOUT:?} \
                          (last etcdctl endpoint status: {statuses:?})"
                 )));

@@ -323,7 +323,7 @@ impl ZkEnsemble {
     /// Which member leads, once every running member (not killed, not paused) serves and
     /// exactly one of them leads (waits out an election).
     pub fn leader(&self) -> Result<usize, Failure> {
-        self.leader_among(&self.running())
+        Ok(self.leader_among(&self.running())?)
     }
 
     /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
@@ -403,7 +403,7 @@ impl Partitionable for ZkEnsemble {
     }
 
     /// Once every member of `which` serves and exactly one of them leads.
-    fn leader_among(&self, which: &[usize]) -> Result<usize, Failure> {
+    fn leader_among(&self, which: &[usize]) -> Result<usize, distlock_harness::Failure> {
         let started = Instant::now();
         loop {
             let modes: Vec<(usize, Option<String>)> = which
@@ -420,7 +420,7 @@ impl Partitionable for ZkEnsemble {
                 return Ok(leaders[0]);
             }
             if started.elapsed() > ELECTION_TIMEOUT {
-                return Err(Failure(format!(
+                return Err(distlock_harness::Failure(format!(
                     "the private ZooKeeper ensemble agreed on no leader within \
                      {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
                 )));

@@ -6,7 +6,7 @@
 //! process on the machine) so all processes run over the same window. Each hold is recorded as
 //! (lock, fencing token, acquired at, released at, time spent acquiring, worker). The parent
 //! then checks each lock's holds with the testkit's history checker
-//! ([`distlock_testkit::history`]), the same one the conformance suite uses:
+//! ([`distlock_harness::history`]), the same one the conformance suite uses:
 //!
 //! * no overlap: a hold must end before the next one starts. The recorded interval (from
 //!   `acquire` returning to `release` being called) lies inside the store's real hold, so an
@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use distlock_testkit::history::Hold;
+use distlock_harness::history::Hold;
 use serde::{Deserialize, Serialize};
 
 use self::report::Report;

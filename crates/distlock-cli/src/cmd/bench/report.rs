@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use distlock_testkit::history;
+use distlock_harness::history;
 use serde::Serialize;
 
 use super::{BenchArgs, HoldRecord, Kind, Workload};

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use distlock::Lock;
-use distlock_testkit::history::Hold;
-use distlock_testkit::monotonic_ns;
+use distlock_harness::history::Hold;
+use distlock_harness::monotonic_ns;
 use tokio::io::AsyncWriteExt;
 
 use super::{HoldRecord, Job, Kind, Workload};

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use distlock_testkit::faults::random::Random;
-use distlock_testkit::faults::{Fault, FaultProxy};
-use distlock_testkit::monotonic_ns;
+use distlock_harness::faults::random::Random;
+use distlock_harness::faults::{Fault, FaultProxy};
+use distlock_harness::monotonic_ns;
 
 use super::events::{self, Injected, ProcessLog};
 use super::sessions::SessionKiller;
@@ -342,7 +342,7 @@ impl Driver<'_> {
                     let stopped = tokio::time::Instant::now();
                     if self.fault == FaultKind::ClockJump {
                         let file = self.clock_file.context("clock-jump without --clock-file")?;
-                        distlock_testkit::faults::clock::jump_forward(file, self.lease * 2)
+                        distlock_harness::faults::clock::jump_forward(file, self.lease * 2)
                             .with_context(|| format!("jumping the clock in {}", file.display()))?;
                     } else {
                         self.restart_store(dir).await?;

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use distlock::url::Scheme;
-use distlock_testkit::faults::FaultProxy;
+use distlock_harness::faults::FaultProxy;
 use serde::{Deserialize, Serialize};
 
 use self::report::{Cell, Report, Rule, Teardown};

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use distlock_testkit::history::{self, Hold};
+use distlock_harness::history::{self, Hold};
 use serde::Serialize;
 
 use super::events::{Event, Injected, ProcessLog};

@@ -2,7 +2,7 @@
 //! administrator's `pg_terminate_backend` or `KILL`, a connection limit or a failover would.
 //!
 //! The holder's connections are found from outside it: its TCP connections to the database's
-//! port ([`distlock_testkit::sockets`]), whose local ports are what the server lists as the
+//! port ([`distlock_harness::sockets`]), whose local ports are what the server lists as the
 //! client's ports. A session lock (`?lock=session`) ends with its session, so another worker
 //! takes the lock while the holder still believes it holds it: the fence must refuse the
 //! holder's late write. A lease lock outlives the session (the lease is a row): its holder
@@ -10,7 +10,7 @@
 
 use anyhow::{Context, Result};
 use distlock::url::Scheme;
-use distlock_testkit::sockets::tcp_connections_of_pid;
+use distlock_harness::sockets::tcp_connections_of_pid;
 use sqlx::{Connection, MySqlConnection, PgConnection, Row};
 
 /// A connection of its own to the database, to end other sessions from.

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use distlock::Lock;
-use distlock_testkit::faults::random::Random;
-use distlock_testkit::fenced::FencedFile;
-use distlock_testkit::monotonic_ns;
+use distlock_harness::faults::random::Random;
+use distlock_harness::fenced::FencedFile;
+use distlock_harness::monotonic_ns;
 
 use super::Job;
 use super::events::{Event, EventLog};
