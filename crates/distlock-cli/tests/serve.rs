@@ -385,13 +385,13 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("unknown scheme"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
-    // A store that is down at start (nothing listens on port 1): exit 75, password masked.
+    // A store that is down at start (nothing listens on port 1): exit 69 (EX_UNAVAILABLE), password masked.
     let out = serve_command("postgres://user:hunter2@127.0.0.1:1/db")
         .args(["--listen", "127.0.0.1:0"])
         .output()
         .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("user:***@127.0.0.1:1"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
 }

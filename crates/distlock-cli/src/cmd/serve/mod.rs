@@ -29,13 +29,11 @@ use tokio::net::TcpListener;
 use self::board::Board;
 use self::connections::{AcceptFailures, Connections, Limits, Tracked};
 use super::exec::{Signals, failed};
-use crate::{EXIT_USAGE, duration};
+use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, duration};
 
 /// The first line `serve` prints on stdout once it accepts requests, followed by its base URL
 /// (with `--listen 127.0.0.1:0`, the port the OS chose).
 const READY_PREFIX: &str = "listening on ";
-/// Exit status when the address cannot be bound (EX_UNAVAILABLE in sysexits.h).
-const EXIT_CANNOT_LISTEN: u8 = 69;
 /// How long open connections get to finish their request once a signal asks to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How often histograms the library records are folded for rendering (the recorder leaves this
@@ -72,7 +70,7 @@ const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
     /metrics counts them: distlock_serve_connections (open), \
     distlock_serve_connections_closed_total{reason=header_timeout|idle_timeout|evicted}.\n\
     Exit status: 0 after Ctrl-C or SIGTERM; 64 for invalid arguments or URL; 69 if the address \
-    cannot be bound; 75 if the store cannot be reached at start.")]
+    cannot be bound or the store cannot be reached at start (or fails).")]
 pub(crate) struct ServeArgs {
     /// Address to listen on, IP:PORT (port 0: any free port; the address is printed). Only this
     /// address is bound.
@@ -144,7 +142,7 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
         Ok(l) => l,
         Err(e) => {
             eprintln!("distlock: serve: cannot listen on {}: {e}", args.listen);
-            return ExitCode::from(EXIT_CANNOT_LISTEN);
+            return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
