@@ -13,6 +13,9 @@ use clap::{Parser, Subcommand};
 /// Exit status of every subcommand for invalid arguments (EX_USAGE in sysexits.h), whether clap or
 /// the subcommand finds them.
 pub(crate) const EXIT_USAGE: u8 = 64;
+/// Exit status of every subcommand when the store cannot be reached or fails, or `serve` cannot
+/// listen (EX_UNAVAILABLE in sysexits.h): apart from 75, which says a lock is held by another.
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 /// Distributed locks for scripts, cron jobs and services.
 #[derive(Parser, Debug)]
@@ -94,6 +97,16 @@ fn usage_error(e: clap::Error) -> ExitCode {
         // `distlock` or `distlock demo --internal` alone: the help is the message.
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
+            ExitCode::from(EXIT_USAGE)
+        }
+        // clap's first line says only "the following required arguments were not provided:";
+        // the arguments follow on lines of their own.
+        ErrorKind::MissingRequiredArgument => {
+            let missing = match e.get(clap::error::ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::Strings(args)) => args.join(", "),
+                _ => "an argument".to_string(),
+            };
+            eprintln!("distlock: missing {missing} (see --help)");
             ExitCode::from(EXIT_USAGE)
         }
         _ => {

@@ -240,6 +240,57 @@ fn leader_watch_follows_each_new_leader() {
     assert!(lines.windows(2).all(|w| w[0].1 < w[1].1), "{lines:?}");
 }
 
+/// Issue #27: a leadership taken away while COMMAND runs, and not noticed before it ends, is
+/// found gone at the resign: exit 76 and a message, never COMMAND's 0. The election's lock is
+/// forced out 1 s into a 2 s command; its 10 s lease is next renewed at 3.3 s.
+#[test]
+fn a_leadership_found_gone_at_the_resign_exits_76() {
+    let s = Scratch::new();
+    let ready = s.path("ready");
+    let script = format!("touch {}; sleep 2", ready.display());
+    let candidate = s
+        .distlock("elect")
+        .args([&s.election, "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn distlock elect");
+    wait_until(
+        "the leader's command to start",
+        Duration::from_secs(20),
+        || ready.exists(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let lock = format!("{}{}", distlock::election::ELECTION_LOCK_PREFIX, s.election);
+    let out = s
+        .distlock("release")
+        .args(["--force", &lock])
+        .output()
+        .expect("run distlock release");
+    assert_eq!(out.status.code(), Some(0), "release --force: {out:?}");
+    let out = candidate.wait_with_output().expect("wait for elect");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "elect: {stderr}");
+    assert!(stderr.contains("no longer held"), "{stderr}");
+}
+
+/// A store that cannot be reached is 69 for `elect` and `leader`, and the command does not run.
+#[test]
+fn an_unreachable_store_exits_69() {
+    let s = Scratch::on(tempfile::tempdir().unwrap(), "redis://127.0.0.1:1".into());
+    let marker = s.path("ran");
+    let script = format!("touch {}", marker.display());
+    let out = s
+        .distlock("elect")
+        .args([&s.election, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "elect: {out:?}");
+    let (code, _) = s.leader();
+    assert_eq!(code, Some(69), "leader");
+    assert!(!marker.exists(), "the command ran");
+}
+
 /// Bad input is a usage error (64), and the command is not run.
 #[test]
 fn bad_input_is_a_usage_error() {

@@ -244,6 +244,79 @@ fn lost_lease_stops_the_command_with_exit_76() {
     );
 }
 
+/// Issue #27 item 5: a lock taken away while COMMAND runs, and not noticed before it ends (the
+/// default 30 s lease is next renewed at 10 s), is found gone at the release: exit 76 and a
+/// message, never COMMAND's 0.
+#[test]
+fn a_lock_found_gone_at_the_release_exits_76() {
+    let s = Scratch::new();
+    let (holder, _) = s.spawn_holder(&[], "sleep 3");
+    std::thread::sleep(Duration::from_secs(1));
+    let out = Command::new(BIN)
+        .args(["release", "--url", &s.url(), "--force", "job"])
+        .env_remove("DISTLOCK_URL")
+        .output()
+        .expect("run distlock release");
+    assert_eq!(code(&out), 0, "release --force: {out:?}");
+    let out = holder.wait_with_output().expect("wait for the holder");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 76, "the holder: {stderr}");
+    assert!(stderr.contains("no longer held"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// A store that cannot be reached is 69 (EX_UNAVAILABLE), told apart from a lock held by
+/// another (75), with or without a wait, and the command does not run.
+#[test]
+fn an_unreachable_store_exits_69() {
+    for url in [
+        "redis://127.0.0.1:1",
+        "postgres://u@127.0.0.1:1/db",
+        "memcached://127.0.0.1:1",
+    ] {
+        for wait in [&["--no-wait"][..], &["--wait", "1s"], &[]] {
+            let out = Command::new(BIN)
+                .args(["exec", "--url", url])
+                .args(wait)
+                .args(["job", "--", "echo", "ran"])
+                .env_remove("DISTLOCK_URL")
+                .output()
+                .expect("run distlock");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(code(&out), 69, "{url} {wait:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{url}: the command ran");
+            assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
+        }
+    }
+}
+
+/// A missing argument is 64 and the message names it.
+#[test]
+fn a_missing_argument_is_named() {
+    for (args, named) in [
+        (&["exec"][..], "<NAME>"),
+        (&["exec", "job"], "<COMMAND>"),
+        (&["exec", "--", "true"], "<NAME>"),
+        (&["elect"], "<NAME>"),
+        (&["leader"], "<NAME>"),
+        (&["release", "--force"], "<NAME>"),
+        (&["status"], "<NAME>"),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("DISTLOCK_URL")
+            .output()
+            .expect("run distlock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 64, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(named),
+            "{args:?} does not name {named}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn signals_are_forwarded_and_the_lock_released() {
     let s = Scratch::new();

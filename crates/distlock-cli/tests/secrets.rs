@@ -1,24 +1,32 @@
 //! Issue #8, item 7: no form of a password in a store URL reaches distlock's output, and each
 //! cause of an error is printed once. Every scheme, every way to put a secret in a URL, through
-//! `exec`, `elect`, `leader`, `bench` and `demo`, against closed ports and against the real servers with wrong
-//! credentials.
+//! `exec`, `status`, `serve`, `elect`, `leader`, `bench` and `demo`, against closed ports and
+//! against the real servers with wrong credentials.
 
 mod common;
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::BIN;
+use distlock_testkit::servers::{Persistence, start_redis_with_args};
 
 const SECRET: &str = "s3cretPW";
 
 /// Ways to put [`SECRET`] in a URL: `{u}` is the user name, `{hp}` host:port and `{db}` the
-/// database. The ones with an unencoded `/` or `?` in the password are URLs the drivers cannot
-/// even parse.
+/// database. A password may hold an unencoded `@`, `:`, `/`, `?` or `#` (issue #32): the
+/// user-info runs to the last `@`, so each piece of it must stay hidden.
 const FORMS: &[&str] = &[
     "{u}:s3cretPW@{hp}/{db}",
     "{u}:s3cret%50W@{hp}/{db}",
     "{u}:s3cretPW/x@{hp}/{db}",
     "{u}:s3?cretPW@{hp}/{db}",
+    "{u}:s3@cretPW/x@{hp}/{db}",
+    "{u}:s3cretPW:s3cretPW@s3cretPW@{hp}/{db}",
+    "{u}:s3cretPW#s3cretPW@s3cretPW@{hp}/{db}",
+    "{u}:s3cretPW?s3cretPW@s3cretPW/s3cretPW@{hp}/{db}",
     "{u}@{hp}/{db}?password=s3cretPW",
     "{u}@{hp}/{db}?sslmode=disable&sslpassword=s3cretPW",
     "{u}@{hp}/{db}?pass=s3cretPW",
@@ -120,6 +128,11 @@ fn check(url: &str, args: &[&str]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    check_shown(url, args, &shown);
+}
+
+/// Checks what distlock showed for the secret and repeated causes.
+fn check_shown(url: &str, args: &[&str], shown: &str) {
     for secret in [SECRET, "s3cret%50W", "cretPW"] {
         assert!(
             !shown.contains(secret),
@@ -143,6 +156,112 @@ fn exec_never_prints_a_password() {
             &url,
             &["exec", "--url", &url, "--no-wait", "secrets", "--", "true"],
         );
+    }
+}
+
+#[test]
+fn status_never_prints_a_password() {
+    for url in urls("secrets through status") {
+        check(&url, &["status", "--url", &url, "secrets"]);
+        check(&url, &["status", "--url", &url, "--json", "secrets"]);
+    }
+}
+
+/// `serve` stops at start when the store cannot be reached; when it can (a Redis without a
+/// password takes any), its page and JSON, which show the URL, are read too before SIGTERM.
+#[test]
+fn serve_never_prints_a_password() {
+    for url in urls("secrets through serve") {
+        let args = ["serve", "--url", &url, "--listen", "127.0.0.1:0"];
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("DISTLOCK_URL")
+            .env("DISTLOCK_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run distlock serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut shown = String::new();
+        stdout.read_line(&mut shown).expect("read serve's stdout");
+        if let Some(base) = shown.trim().strip_prefix("listening on http://") {
+            let authority = base.trim_end_matches('/').to_string();
+            for path in ["/api/locks", "/"] {
+                shown.push_str(&http_get(&authority, path));
+            }
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        let status = child.wait().expect("wait for serve");
+        stdout.read_to_string(&mut shown).expect("stdout");
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut shown)
+            .expect("stderr");
+        assert!(status.code().is_some(), "{url}: serve died of {status:?}");
+        check_shown(&url, &args, &shown);
+    }
+}
+
+/// A plain HTTP/1.0 GET of `path` from `authority`: the whole response.
+fn http_get(authority: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(authority).expect("connect to serve");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").expect("send request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    response
+}
+
+/// The password in the forms above is the password: a Redis that requires one holding `@`,
+/// `:`, `/`, `?` and `#` lets `exec`, `status` and `elect` in with it written unencoded, and
+/// refuses one letter off, neither run showing it.
+#[test]
+fn a_password_holding_at_signs_and_slashes_is_the_one_sent() {
+    let password = "s3@cret:PW/x?y#z";
+    let server = start_redis_with_args(Persistence::None, &["--requirepass", password])
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let url = format!("redis://:{password}@127.0.0.1:{}/0", server.port());
+    let name = format!("secrets-{}", common::unique());
+    for args in [
+        &["exec", "--url", &url, "--no-wait", &name, "--", "true"][..],
+        &["status", "--url", &url, "--prefix", &name],
+        &["elect", "--url", &url, "--lease", "2s", &name, "--", "true"],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("DISTLOCK_URL")
+            .output()
+            .expect("run distlock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        for piece in ["s3@cret", "cret:PW", "PW/x", "x?y", "y#z"] {
+            assert!(
+                !stderr.contains(piece),
+                "{args:?} printed the password: {stderr}"
+            );
+        }
+    }
+    let wrong = url.replace("y#z", "y#Z");
+    let out = Command::new(BIN)
+        .args(["exec", "--url", &wrong, "--no-wait", &name, "--", "true"])
+        .env_remove("DISTLOCK_URL")
+        .output()
+        .expect("run distlock");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "a wrong password was let in: {stderr}"
+    );
+    assert!(stderr.contains("redis://***@127.0.0.1:"), "{stderr}");
+    for piece in ["s3@cret", "cret:PW", "PW/x", "x?y", "y#Z"] {
+        assert!(!stderr.contains(piece), "printed the password: {stderr}");
     }
 }
 

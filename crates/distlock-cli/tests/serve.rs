@@ -368,6 +368,9 @@ fn bad_arguments_are_usage_errors() {
         (&["--listen", "127.0.0.1:99999"][..], "--listen"),
         (&["--refresh", "soon"][..], "--refresh"),
         (&["--refresh", "10ms"][..], "--refresh"),
+        (&["--max-connections", "0"][..], "--max-connections"),
+        (&["--header-timeout", "100ms"][..], "--header-timeout"),
+        (&["--idle-timeout", "soon"][..], "--idle-timeout"),
     ] {
         let out = serve_command(&store.url).args(args).output().expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -382,13 +385,13 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("unknown scheme"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
-    // A store that is down at start (nothing listens on port 1): exit 75, password masked.
+    // A store that is down at start (nothing listens on port 1): exit 69 (EX_UNAVAILABLE), password masked.
     let out = serve_command("postgres://user:hunter2@127.0.0.1:1/db")
         .args(["--listen", "127.0.0.1:0"])
         .output()
         .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("user:***@127.0.0.1:1"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
 }
@@ -431,6 +434,187 @@ fn sigterm_stops_it_cleanly_with_a_connection_open() {
     assert!(stopped, "serve did not stop within 10s of SIGTERM");
     let status = server.child.wait().expect("wait");
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// `count` connections each sending a request line and a header but never the blank line that
+/// ends the header, as a slow (or hostile) client does.
+fn half_sent_requests(authority: &str, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = TcpStream::connect(authority).expect("connect to serve");
+            write!(stream, "GET /api/locks HTTP/1.1\r\nHost: {authority}\r\n").expect("send");
+            stream
+        })
+        .collect()
+}
+
+/// Whether the server closes `stream` (end of file or reset, no answer) within `within`.
+fn closed_by_server(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    let mut buf = [0u8; 256];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(n) => panic!(
+            "a half-sent request got an answer: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+        ),
+    }
+}
+
+/// The value of the sample `name` (labels included) in Prometheus text, 0 if absent.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
+/// Issue #32 item 4: with every place taken by half-sent requests, a new client is still
+/// answered, the slow ones beyond the cap make way at once, and the others are closed when their
+/// header has not come within --header-timeout.
+#[test]
+fn slow_clients_beyond_the_cap_do_not_lock_others_out() {
+    let store = common::sqlite();
+    let server = Server::start(
+        &store.url,
+        &["--max-connections", "8", "--header-timeout", "2s"],
+    );
+    let authority = server.base.strip_prefix("http://").unwrap().to_string();
+    let mut slow = half_sent_requests(&authority, 30);
+
+    let (status, _, body) = server.get("/api/locks");
+    assert_eq!(status, 200, "a client beyond the cap: {body}");
+    for (i, stream) in slow.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(30)),
+            "half-sent request {i} still open 30 s on (header timeout 2 s)"
+        );
+    }
+    let (status, _, metrics) = server.get("/metrics");
+    assert_eq!(status, 200);
+    let evicted = sample(
+        &metrics,
+        "distlock_serve_connections_closed_total{reason=\"evicted\"}",
+    );
+    let timed_out = sample(
+        &metrics,
+        "distlock_serve_connections_closed_total{reason=\"header_timeout\"}",
+    );
+    // 31 connections came for 8 places: 23 made way; the slow ones that kept theirs timed out.
+    assert!(evicted >= 22.0, "{evicted} evicted:\n{metrics}");
+    assert!(timed_out >= 1.0, "{timed_out} timed out:\n{metrics}");
+    assert!(evicted + timed_out >= 30.0, "{metrics}");
+    assert!(
+        sample(&metrics, "distlock_serve_connections") <= 8.0,
+        "{metrics}"
+    );
+}
+
+/// A keep-alive connection serves request after request, and is closed once none has come for
+/// --idle-timeout.
+#[test]
+fn an_idle_keep_alive_connection_is_closed() {
+    let store = common::sqlite();
+    let server = Server::start(&store.url, &["--idle-timeout", "1s"]);
+    let authority = server.base.strip_prefix("http://").unwrap().to_string();
+    let mut kept = TcpStream::connect(&authority).expect("connect");
+    kept.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    for _ in 0..2 {
+        write!(kept, "GET /api/locks HTTP/1.1\r\nHost: {authority}\r\n\r\n").expect("send");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            kept.read_exact(&mut byte).expect("the answer's head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("a content-length");
+        kept.read_exact(&mut vec![0u8; length]).expect("the body");
+    }
+    assert!(
+        closed_by_server(&mut kept, Duration::from_secs(30)),
+        "an idle connection still open 30 s on (idle timeout 1 s)"
+    );
+    let (_, _, metrics) = server.get("/metrics");
+    assert_eq!(
+        sample(
+            &metrics,
+            "distlock_serve_connections_closed_total{reason=\"idle_timeout\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+}
+
+/// The issue's case: more half-sent requests than serve has file descriptors (`ulimit -n 64`,
+/// the default cap). Others are still answered, the slow ones are closed by the default header
+/// timeout, and the failed accepts are said once, not once per retry.
+#[test]
+fn out_of_file_descriptors_it_keeps_serving() {
+    let store = common::sqlite();
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\"", BIN, "serve"])
+        .args(["--url", &store.url, "--listen", "127.0.0.1:0"])
+        .env_remove("DISTLOCK_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn distlock serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read serve's stdout");
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("serve printed {line:?}, not its address"))
+        .trim_end_matches('/')
+        .to_string();
+    let mut server = Server { child, base };
+    let authority = server.base.strip_prefix("http://").unwrap().to_string();
+    let mut slow = half_sent_requests(&authority, 100);
+
+    let (status, _, body) = server.get("/api/locks");
+    assert_eq!(
+        status, 200,
+        "a client with serve out of descriptors: {body}"
+    );
+    assert!(body.contains("\"error\":null"), "{body}");
+    for (i, stream) in slow.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(40)),
+            "half-sent request {i} still open 40 s on (default header timeout 10 s)"
+        );
+    }
+    let (status, _, _) = server.get("/api/locks");
+    assert_eq!(status, 200);
+
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let mut stderr = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    let accept_lines = stderr.lines().filter(|l| l.contains("accept")).count();
+    assert!(
+        accept_lines <= 3,
+        "{accept_lines} lines on accepting:\n{stderr}"
+    );
 }
 
 /// Makes docs/serve.png: three locks held by `distlock exec` processes (so the page shows real

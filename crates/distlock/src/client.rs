@@ -18,6 +18,11 @@
 //! `postgres://app@db:5432/app?lock=session`. `?max_connections=N` sizes the pool (default 20);
 //! the drivers' own parameters (`sslmode=require`, `ssl-mode=REQUIRED`, …) pass through.
 //!
+//! A password may be written as it is, `@`, `:`, `/`, `?` and `#` included
+//! (`redis://:p@ss/w0rd@cache:6379`): the user-info runs to the URL's last `@`, for every scheme
+//! alike, and the drivers get it %-encoded. An `@` in a path or a query value is therefore
+//! written `%40`.
+//!
 //! The scheme of a backend this build lacks answers [`ErrorKind::Unsupported`]. Any other
 //! unknown scheme is [`ErrorKind::InvalidUrl`].
 

@@ -124,7 +124,9 @@ impl Lock {
                 span.record("token", lease.token.get());
                 labels.acquired(started.elapsed());
             }
+            // A wait that ran out before the store answered counts as a timeout too.
             Ok(None) => labels.timed_out(),
+            Err(e) if e.is_timeout() => labels.timed_out(),
             Err(e) => labels.failed(e),
         }
         Ok(taken?.map(|lease| Guard::new(engine.clone(), lease)))
@@ -160,8 +162,11 @@ impl Lock {
         self.take(self.request()?, Deadline::Now).await
     }
 
-    /// Waits at most `wait` for the lock; [`ErrorKind::Timeout`] after that. A `wait` too long
-    /// for the clock to represent (`Duration::MAX`) waits without end.
+    /// Waits at most `wait` for the lock; [`ErrorKind::Timeout`] after that. If the store
+    /// answered no attempt in that time (a server down that the client keeps trying to reach),
+    /// the timeout's [`source`](std::error::Error::source) is an [`ErrorKind::Connection`]
+    /// error: who holds the lock is then unknown. A `wait` too long for the clock to represent
+    /// (`Duration::MAX`) waits without end.
     ///
     /// # Cancel Safety
     ///

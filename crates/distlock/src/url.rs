@@ -131,20 +131,69 @@ const SHOWN_DRIVER_PARAMETERS: &[&str] = &[
     "db",
 ];
 
+/// Where the user-info of `rest` (a URL after its `scheme://`) ends: the index of its last `@`.
+///
+/// RFC 3986, and so every driver, ends the authority at the first `/`, `?` or `#`: a password
+/// holding one of those and an `@` (`redis://:p@ss/w0rd@h:1`) would be read as host `ss`, path
+/// `/w0rd@h:1`, and half of it shown. The URLs distlock takes have no use for an `@` after their
+/// hosts (their paths are database numbers or names, chroots, prefixes), so the last `@` ends the
+/// user-info, in [`redact`], [`authority`] and every backend, and [`for_driver`] encodes the
+/// user-info so a driver reads the same. An `@` in a path or a query value is written `%40`.
+pub(crate) fn userinfo_end(rest: &str) -> Option<usize> {
+    rest.rfind('@')
+}
+
+/// Where `url`'s part after `scheme://` starts, if it has a scheme followed by `://` (a `://`
+/// further on, in a query value, does not count).
+fn after_scheme(url: &str) -> Option<usize> {
+    let i = url.find("://")?;
+    let scheme = &url[..i];
+    let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(i + 3)
+}
+
+/// `url` as a driver must get it to read the user-info distlock reads ([`userinfo_end`]): the
+/// `@`, `/`, `?` and `#` in the user-info %-encoded. Any other URL comes back as it is. Holds the
+/// password: never show it.
+pub fn for_driver(url: &str) -> String {
+    let Some(start) = after_scheme(url) else {
+        return url.to_string();
+    };
+    let Some(end) = userinfo_end(&url[start..]).map(|at| start + at) else {
+        return url.to_string();
+    };
+    let mut out = String::with_capacity(url.len() + 8);
+    out.push_str(&url[..start]);
+    for c in url[start..end].chars() {
+        match c {
+            '@' => out.push_str("%40"),
+            '/' => out.push_str("%2F"),
+            '?' => out.push_str("%3F"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out.push_str(&url[end..]);
+    out
+}
+
 /// `url` as messages and `Debug` may show it: the user-info password and the value of every
 /// query parameter but the harmless ones (`lock`, `sslmode`, …) replaced by `***`, and any
 /// fragment but `#insecure` too.
 ///
-/// When the user-info cannot be told apart from the rest (an `@` after a `/`, `?` or `#`, as an
-/// unencoded password may hold), everything before the last `@` is masked.
+/// The user-info runs to the last `@` (see [`userinfo_end`]). When it holds a `/`, `?` or `#`
+/// (an unencoded password may), it is masked whole, user included.
 pub fn redact(url: &str) -> String {
     let (prefix, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
         None => url.split_at(url.find(':').map_or(0, |i| i + 1)),
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (shown_userinfo, tail) = match (rest[..authority_end].rfind('@'), rest.rfind('@')) {
-        (Some(at), _) => {
+    let (shown_userinfo, tail) = match userinfo_end(rest) {
+        Some(at) if rest[..at].contains(['/', '?', '#']) => ("***".to_string(), &rest[at..]),
+        Some(at) => {
             let userinfo = &rest[..at];
             let shown = match userinfo.split_once(':') {
                 Some((user, _)) => format!("{user}:***"),
@@ -152,8 +201,7 @@ pub fn redact(url: &str) -> String {
             };
             (shown, &rest[at..])
         }
-        (None, Some(at)) => ("***".to_string(), &rest[at..]),
-        (None, None) => (String::new(), rest),
+        None => (String::new(), rest),
     };
     let (tail, fragment) = match tail.split_once('#') {
         Some((tail, fragment)) => (tail, Some(fragment)),
@@ -225,10 +273,8 @@ pub fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Aut
         .split_once("://")
         .map(|(_, rest)| rest)
         .ok_or_else(|| invalid("no \"://\" after the scheme"))?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let hosts = rest[..end]
-        .rsplit_once('@')
-        .map_or(&rest[..end], |(_, hosts)| hosts);
+    let hosts = &rest[userinfo_end(rest).map_or(0, |at| at + 1)..];
+    let hosts = &hosts[..hosts.find(['/', '?', '#']).unwrap_or(hosts.len())];
     let mut parsed = Vec::new();
     for one in hosts.split(',') {
         let (host, port) = match one.rsplit_once(':') {
@@ -262,8 +308,10 @@ pub fn authority(url: &str, backend: &'static str, expected: &str) -> Result<Aut
 /// included, is kept as it is.
 pub fn with_hosts(url: &str, hosts: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let hosts_start = rest[..end].rfind('@').map_or(0, |at| at + 1);
+    let hosts_start = userinfo_end(rest).map_or(0, |at| at + 1);
+    let end = rest[hosts_start..]
+        .find(['/', '?', '#'])
+        .map_or(rest.len(), |i| hosts_start + i);
     Some(format!(
         "{scheme}://{}{hosts}{}",
         &rest[..hosts_start],
@@ -276,14 +324,19 @@ pub fn with_hosts(url: &str, hosts: &str) -> Option<String> {
 pub struct Split<'a> {
     /// distlock's parameters, as given.
     pub own: Vec<(&'a str, &'a str)>,
-    /// The URL without them. May hold the password: never show it.
+    /// The URL without them, its user-info as [`for_driver`] writes it. May hold the password:
+    /// never show it.
     pub driver_url: String,
 }
 
 /// Splits distlock's parameters off `url`.
 pub fn split_parameters(url: &str) -> Split<'_> {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, query),
+    // The query starts at the first '?' after the user-info, which may hold one.
+    let hosts_start = after_scheme(url).map_or(0, |start| {
+        start + userinfo_end(&url[start..]).map_or(0, |at| at + 1)
+    });
+    let (base, query) = match url[hosts_start..].find('?') {
+        Some(i) => (&url[..hosts_start + i], &url[hosts_start + i + 1..]),
         None => (url, ""),
     };
     let mut own = Vec::new();
@@ -296,7 +349,7 @@ pub fn split_parameters(url: &str) -> Split<'_> {
             kept.push(pair);
         }
     }
-    let mut driver_url = base.to_string();
+    let mut driver_url = for_driver(base);
     if !kept.is_empty() {
         driver_url.push('?');
         driver_url.push_str(&kept.join("&"));
@@ -399,10 +452,14 @@ pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'st
         .split_once("://")
         .map(|(_, rest)| rest)
         .ok_or("no \"://\" after the scheme")?;
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let user = match rest[..authority_end].rsplit_once('@') {
+    let hosts_start = userinfo_end(rest).map_or(0, |at| at + 1);
+    let authority_end = rest[hosts_start..]
+        .find(['/', '?', '#'])
+        .map_or(rest.len(), |i| hosts_start + i);
+    let user = match userinfo_end(rest) {
         None => None,
-        Some((userinfo, _)) => {
+        Some(at) => {
+            let userinfo = &rest[..at];
             let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
             let user = percent_decode(user).ok_or("a bad %-escape in the user")?;
             let password = percent_decode(password).ok_or("a bad %-escape in the password")?;
@@ -529,6 +586,14 @@ mod tests {
             ("redis://u:s3?cret@h", "redis://***@h"),
             ("redis://u:s3#cret@h:1", "redis://***@h:1"),
             ("postgres:u:s3cret@h/db", "postgres:u:***@h/db"),
+            // An unencoded '@' before a '/', '?' or '#' in a password: the user-info runs to the
+            // last '@', not to the first '/'.
+            ("redis://:p@ss/w0rd@h:1", "redis://***@h:1"),
+            ("redis://u:p@s?s#w@rd@h:1/0", "redis://***@h:1/0"),
+            (
+                "postgres://u:a@b:c/d@h/db?sslmode=disable",
+                "postgres://***@h/db?sslmode=disable",
+            ),
         ] {
             assert_eq!(redact(url), shown, "{url}");
         }
@@ -575,6 +640,47 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{bad}");
             assert!(!err.to_string().contains("s3cret"), "{err}");
         }
+    }
+
+    /// The servers, user and password of a URL whose password holds an unencoded `@` with a `/`,
+    /// `?`, `#` or `:`, read by every part that takes a URL apart as [`redact`] reads it.
+    #[test]
+    fn a_password_may_hold_at_signs_slashes_and_question_marks() {
+        let url = "zk://u:p@s:s/w?r#d@h1:1,h2:2/chroot?timeout=3s";
+        let hosts: Vec<_> = authority(url, "zk", "")
+            .unwrap()
+            .hosts
+            .into_iter()
+            .map(|h| (h.host, h.port))
+            .collect();
+        assert_eq!(
+            hosts,
+            [("h1".to_string(), Some(1)), ("h2".to_string(), Some(2))]
+        );
+        let parts = after_hosts(url).unwrap();
+        assert_eq!(
+            parts.user,
+            Some(("u".to_string(), "p@s:s/w?r#d".to_string()))
+        );
+        assert_eq!(parts.path, "chroot");
+        assert_eq!(parts.query, [("timeout", "3s")]);
+        assert_eq!(
+            with_hosts(url, "127.0.0.1:9").as_deref(),
+            Some("zk://u:p@s:s/w?r#d@127.0.0.1:9/chroot?timeout=3s")
+        );
+        // What a driver (which ends the authority at the first '/', '?' or '#') gets.
+        let s = split_parameters("postgres://u:p@s/s?lock=x#y@h/db?lock=session&sslmode=disable");
+        assert_eq!(s.own, [("lock", "session")]);
+        assert_eq!(
+            s.driver_url,
+            "postgres://u:p%40s%2Fs%3Flock=x%23y@h/db?sslmode=disable"
+        );
+        assert_eq!(
+            for_driver("redis://:p@ss/w0rd@h:1/0"),
+            "redis://:p%40ss%2Fw0rd@h:1/0"
+        );
+        assert_eq!(for_driver("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(for_driver("sqlite:a.db"), "sqlite:a.db");
     }
 
     #[test]

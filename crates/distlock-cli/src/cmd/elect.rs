@@ -10,16 +10,17 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::exec::{Signals, run_while};
+use super::exec::{Signals, after_release, run_while};
 use crate::duration;
 
 /// Arguments of `distlock elect`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: COMMAND's own; 75 if leadership was not obtained (the store \
-                  unreachable); 76 if leadership was lost while COMMAND ran (COMMAND gets SIGTERM, \
-                  then SIGKILL after 5s); 64 for invalid arguments (or a store without leader \
-                  election); 126/127 if COMMAND cannot be run.\n\
+    after_help = "Exit status: COMMAND's own; 69 if the store cannot be reached or fails; 76 if \
+                  leadership was lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after \
+                  5s) or was found gone when COMMAND ended (a message says so; never COMMAND's \
+                  0); 64 for invalid or missing arguments (or a store without leader election); \
+                  126/127 if COMMAND cannot be run.\n\
                   COMMAND's environment gets DISTLOCK_ELECTION, DISTLOCK_LEADER_VALUE and \
                   DISTLOCK_TERM (the term, a fencing token: larger for every new leader)."
 )]
@@ -45,7 +46,7 @@ pub(crate) struct ElectArgs {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Prints VALUE<TAB>TERM of the current leader. Exit status: 0 with a leader; 1 \
-                  without one; 75 if the store is unreachable; 64 for invalid arguments.\n\
+                  without one; 69 if the store cannot be reached or fails; 64 for invalid arguments.\n\
                   With --watch: prints a line per new leader (and per new value a leader \
                   proclaims), in term order, until interrupted."
 )]
@@ -95,15 +96,15 @@ pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
         ("DISTLOCK_LEADER_VALUE", value),
         ("DISTLOCK_TERM", leadership.term().to_string()),
     ];
-    let code = run_while(&args.command, &env, leadership.lost(), &mut interrupted).await;
-    if let Err(e) = leadership.resign().await {
-        eprintln!(
-            "distlock: resigning in election {:?} failed ({}); the next leader takes over when \
-             the lease ends",
-            args.name,
-            distlock::error::chain(&e)
-        );
-    }
+    let ran = run_while(&args.command, &env, leadership.lost(), &mut interrupted).await;
+    let resigned = leadership.resign().await;
+    let code = after_release(
+        ran,
+        resigned,
+        &format!("the leadership of election {:?}", args.name),
+        "resigning failed",
+        "the next leader takes over when the lease ends",
+    );
     client.shutdown().await;
     code
 }

@@ -1,10 +1,10 @@
 //! `distlock exec`: run a command while holding a lock.
 //!
 //! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] when the
-//! lock could not be had (taken with `--no-wait`, `--wait` ran out, the store unreachable);
-//! [`EXIT_LEASE_LOST`] when the lease was lost while COMMAND ran (COMMAND is then stopped);
-//! [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL); 126/127 when COMMAND cannot
-//! be started.
+//! lock is held by another (taken with `--no-wait`, `--wait` ran out); [`EXIT_UNAVAILABLE`] when
+//! the store cannot be reached or fails; [`EXIT_LEASE_LOST`] when the lock was lost while COMMAND
+//! ran (COMMAND is then stopped) or found gone at the release; [`EXIT_USAGE`] for invalid
+//! arguments (a name, lease, wait or URL); 126/127 when COMMAND cannot be started.
 
 use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
@@ -16,13 +16,15 @@ use distlock::ErrorKind;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{EXIT_USAGE, duration};
+use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, duration};
 
 mod tether;
 
-/// The lock was not obtained (EX_TEMPFAIL: try again later).
+/// The lock is held by another: taken (`--no-wait`), or for all of `--wait` (EX_TEMPFAIL: try
+/// again later).
 pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
-/// The lease was lost while COMMAND ran; COMMAND was stopped.
+/// The lock was lost while COMMAND ran (COMMAND was stopped), or found gone at the release
+/// (EX_PROTOCOL).
 pub(crate) const EXIT_LEASE_LOST: u8 = 76;
 /// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
 /// no deadline is ever computed from an absurd `--wait 500000000000y`.
@@ -33,9 +35,11 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Arguments of `distlock exec`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: COMMAND's own; 75 if the lock was not obtained; 76 if the lease \
-                  was lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after 5s); 64 for \
-                  invalid arguments; 126/127 if COMMAND cannot be run.\n\
+    after_help = "Exit status: COMMAND's own; 75 if the lock is held by another (--no-wait, or \
+                  --wait ran out); 69 if the store cannot be reached or fails; 76 if the lock was \
+                  lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after 5s) or was \
+                  found gone when COMMAND ended (a message says so; never COMMAND's 0); 64 for \
+                  invalid or missing arguments; 126/127 if COMMAND cannot be run.\n\
                   COMMAND's environment gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN."
 )]
 pub(crate) struct ExecArgs {
@@ -99,15 +103,16 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         ("DISTLOCK_LOCK_NAME", args.name.clone()),
         ("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
     ];
-    let code = run_while(&args.command, &env, guard.lost(), &mut interrupted).await;
+    let ran = run_while(&args.command, &env, guard.lost(), &mut interrupted).await;
     let name = guard.name().to_string();
-    if let Err(e) = guard.release().await {
-        eprintln!(
-            "distlock: releasing lock {name:?} failed ({}); it frees when its lease ends",
-            distlock::error::chain(&e)
-        );
-    }
-    code
+    let released = guard.release().await;
+    after_release(
+        ran,
+        released,
+        &format!("lock {name:?}"),
+        "releasing it failed",
+        "it frees when its lease ends",
+    )
 }
 
 fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
@@ -115,36 +120,105 @@ fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
 }
 
 /// Says `what` failed and why, and answers the exit status every subcommand gives for it: 64
-/// for what the caller asked wrongly (or the store cannot do), 75 for the store's failure.
+/// for what the caller asked wrongly (or the store cannot do), 75 for a lock held by another
+/// all along (a wait ran out, a holding lost while being taken), 69 for the store's failure
+/// (unreachable, too few servers answering, an error of its own).
 pub(crate) fn failed(what: &str, e: &distlock::Error) -> ExitCode {
     eprintln!("distlock: {what}: {}", distlock::error::chain(e));
+    // A wait that ran out before the store answered at all says so with a Connection error as
+    // its source (see `Lock::acquire_timeout`).
+    let unanswered = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<distlock::Error>())
+        .is_some_and(|s| s.kind() == ErrorKind::Connection);
     match e.kind() {
         ErrorKind::InvalidName
         | ErrorKind::InvalidLease
         | ErrorKind::InvalidUrl
         | ErrorKind::InvalidInput
         | ErrorKind::Unsupported => ExitCode::from(EXIT_USAGE),
-        _ => ExitCode::from(EXIT_NOT_OBTAINED),
+        ErrorKind::Timeout if unanswered => ExitCode::from(EXIT_UNAVAILABLE),
+        ErrorKind::Timeout | ErrorKind::LeaseLost | ErrorKind::NotHeld | ErrorKind::StaleToken => {
+            ExitCode::from(EXIT_NOT_OBTAINED)
+        }
+        _ => ExitCode::from(EXIT_UNAVAILABLE),
     }
+}
+
+/// How COMMAND's run under a holding ended.
+pub(crate) enum Ran {
+    /// COMMAND ended by itself: its exit status, and how it ended in words ("exited with 0").
+    Ended(ExitCode, String),
+    /// The holding was lost and COMMAND stopped (already said).
+    Stopped,
+    /// COMMAND could not be run (already said): 126, 127, or 64 for no COMMAND.
+    NotRun(ExitCode),
+}
+
+/// The exit status once COMMAND is over and the holding (`what`: `lock "x"`) given back
+/// (`released`: the release's or resignation's answer): COMMAND's own, unless the holding was
+/// lost, while COMMAND ran or found gone at the release (then [`EXIT_LEASE_LOST`] and a
+/// message: COMMAND may have run partly without it). A release that fails otherwise (the store
+/// unreachable) is said with `failure` and `consequence`; COMMAND's status stands, as the lease
+/// was still ours by this process's clock when COMMAND ended (the lost signal had not fired).
+pub(crate) fn after_release(
+    ran: Ran,
+    released: distlock::Result<bool>,
+    what: &str,
+    failure: &str,
+    consequence: &str,
+) -> ExitCode {
+    let how = match ran {
+        Ran::Stopped => return ExitCode::from(EXIT_LEASE_LOST),
+        Ran::NotRun(code) => return code,
+        Ran::Ended(code, how) => match &released {
+            Ok(true) => return code,
+            Err(e) if !is_lost(e) => {
+                eprintln!(
+                    "distlock: {what}: {failure} ({}); {consequence}",
+                    distlock::error::chain(e)
+                );
+                return code;
+            }
+            _ => how,
+        },
+    };
+    let why = match released {
+        Err(e) => format!(" ({})", distlock::error::chain(&e)),
+        Ok(_) => String::new(),
+    };
+    eprintln!(
+        "distlock: {what} was no longer held when COMMAND ended{why}: its lease ran out unseen \
+         (a paused process, a slow store) or `distlock release --force` took it; COMMAND {how}, \
+         perhaps partly without it"
+    );
+    ExitCode::from(EXIT_LEASE_LOST)
+}
+
+/// Whether a release's error says the holding was already gone.
+fn is_lost(e: &distlock::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::LeaseLost | ErrorKind::NotHeld | ErrorKind::StaleToken
+    )
 }
 
 /// Runs COMMAND (`command`, with `env` added to its environment) to its end unless `lost`
 /// resolves first (then COMMAND gets SIGTERM, SIGKILL after [`STOP_GRACE`], and the answer is
-/// [`EXIT_LEASE_LOST`]), and makes sure it does not outlive distlock. Shared by `exec` (the
+/// [`Ran::Stopped`]), and makes sure it does not outlive distlock. Shared by `exec` (the
 /// lock's lost signal) and `elect` (the leadership's).
 pub(crate) async fn run_while(
     command: &[String],
     env: &[(&str, String)],
     lost: impl Future<Output = distlock::Error>,
     signals: &mut Signals,
-) -> ExitCode {
+) -> Ran {
     // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
     // to the whole group: stopping COMMAND after a lost lease also stops what it started. With a
     // terminal it stays in our group, so it can still read the terminal (job control).
     let own_group = !std::io::stdin().is_terminal();
     let Some((program, arguments)) = command.split_first() else {
         eprintln!("distlock: no command to run");
-        return ExitCode::from(EXIT_USAGE);
+        return Ran::NotRun(ExitCode::from(EXIT_USAGE));
     };
     let mut command = Command::new(program);
     // If distlock dies from here on, however it dies, the watcher stops COMMAND and all it
@@ -182,7 +256,7 @@ pub(crate) async fn run_while(
             } else {
                 126
             };
-            return ExitCode::from(code);
+            return Ran::NotRun(ExitCode::from(code));
         }
     };
     let target = child.id().map(|pid| {
@@ -196,7 +270,7 @@ pub(crate) async fn run_while(
     if !own_group && let Some(pid) = target {
         tether = tether::Tether::attach(pid).inspect_err(watcher_failed).ok();
     }
-    let (status, code) = wait_holding(&mut child, target, lost, signals).await;
+    let (status, ran) = wait_holding(&mut child, target, lost, signals).await;
     // COMMAND has ended: the watcher leaves what COMMAND left running alone, as a normal exit
     // always has. If we could not learn that COMMAND ended, it stays and kills the group as we
     // exit.
@@ -205,7 +279,7 @@ pub(crate) async fn run_while(
     {
         tether.stand_down();
     }
-    code
+    ran
 }
 
 fn watcher_failed(e: &std::io::Error) {
@@ -221,13 +295,13 @@ async fn wait_holding(
     target: Option<libc::pid_t>,
     lost: impl Future<Output = distlock::Error>,
     signals: &mut Signals,
-) -> (std::io::Result<std::process::ExitStatus>, ExitCode) {
+) -> (std::io::Result<std::process::ExitStatus>, Ran) {
     tokio::pin!(lost);
     loop {
         tokio::select! {
             status = child.wait() => {
-                let code = exit_code_of(&status);
-                return (status, code);
+                let ran = ended(&status);
+                return (status, ran);
             }
             sig = signals.next() => {
                 if let Some(target) = target {
@@ -248,23 +322,29 @@ async fn wait_holding(
                         }
                     };
                 }
-                return (status, ExitCode::from(EXIT_LEASE_LOST));
+                return (status, Ran::Stopped);
             }
         }
     }
 }
 
-fn exit_code_of(status: &std::io::Result<std::process::ExitStatus>) -> ExitCode {
+/// COMMAND's end: its exit status (128 + N for signal N), and in words.
+fn ended(status: &std::io::Result<std::process::ExitStatus>) -> Ran {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Ok(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => ExitCode::from(code as u8),
-            (None, Some(sig)) => ExitCode::from(128u8.saturating_add(sig as u8)),
-            (None, None) => ExitCode::FAILURE,
+            (Some(code), _) => {
+                Ran::Ended(ExitCode::from(code as u8), format!("exited with {code}"))
+            }
+            (None, Some(sig)) => Ran::Ended(
+                ExitCode::from(128u8.saturating_add(sig as u8)),
+                format!("was ended by signal {sig}"),
+            ),
+            (None, None) => Ran::Ended(ExitCode::FAILURE, "ended".into()),
         },
         Err(e) => {
             eprintln!("distlock: waiting for the command failed: {e}");
-            ExitCode::FAILURE
+            Ran::Ended(ExitCode::FAILURE, "ended unseen".into())
         }
     }
 }

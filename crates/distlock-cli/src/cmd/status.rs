@@ -20,7 +20,8 @@ use crate::EXIT_USAGE;
     after_help = "Prints one line per holding: name, kind, fencing token, holder (pid, host, \
                   process), since, lease left, waiters (where the store keeps them).\n\
                   Exit status: 0 if something is shown (with --prefix: always); 1 if lock NAME \
-                  is not held; 75 if the store is unreachable; 64 for invalid arguments or a \
+                  is not held; 69 if the store cannot be reached or fails; 64 for invalid \
+                  arguments or a \
                   store without lock status."
 )]
 pub(crate) struct StatusArgs {
@@ -46,7 +47,8 @@ pub(crate) struct StatusArgs {
                   `distlock exec` stops its command), and once the next holder has written to a \
                   fenced resource the old holder's writes are refused. Prints what it removed.\n\
                   Exit status: 0 if a holding was removed; 1 if the lock was not held (its \
-                  token is advanced all the same); 75 if the store is unreachable; 64 for \
+                  token is advanced all the same); 69 if the store cannot be reached or fails; 64 \
+                  for \
                   invalid arguments, a missing --force, or a store without forced release."
 )]
 pub(crate) struct ReleaseArgs {

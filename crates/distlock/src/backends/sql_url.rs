@@ -33,15 +33,15 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
     let bad = |why: String| {
         Error::new(ErrorKind::InvalidUrl, format!("{redacted:?}: {why}")).with_backend(backend)
     };
-    let Some((_, rest)) = url.split_once("://") else {
+    if !url.contains("://") {
         // Without "://" the password cannot be told apart from the rest: do not echo the URL.
         return Err(Error::new(
             ErrorKind::InvalidUrl,
             format!("expected {driver_scheme}://user[:password]@host:port/database"),
         )
         .with_backend(backend));
-    };
-    let split = split_parameters(rest);
+    }
+    let split = split_parameters(url);
     let mut mode = LockMode::Lease;
     let mut max_connections = DEFAULT_MAX_CONNECTIONS;
     for (key, value) in split.own {
@@ -75,7 +75,11 @@ pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Re
             }
         }
     }
-    let driver_url = format!("{driver_scheme}://{}", split.driver_url);
+    let after_scheme = split
+        .driver_url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest);
+    let driver_url = format!("{driver_scheme}://{after_scheme}");
     Ok(SqlUrl {
         driver_url,
         redacted,
@@ -152,6 +156,18 @@ mod tests {
         assert_eq!(u.mode, LockMode::Session);
         assert_eq!(u.max_connections, 5);
         assert!(!u.redacted.contains("pw"));
+
+        // A password with an unencoded '@', '/' and '?' goes to the driver %-encoded, so it
+        // reads the user-info as distlock does (to the last '@'), not host "p".
+        let u = parse(
+            "postgresql://u:p@s/s?w@h/db?lock=session",
+            "postgres",
+            "postgres",
+        )
+        .unwrap();
+        assert_eq!(u.driver_url, "postgres://u:p%40s%2Fs%3Fw@h/db");
+        assert_eq!(u.mode, LockMode::Session);
+        assert_eq!(u.redacted, "postgresql://***@h/db?lock=session");
 
         let u = parse("postgres://u@h/db", "postgres", "postgres").unwrap();
         assert_eq!(u.driver_url, "postgres://u@h/db");

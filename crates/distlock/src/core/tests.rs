@@ -215,6 +215,7 @@ async fn waiting_backs_off_and_respects_the_deadline() {
     let started = tokio::time::Instant::now();
     let deadline = Deadline::after(Duration::from_millis(500));
     let got = wait::acquire(&engine, fresh("a", LEASE), true, deadline).await;
+    // Held by another, as the store answered: no error, no source.
     assert!(got.unwrap().is_none());
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     // Backoff doubles to 32 ms: far fewer than one try per millisecond.
@@ -343,10 +344,16 @@ async fn the_deadline_bounds_a_slow_attempt_and_the_attempt_is_undone() {
     backend.take_delay_ms.store(1_000, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
     let deadline = Deadline::after(Duration::from_millis(200));
-    let outcome = wait::acquire(&engine, fresh("slow", LEASE), true, deadline)
-        .await
-        .unwrap();
-    assert!(outcome.is_none(), "a wait of 200 ms answers timeout");
+    let outcome = wait::acquire(&engine, fresh("slow", LEASE), true, deadline).await;
+    // A timeout, but not "held by another": the store never answered, and the source says so.
+    let Err(err) = outcome else {
+        panic!("a wait of 200 ms answers timeout");
+    };
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let source = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<Error>())
+        .expect("a distlock error as the source");
+    assert_eq!(source.kind(), ErrorKind::Connection, "{err}");
     assert_eq!(started.elapsed(), Duration::from_millis(200));
     engine.flush().await;
     assert!(

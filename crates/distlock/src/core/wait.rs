@@ -54,7 +54,8 @@ impl Deadline {
 }
 
 /// Takes the lock described by `req`, waiting up to `deadline`. `Ok(None)` when the deadline
-/// passed with the lock still held by someone else.
+/// passed with the lock still held by someone else; [`unanswered`] when it passed before the
+/// store answered at all.
 ///
 /// # Cancel Safety
 ///
@@ -106,6 +107,7 @@ pub(crate) async fn acquire(
     // attempts have been failing.
     let mut waited = false;
     let mut failing_since: Option<Instant> = None;
+    let started = Instant::now();
     // A backend that hands the lock over to this client's waiters itself needs no second
     // wake-up: it would only send a take that finds the lock handed to another.
     let local = (!caps.hands_over).then(|| engine.local.subscribe(&req.name));
@@ -123,6 +125,12 @@ pub(crate) async fn acquire(
             Deadline::At(at) if at > Instant::now() => {
                 match tokio::time::timeout_at(at, attempt).await {
                     Ok(taken) => taken,
+                    // Nothing is known of who holds the lock: not "held by another".
+                    Err(_) if !waited => {
+                        // Whole milliseconds: the message shows "1s", not "1.000966087s".
+                        let waited = Duration::from_millis(started.elapsed().as_millis() as u64);
+                        return Err(unanswered(&req.name, backend.name(), waited));
+                    }
                     Err(_) => return Ok(None),
                 }
             }
@@ -325,6 +333,23 @@ impl Waiter for PollingWaiter {
 
 /// The longest a waiter goes on trying through store errors in a row (see `acquire`).
 const RIDE_OUT: Duration = Duration::from_secs(30);
+
+/// The wait reached its deadline before the store answered any attempt (a server down that the
+/// client keeps trying to reach, a store stuck): a timeout, whose source, an
+/// [`ErrorKind::Connection`] error, tells it from a lock held by another all along.
+pub(crate) fn unanswered(name: &LockName, backend: &'static str, waited: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "lock {name:?}: no answer from the store in {}, so nothing is known of who holds it",
+            crate::types::show_duration(waited)
+        ),
+    )
+    .with_backend(backend)
+    .with_source(
+        Error::new(ErrorKind::Connection, "the store did not answer").with_backend(backend),
+    )
+}
 
 /// Maps a wait that reached its deadline to the timeout error.
 pub(crate) fn timed_out(name: &LockName, waited: Duration) -> Error {

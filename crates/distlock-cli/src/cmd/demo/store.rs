@@ -279,14 +279,20 @@ impl Store {
             Dialect::Postgres => Store::Postgres(
                 PgPoolOptions::new()
                     .max_connections(connections)
-                    .connect_with(PgConnectOptions::from_str(url).with_context(context)?)
+                    .connect_with(
+                        PgConnectOptions::from_str(&distlock::url::for_driver(url))
+                            .with_context(context)?,
+                    )
                     .await
                     .with_context(context)?,
             ),
             Dialect::MySql => Store::MySql(
                 MySqlPoolOptions::new()
                     .max_connections(connections)
-                    .connect_with(MySqlConnectOptions::from_str(url).with_context(context)?)
+                    .connect_with(
+                        MySqlConnectOptions::from_str(&distlock::url::for_driver(url))
+                            .with_context(context)?,
+                    )
                     .await
                     .with_context(context)?,
             ),

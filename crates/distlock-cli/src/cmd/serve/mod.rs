@@ -6,6 +6,7 @@
 //! nothing but this server (no CDN, no external fonts), and its Content-Security-Policy says so.
 
 mod board;
+mod connections;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -26,14 +27,13 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 use self::board::Board;
+use self::connections::{AcceptFailures, Connections, Limits, Tracked};
 use super::exec::{Signals, failed};
-use crate::{EXIT_USAGE, duration};
+use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, duration};
 
 /// The first line `serve` prints on stdout once it accepts requests, followed by its base URL
 /// (with `--listen 127.0.0.1:0`, the port the OS chose).
 const READY_PREFIX: &str = "listening on ";
-/// Exit status when the address cannot be bound (EX_UNAVAILABLE in sysexits.h).
-const EXIT_CANNOT_LISTEN: u8 = 69;
 /// How long open connections get to finish their request once a signal asks to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How often histograms the library records are folded for rendering (the recorder leaves this
@@ -41,6 +41,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 /// The shortest `--refresh`: the page and the cache would otherwise hammer the store.
 const MIN_REFRESH: Duration = Duration::from_millis(100);
+/// The shortest `--header-timeout` and `--idle-timeout`: a browser on a slow link needs that
+/// much to send a header.
+const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Arguments of `distlock serve`.
 #[derive(clap::Args, Debug)]
@@ -59,8 +62,15 @@ const MIN_REFRESH: Duration = Duration::from_millis(100);
     The store is read when a request finds the last read older than --refresh; a failed read \
     (or a backend that cannot report status) shows as `error` and on the page, and the server \
     keeps running.\n\
+    Slow clients cannot lock others out: a request whose header has not all come \
+    --header-timeout after its first byte is closed, and so is a connection with no request \
+    under way for --idle-timeout. A connection beyond --max-connections takes the place of the \
+    open one that has waited longest for its request, or, if every one is being answered, waits \
+    for one to end; out of file descriptors, the cap drops below where that happened. \
+    /metrics counts them: distlock_serve_connections (open), \
+    distlock_serve_connections_closed_total{reason=header_timeout|idle_timeout|evicted}.\n\
     Exit status: 0 after Ctrl-C or SIGTERM; 64 for invalid arguments or URL; 69 if the address \
-    cannot be bound; 75 if the store cannot be reached at start.")]
+    cannot be bound or the store cannot be reached at start (or fails).")]
 pub(crate) struct ServeArgs {
     /// Address to listen on, IP:PORT (port 0: any free port; the address is printed). Only this
     /// address is bound.
@@ -76,6 +86,19 @@ pub(crate) struct ServeArgs {
     /// 100ms).
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     refresh: Duration,
+    /// Most connections open at once; one more takes the place of the connection that has
+    /// waited longest for its request (keep it below `ulimit -n`).
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// Close a connection whose request header has not all come this long after its first byte
+    /// (at least 500ms).
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    header_timeout: Duration,
+    /// Close a connection with no request under way for this long: a new one that sends
+    /// nothing, or one kept alive after an answer (at least 500ms).
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    idle_timeout: Duration,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> ExitCode {
@@ -83,6 +106,20 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
         eprintln!("distlock: --refresh must be at least 100ms (see --help)");
         return ExitCode::from(EXIT_USAGE);
     }
+    for (flag, value) in [
+        ("--header-timeout", args.header_timeout),
+        ("--idle-timeout", args.idle_timeout),
+    ] {
+        if value < MIN_CONNECTION_TIMEOUT {
+            eprintln!("distlock: {flag} must be at least 500ms (see --help)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    let limits = Limits {
+        max_connections: args.max_connections as usize,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+    };
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
     let client = match distlock::connect(url).await {
         Ok(c) => c,
@@ -105,7 +142,7 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
         Ok(l) => l,
         Err(e) => {
             eprintln!("distlock: serve: cannot listen on {}: {e}", args.listen);
-            return ExitCode::from(EXIT_CANNOT_LISTEN);
+            return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
@@ -121,7 +158,7 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
             }
         })
     };
-    serve(listener, state).await;
+    serve(listener, state, Connections::new(limits)).await;
     upkeep.abort();
     client.shutdown().await;
     eprintln!("distlock: serve: stopped");
@@ -147,31 +184,70 @@ struct State {
 
 /// Accepts connections until Ctrl-C or SIGTERM, then lets open ones finish (up to
 /// [`SHUTDOWN_GRACE`]): a browser's idle keep-alive connection is closed at once, a request in
-/// flight gets its answer.
-async fn serve(listener: TcpListener, state: Arc<State>) {
+/// flight gets its answer. `connections` keeps slow clients from locking others out (see
+/// connections.rs); a failed accept (out of file descriptors, say) is retried after a pause.
+async fn serve(listener: TcpListener, state: Arc<State>, connections: Arc<Connections>) {
     let graceful = GracefulShutdown::new();
     let mut signals = Signals::new();
+    let mut failures = AcceptFailures::default();
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors and the like: passing; try again shortly.
-                        eprintln!("distlock: serve: accepting a connection: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let state = state.clone();
-                let service = service_fn(move |req| answer(state.clone(), req));
-                let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection);
-                // A client that drops its connection mid-request is its business, not ours.
-                tokio::spawn(async move { let _ = connection.await; });
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = signals.next() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                failures.succeeded();
+                stream
             }
+            Err(e) => {
+                if connections::out_of_files(&e)
+                    && let Some(cap) = connections.out_of_files()
+                {
+                    eprintln!(
+                        "distlock: serve: out of file descriptors; at most {cap} connections from \
+                         now on (raise `ulimit -n` for more)"
+                    );
+                }
+                tokio::select! {
+                    () = async {
+                        connections.make_room().await;
+                        failures.failed(&e).await;
+                    } => continue,
+                    _ = signals.next() => break,
+                }
+            }
+        };
+        // Over the cap, the connection waiting longest for a request makes way; if every one is
+        // being answered, this one waits (and nothing more is accepted) until one ends.
+        tokio::select! {
+            () = connections.make_room() => {}
             _ = signals.next() => break,
         }
+        let (id, slot) = connections.open();
+        let service = {
+            let (state, slot) = (state.clone(), slot.clone());
+            service_fn(move |req| {
+                let (state, slot) = (state.clone(), slot.clone());
+                async move {
+                    slot.answering();
+                    let response = answer(state, req).await;
+                    slot.answered();
+                    response
+                }
+            })
+        };
+        let io = TokioIo::new(Tracked::new(stream, slot.clone()));
+        let connection = graceful.watch(http1::Builder::new().serve_connection(io, service));
+        let connections = connections.clone();
+        tokio::spawn(async move {
+            // A client that drops its connection mid-request is its business, not ours.
+            let closed = tokio::select! {
+                _ = connection => None,
+                why = slot.must_close(connections.limits()) => Some(why),
+            };
+            connections.closed(id, closed);
+        });
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;

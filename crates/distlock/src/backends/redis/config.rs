@@ -5,7 +5,7 @@
 //! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{authority, redact};
+use crate::url::{authority, for_driver, redact, userinfo_end};
 
 /// What `connect` needs from the URL.
 pub(super) struct RedisConfig {
@@ -53,8 +53,11 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
             "one server only (for several independent masters, use redlock://)",
         ));
     }
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let path = rest[authority_end..]
+    let hosts_and_rest = &rest[userinfo_end(rest).map_or(0, |at| at + 1)..];
+    let authority_end = hosts_and_rest
+        .find(['/', '?', '#'])
+        .unwrap_or(hosts_and_rest.len());
+    let path = hosts_and_rest[authority_end..]
         .split(['?', '#'])
         .next()
         .unwrap_or("")
@@ -65,7 +68,7 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
             "the database (after the /) is not a number, as in redis://host:port/0",
         ));
     }
-    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+    let info = redis::IntoConnectionInfo::into_connection_info(for_driver(url)).map_err(|e| {
         invalid(
             url,
             format!("rejected by the Redis client ({:?})", e.kind()),
@@ -96,6 +99,13 @@ mod tests {
         assert!(parse("redis://:pw@[::1]:6379/0").is_ok());
         let shown = format!("{:?}", parse("redis://u:hunter2@h:1").unwrap());
         assert!(!shown.contains("hunter2"), "{shown}");
+        // A password with an unencoded '@', '/', '?', '#' and ':': all of it is the password.
+        let c = parse("redis://u:p@s/s?w#o:rd@h:1/3").unwrap();
+        assert_eq!(c.shown, "redis://***@h:1/3");
+        assert_eq!(c.info.redis_settings().password(), Some("p@s/s?w#o:rd"));
+        assert_eq!(c.info.redis_settings().username(), Some("u"));
+        assert_eq!(c.info.redis_settings().db(), 3);
+        assert_eq!(c.info.addr().to_string(), "h:1");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::url::{after_hosts, authority, parse_duration, redact};
+use crate::url::{after_hosts, authority, for_driver, parse_duration, redact, userinfo_end};
 
 use super::NAME;
 
@@ -95,12 +95,13 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
         };
         return Err(invalid(url, why));
     }
-    // The user-info as written (still %-encoded): redis-rs decodes it for each master. A
-    // password without a user (`:pw@`, Redis' `requirepass`) is fine here.
-    let rest = &url[SCHEME.len()..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (userinfo, hosts_and_rest) = match rest[..authority_end].rsplit_once('@') {
-        Some((userinfo, _)) => (format!("{userinfo}@"), &rest[userinfo.len() + 1..]),
+    // The user-info as written (still %-encoded, and its '@', '/', '?' and '#' encoded by
+    // `for_driver`): redis-rs decodes it for each master. A password without a user (`:pw@`,
+    // Redis' `requirepass`) is fine here.
+    let driver_url = for_driver(url);
+    let rest = &driver_url[SCHEME.len()..];
+    let (userinfo, hosts_and_rest) = match userinfo_end(rest) {
+        Some(at) => (format!("{}@", &rest[..at]), &rest[at + 1..]),
         None => (String::new(), rest),
     };
     let without_userinfo = format!("{SCHEME}{hosts_and_rest}");
@@ -279,6 +280,10 @@ mod tests {
         assert_eq!(plain.connect_timeout, CONNECT_TIMEOUT);
         let password_only = parse("redlock://:pw@a,b,c", &Options::default()).unwrap();
         assert_eq!(password_only.masters[0], "redis://:pw@a:6379");
+        // An unencoded '@' and '/' in the password: the masters are a, b and c, not "ss".
+        let c = parse("redlock://:p@ss/w0rd@a,b,c/1", &Options::default()).unwrap();
+        assert_eq!(c.masters[2], "redis://:p%40ss%2Fw0rd@c:6379/1");
+        assert_eq!(c.shown, "redlock://***@a,b,c/1");
     }
 
     #[test]
