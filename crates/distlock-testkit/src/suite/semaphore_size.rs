@@ -127,12 +127,18 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
     waiter_queued(&ctx, &name).await?;
 
     let had = ctx.client.set_semaphore_permits(&name, 2).await?;
-    check!(had == Some(1), "growing to 2 answered it had {had:?}, not 1");
+    check!(
+        had == Some(1),
+        "growing to 2 answered it had {had:?}, not 1"
+    );
     let second = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .map_err(|_| Failure("growing to 2 did not let the waiter in".into()))???;
     if let Some(shown) = size_in_status(&ctx, &name).await? {
-        check!(shown == 2, "the status shows {shown} permits after growing to 2");
+        check!(
+            shown == 2,
+            "the status shows {shown} permits after growing to 2"
+        );
     }
     let tried = one.try_acquire().await;
     check!(
@@ -146,7 +152,10 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
     );
 
     let had = ctx.client.set_semaphore_permits(&name, 1).await?;
-    check!(had == Some(2), "shrinking to 1 answered it had {had:?}, not 2");
+    check!(
+        had == Some(2),
+        "shrinking to 1 answered it had {had:?}, not 2"
+    );
     let tried = two.try_acquire().await;
     check!(
         refused(&tried, 1, 2),

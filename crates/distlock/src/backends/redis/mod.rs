@@ -128,7 +128,12 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
 async fn sem_count(server: &Server, name: &LockName) -> Result<(Option<u32>, u32)> {
     let k = Keys::new(LockKind::Permit { permits: 1 }, name);
     let (size, held): (i64, i64) = server
-        .run(&SCRIPTS.sem_available, &k.sem_count(), &[], "counting permits")
+        .run(
+            &SCRIPTS.sem_available,
+            &k.sem_count(),
+            &[],
+            "counting permits",
+        )
         .await?;
     let size = u32::try_from(size).ok().filter(|size| *size > 0);
     Ok((size, u32::try_from(held).unwrap_or(u32::MAX)))
