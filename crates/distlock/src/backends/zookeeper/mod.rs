@@ -8,7 +8,7 @@
 //! * [`election`]: election records (fenced by compare-and-set, live while their writer's
 //!   session is) and the watch on a node; [`latch`]: count-down latches.
 //! * [`inspect`]: a lock's status and its forced release.
-//! * [`size`]: a semaphore's size, kept in a node of its own.
+//! * `size`: a semaphore's size, kept in a node of its own.
 //!
 #![doc = include_str!("docs.md")]
 
