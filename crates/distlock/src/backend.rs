@@ -27,7 +27,7 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
@@ -50,6 +50,12 @@ pub struct LockRequest {
     pub owner: OwnerToken,
     /// How long the store should keep the lock without renewal.
     pub lease: Lease,
+    /// For a semaphore: whether a take goes by whatever size the store keeps for it. `false`
+    /// (the default) for an acquisition's first attempt, which the store refuses, as
+    /// [`permits_differ`], when the size it keeps is not `permits`; `true` for a waiter's later
+    /// attempts, so that a resize made while it waited ([`Backend::set_permits`]) lets it in or
+    /// keeps it waiting rather than failing it.
+    pub follows_resize: bool,
 }
 
 impl LockRequest {
@@ -60,8 +66,26 @@ impl LockRequest {
             kind,
             owner,
             lease,
+            follows_resize: false,
         }
     }
+}
+
+/// The error of a caller asking `asked` permits of the semaphore `name`, whose size the store
+/// keeps as `stored` ([`ErrorKind::InvalidInput`], naming both): what a backend answers instead
+/// of a permit.
+pub fn permits_differ(backend: &'static str, name: &LockName, stored: u32, asked: u32) -> Error {
+    let plural = if stored == 1 { "" } else { "s" };
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!(
+            "semaphore {name:?} has {stored} permit{plural}, and this caller asks for {asked}: \
+             a semaphore's size is kept with it from its first use, and every caller must ask \
+             the same; fix the caller's count, or change the size for everyone with \
+             Client::set_semaphore_permits"
+        ),
+    )
+    .with_backend(backend)
 }
 
 /// What keeps a grant alive.
@@ -401,6 +425,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Free permits of the semaphore `req` names (`req.kind` is [`LockKind::Permit`]).
     async fn available_permits(&self, _req: &LockRequest) -> Result<u32> {
         Err(Error::unsupported(self.name(), "counting permits"))
+    }
+
+    /// Sets the size the store keeps for the semaphore `name` to `permits` (at least 1),
+    /// whatever it was, in one atomic step, and wakes the semaphore's waiters (a larger size may
+    /// let them in). Holdings are left as they are: after a shrink, permits beyond the new size
+    /// stay held until released, and new takes wait until fewer than `permits` are held.
+    /// Answers the size it had (`None`: none was kept yet).
+    async fn set_permits(&self, _name: &LockName, _permits: u32) -> Result<Option<u32>> {
+        Err(Error::unsupported(self.name(), "resizing semaphores"))
     }
 
     /// Writes an election's record, fenced by its term: only if `term` is at least the largest

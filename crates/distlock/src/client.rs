@@ -203,8 +203,63 @@ impl Client {
     }
 
     /// A semaphore with `permits` permits; each acquired permit is a guard with its own lease.
+    ///
+    /// # The size belongs to the semaphore
+    ///
+    /// The store keeps a semaphore's size with it: the count its first caller gave, changed
+    /// only by [`set_semaphore_permits`](Client::set_semaphore_permits). A caller asking
+    /// another count (a typo in one service's configuration) is refused at every take and
+    /// count with [`ErrorKind::InvalidInput`], naming both sizes, and never gets a permit. The
+    /// size stays while the semaphore is empty, so the refusal does not depend on timing, and
+    /// it is checked in the same atomic step as the take (one script, transaction or multi in
+    /// the store). A waiter is checked at its first attempt; after that it goes by the kept
+    /// size, so a resize while it waits lets it in (or keeps it waiting) rather than failing
+    /// it. Each store's guarantees page says where the size lives and what forgets it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// let permit = client.semaphore("pool", 4).acquire().await?;
+    /// // Another service asking 5 of "pool" now gets ErrorKind::InvalidInput:
+    /// // "semaphore \"pool\" has 4 permits, and this caller asks for 5: …"
+    /// # Ok(()) }
+    /// ```
     pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Lock {
         Lock::new(self.clone(), name.as_ref(), LockKind::Permit { permits })
+    }
+
+    /// Changes the size of the semaphore `name` to `permits`, for every caller: see
+    /// [`semaphore`](Client::semaphore). Holders keep their permits: after a shrink, new takes
+    /// wait until fewer than `permits` are held; after a growth, waiters get the new permits at
+    /// once. Callers that still ask the old size are refused from then on
+    /// ([`ErrorKind::InvalidInput`], naming both sizes). Answers the size the semaphore had
+    /// (`None` if it had none: it was never used).
+    ///
+    /// [`ErrorKind::InvalidInput`] for `permits` 0, [`ErrorKind::Unsupported`] on a backend
+    /// without semaphores.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// let had = client.set_semaphore_permits("pool", 8).await?;
+    /// let permit = client.semaphore("pool", 8).acquire().await?; // every caller asks 8 now
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel Safety
+    ///
+    /// If the future is dropped before the store answers, the size may or may not have changed.
+    pub async fn set_semaphore_permits(&self, name: &str, permits: u32) -> Result<Option<u32>> {
+        let name = LockName::new(name)?;
+        if permits == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a semaphore needs at least one permit",
+            ));
+        }
+        let kind = LockKind::Permit { permits };
+        if !self.engine.backend.supports(kind) {
+            return Err(Error::unsupported(self.engine.backend.name(), kind));
+        }
+        self.engine.backend.set_permits(&name, permits).await
     }
 
     /// A leader election named `name` (see [`Election`]): campaign, observe, read the leader.

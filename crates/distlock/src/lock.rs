@@ -92,12 +92,12 @@ impl Lock {
                 "a semaphore needs at least one permit",
             ));
         }
-        Ok(LockRequest {
-            name: LockName::new(&self.name)?,
-            kind: self.kind,
-            owner: self.owner.clone().unwrap_or_else(OwnerToken::random),
-            lease: Lease::new(self.lease)?,
-        })
+        Ok(LockRequest::new(
+            LockName::new(&self.name)?,
+            self.kind,
+            self.owner.clone().unwrap_or_else(OwnerToken::random),
+            Lease::new(self.lease)?,
+        ))
     }
 
     async fn take(&self, req: LockRequest, deadline: Deadline) -> Result<Option<Guard>> {
@@ -269,7 +269,9 @@ impl Lock {
         .with_backend(self.client.backend_name()))
     }
 
-    /// Free permits of a semaphore (only for locks made by [`Client::semaphore`]).
+    /// Free permits of a semaphore (only for locks made by [`Client::semaphore`]): its size
+    /// minus the permits held, 0 while more are held than a shrink left. A handle asking
+    /// another size than the semaphore's gets [`ErrorKind::InvalidInput`], as a take does.
     pub async fn available_permits(&self) -> Result<u32> {
         let req = self.request()?;
         if !matches!(req.kind, LockKind::Permit { .. }) {

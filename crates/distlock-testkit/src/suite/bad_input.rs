@@ -90,7 +90,7 @@ pub(super) async fn awkward_names_round_trip(ctx: Ctx) -> Outcome {
 }
 
 /// Every flavour the backend says it supports works; every other one answers `Unsupported`
-/// (never a silently different lock).
+/// (never a silently different lock), as does resizing a semaphore where there are none.
 pub(super) async fn unsupported_flavours_are_typed(ctx: Ctx) -> Outcome {
     use distlock::LockKind;
     let name = ctx.unique_name("flavours");
@@ -102,6 +102,17 @@ pub(super) async fn unsupported_flavours_are_typed(ctx: Ctx) -> Outcome {
         (LockKind::Write, c.rw_lock(&name).write()),
         (LockKind::Permit { permits: 2 }, c.semaphore(&name, 2)),
     ];
+    // Changing a semaphore's size works only where semaphores do.
+    let resized = c.set_semaphore_permits(&name, 2).await;
+    if c.backend().supports(LockKind::Permit { permits: 2 }) {
+        check!(resized.is_ok(), "resizing a semaphore gave {resized:?}");
+    } else {
+        check!(
+            matches!(&resized, Err(e) if e.kind() == ErrorKind::Unsupported),
+            "resizing a semaphore, which {} lacks, answered {resized:?}",
+            c.backend_name()
+        );
+    }
     for (kind, lock) in flavours {
         let outcome = lock.try_acquire().await;
         if c.backend().supports(kind) {

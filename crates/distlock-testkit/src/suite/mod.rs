@@ -20,6 +20,7 @@ mod reentrancy;
 mod release;
 mod restart;
 mod scoped;
+mod semaphore_size;
 mod session_end;
 mod timeouts;
 mod waiting;
@@ -106,7 +107,7 @@ impl Flavour {
                 contender: |c, n| c.rw_lock(n).write(),
             },
             Flavour {
-                name: "semaphore1",
+                name: SEMAPHORE,
                 make: |c, n| c.semaphore(n, 1),
                 self_exclusive: true,
                 contender: |c, n| c.semaphore(n, 1),
@@ -114,6 +115,9 @@ impl Flavour {
         ]
     }
 }
+
+/// The name of the one-permit semaphore flavour of [`Flavour::every`].
+const SEMAPHORE: &str = "semaphore1";
 
 /// What a case gets.
 #[derive(Clone)]
@@ -324,11 +328,13 @@ enum Runs {
     EachExclusive,
     /// Once, with the first flavour: the case does not depend on the flavour.
     Once,
+    /// Once, with the semaphore flavour (`semaphore1`): on every store that has semaphores.
+    Semaphore,
 }
 
 /// Every case of the suite.
 fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
-    use Runs::{Each, EachExclusive, Once};
+    use Runs::{Each, EachExclusive, Once, Semaphore};
     const ANY: &[Need] = &[];
     const LEASES: &[Need] = &[Need::Leases];
     fn case<F, Fut>(f: F) -> CaseFn
@@ -594,6 +600,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(latch::unsupported_is_typed),
         ),
         (
+            "semaphore_size_mismatch_is_refused",
+            Semaphore,
+            ANY,
+            case(semaphore_size::mismatch_is_refused),
+        ),
+        (
+            "semaphore_resize_grows_and_shrinks",
+            Semaphore,
+            ANY,
+            case(semaphore_size::resize_grows_and_shrinks),
+        ),
+        (
             "holder_session_ended_by_server",
             Each,
             &[Need::Sessions, Need::EndSessions],
@@ -752,6 +770,7 @@ impl Suite {
                     Runs::Each => true,
                     Runs::EachExclusive => flavour.self_exclusive,
                     Runs::Once => index == 0,
+                    Runs::Semaphore => flavour.name == SEMAPHORE,
                 };
                 if !applies {
                     continue;

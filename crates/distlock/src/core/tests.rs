@@ -29,6 +29,8 @@ struct FakeBackend {
     extend_fails: AtomicBool,
     extend_hangs: AtomicBool,
     forget_owner: AtomicBool,
+    /// [`LockRequest::follows_resize`] of each take, in order.
+    follows: Mutex<Vec<bool>>,
     /// When set, grants are sessions that end by time, confirmed until what this says.
     session_until: Mutex<Option<tokio::sync::watch::Receiver<tokio::time::Instant>>>,
 }
@@ -45,6 +47,7 @@ impl Backend for FakeBackend {
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         self.takes.fetch_add(1, Ordering::SeqCst);
+        self.follows.lock().unwrap().push(req.follows_resize);
         let delay = self.take_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay.into())).await;
@@ -386,6 +389,36 @@ async fn a_session_that_ends_by_time_is_lost_by_the_clock_and_stays_lost() {
     let lost = held.lost().await;
     assert_eq!(lost.kind(), ErrorKind::LeaseLost);
     assert!(lost.to_string().contains("session"), "{lost}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_checks_the_size_at_its_first_attempt_only() {
+    let (engine, backend) = engine();
+    let holder = take(&engine, fresh("a", LEASE)).await;
+    backend.follows.lock().unwrap().clear();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            wait::acquire(&engine, fresh("a", LEASE), true, Deadline::Never).await
+        })
+    };
+    // The waiter tries, finds it held, and tries again after the lease left (the fake does
+    // not notify): twice at least within two leases.
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(engine.release(&holder).await.unwrap());
+    let got = waiter.await.unwrap().unwrap();
+    assert!(got.is_some(), "the waiter got the lock once it was free");
+    let follows = backend.follows.lock().unwrap().clone();
+    assert!(follows.len() >= 2, "{follows:?}");
+    assert!(
+        !follows[0],
+        "the first attempt must check the semaphore's size"
+    );
+    assert!(
+        follows[1..].iter().all(|f| *f),
+        "later attempts go by the size kept (a resize while waiting must not fail them): \
+         {follows:?}"
+    );
 }
 
 #[tokio::test]

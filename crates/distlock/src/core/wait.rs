@@ -312,7 +312,12 @@ struct PollingWaiter {
 #[async_trait]
 impl Waiter for PollingWaiter {
     async fn poll(&mut self) -> Result<Attempt> {
-        self.backend.try_take(&self.req).await
+        let attempt = self.backend.try_take(&self.req).await?;
+        // The first answer that found the lock held checked a semaphore's size: from now on
+        // this waiter goes by the size the store keeps, so a resize while it waits lets it in
+        // (or keeps it waiting), never fails it.
+        self.req.follows_resize = true;
+        Ok(attempt)
     }
 
     async fn changed(&mut self) -> Result<()> {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::keys::{LockKeys, Range, escape, parse_key};
+use super::keys::{LockKeys, Range, escape, parse_key, parse_size_key};
 use super::{Inner, NAME, from_etcd};
 use crate::backends::text_records::decode_contender;
 use crate::error::{Error, ErrorKind, Result};
@@ -44,8 +44,10 @@ pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<
             Some(oldest_first()),
         )
         .await?;
-    // Each lock range's keys, still oldest first.
+    // Each lock range's keys, still oldest first; the semaphores' sizes (their keys are in
+    // the same read: each is its range's name without the `/`).
     let mut ranges: BTreeMap<(String, Range), Vec<KeyValue>> = BTreeMap::new();
+    let mut sizes: BTreeMap<String, u32> = BTreeMap::new();
     for kv in answer.kvs() {
         let Some(key) = kv
             .key_str()
@@ -58,6 +60,10 @@ pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<
             && which.matches(&name)
         {
             ranges.entry((name, range)).or_default().push(kv.clone());
+        } else if let Some(name) = parse_size_key(key)
+            && let Some(size) = super::waiter::size_of(Some(kv))?
+        {
+            sizes.insert(name, size);
         }
     }
     let mut statuses = Vec::new();
@@ -66,7 +72,11 @@ pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<
         let Ok(name) = LockName::new(name) else {
             continue;
         };
-        for kind in range.kinds(recorded_permits(&kvs)) {
+        let permits = match sizes.get(name.as_str()) {
+            Some(size) => *size,
+            None => recorded_permits(&kvs),
+        };
+        for kind in range.kinds(permits) {
             let keys = LockKeys::new(url_prefix, &name, kind);
             let (holders, waiters) = keys.holders(&kvs);
             if holders.is_empty() && waiters == 0 {
@@ -81,8 +91,9 @@ pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<
     Ok(statuses)
 }
 
-/// The permit count the semaphore's oldest key recorded (every holder of one semaphore uses the
-/// same): 0 if none did (a status then cannot tell its holders).
+/// The permit count the semaphore's oldest key recorded, for a semaphore without a size key (of
+/// a distlock version that kept none; every holder of one semaphore used the same): 0 if none
+/// did (a status then cannot tell its holders).
 fn recorded_permits(kvs: &[KeyValue]) -> u32 {
     kvs.first()
         .and_then(|kv| decode_contender(kv.value()).permits)
@@ -109,12 +120,21 @@ pub(super) async fn force_release(
         let read = inner
             .get("reading the lock's keys", &range, Some(oldest_first()))
             .await?;
-        if let LockKind::Permit { permits: 0 } = kind {
-            // The caller does not know the count: the holders recorded it.
-            let permits = LockKind::Permit {
-                permits: recorded_permits(read.kvs()),
+        if let LockKind::Permit { permits: asked } = kind {
+            // Whatever count the caller gave, the holders are the oldest N of the size kept
+            // (or, without one, of the count the holders recorded).
+            let size_key = keys.size_key().unwrap_or_default().to_string();
+            let kept = inner
+                .get("reading a semaphore's size", &size_key, None)
+                .await?;
+            let permits = match super::waiter::size_of(kept.kvs().first())? {
+                Some(size) => size,
+                None => match recorded_permits(read.kvs()) {
+                    0 => asked,
+                    recorded => recorded,
+                },
             };
-            keys = LockKeys::new(&inner.config.prefix, name, permits);
+            keys.with_permits(permits);
         }
         let (holders, _) = keys.holders(read.kvs());
         let when: Vec<Compare> = holders

@@ -12,7 +12,9 @@
 //! name, so no range holds another's keys): the fair lock is the same queue under its own name;
 //! the read-write lock puts readers under `%rw/r/` and writers under `%rw/w/` (a reader holds
 //! when no writer is older, a writer when nothing is older); a semaphore of N permits holds for
-//! the N oldest keys.
+//! the N oldest keys, N the size kept in the key `<name>%sem` itself (no lease: it stays while
+//! the semaphore is empty), which is a prefix of its range, so one watch sees both a release
+//! and a resize.
 
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
@@ -39,11 +41,14 @@ pub(super) struct LockKeys {
     /// Where the keys that can keep this contender waiting are.
     blockers: String,
     rule: Rule,
+    /// A semaphore's size key.
+    size: Option<String>,
 }
 
 impl LockKeys {
     pub(super) fn new(url_prefix: &str, name: &LockName, kind: LockKind) -> Self {
         let name = format!("{url_prefix}{}", escape(name.as_str()));
+        let size = matches!(kind, LockKind::Permit { .. }).then(|| format!("{name}%sem"));
         let (range, own, blockers, rule) = match kind {
             LockKind::Fair => {
                 let range = format!("{name}%fair/");
@@ -73,6 +78,28 @@ impl LockKeys {
             own,
             blockers,
             rule,
+            size,
+        }
+    }
+
+    /// A semaphore's size key; `None` for other flavours.
+    pub(super) fn size_key(&self) -> Option<&str> {
+        self.size.as_deref()
+    }
+
+    /// A semaphore's rule with the size the store keeps, `permits`: the `permits` oldest keys
+    /// hold.
+    pub(super) fn with_permits(&mut self, permits: u32) {
+        if let Rule::Permits(_) = self.rule {
+            self.rule = Rule::Permits(permits);
+        }
+    }
+
+    /// The permits of a semaphore's rule (0 for other flavours).
+    pub(super) fn permits(&self) -> u32 {
+        match self.rule {
+            Rule::Permits(n) => n,
+            _ => 0,
         }
     }
 
@@ -180,6 +207,18 @@ pub(super) fn parse_key(key: &str) -> Option<(String, Range)> {
     (escape(&name) == head[..end]).then_some((name, range))
 }
 
+/// The lock name whose semaphore size `key` is (`<escaped name>%sem`, without the URL's
+/// prefix); `None` for any other key.
+pub(super) fn parse_size_key(key: &str) -> Option<String> {
+    if key.contains('/') {
+        return None;
+    }
+    match parse_key(&format!("{key}/"))? {
+        (name, Range::Semaphore) => Some(name),
+        _ => None,
+    }
+}
+
 /// Which of a name's key ranges a key is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Range {
@@ -264,5 +303,13 @@ mod tests {
         assert_eq!(parse_key("a%elect/rec"), None);
         assert_eq!(parse_key("a%latch"), None);
         assert_eq!(parse_key("a%2/x"), None);
+        let sem = keys("p/", "a/b", LockKind::Permit { permits: 2 });
+        assert_eq!(sem.size_key(), Some("p/a%2Fb%sem"));
+        assert!(sem.range().starts_with(sem.size_key().unwrap()));
+        assert_eq!(parse_size_key("a%2Fb%sem"), Some("a/b".to_string()));
+        assert_eq!(parse_key("a%2Fb%sem"), None);
+        assert_eq!(parse_size_key("a%2Fb%sem/1-2"), None);
+        assert_eq!(parse_size_key("a%latch"), None);
+        assert_eq!(keys("", "a", LockKind::Mutex).size_key(), None);
     }
 }

@@ -27,14 +27,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, Identity,
-    TlsOptions, Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
+    PutOptions, TlsOptions, Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
 
 use self::attempts::{AnswerTimes, Attempts};
 use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+};
 use crate::backends::text_records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -436,20 +438,59 @@ impl Backend for EtcdBackend {
             return Err(Error::new(ErrorKind::InvalidInput, "not a semaphore").with_backend(NAME));
         };
         let keys = LockKeys::new(&self.inner.config.prefix, &req.name, req.kind);
-        let options = etcd_client::GetOptions::new()
+        let count = etcd_client::GetOptions::new()
             .with_prefix()
             .with_count_only();
+        let size_key = keys.size_key().unwrap_or_default();
+        // The size and the keys counted in one read.
+        let txn = Txn::new().and_then([
+            TxnOp::get(size_key, None),
+            TxnOp::get(keys.range(), Some(count)),
+        ]);
         let answer = self
             .inner
-            .get(
-                "counting a semaphore's holders",
-                keys.range(),
-                Some(options),
-            )
+            .txn("counting a semaphore's holders", txn)
             .await?;
+        let mut ops = answer.op_responses().into_iter();
+        let size = match ops.next() {
+            Some(etcd_client::TxnOpResponse::Get(get)) => waiter::size_of(get.kvs().first())?,
+            _ => None,
+        };
+        let size = match size {
+            Some(size) if size != permits => {
+                return Err(permits_differ(NAME, &req.name, size, permits));
+            }
+            Some(size) => size,
+            // Never used: it would have the caller's size.
+            None => permits,
+        };
+        let taken = match ops.next() {
+            Some(etcd_client::TxnOpResponse::Get(get)) => get.count(),
+            _ => 0,
+        };
         // Waiters have keys too: permits are free only when no key is beyond them.
-        let taken = u32::try_from(answer.count()).unwrap_or(u32::MAX);
-        Ok(permits.saturating_sub(taken))
+        Ok(size.saturating_sub(u32::try_from(taken).unwrap_or(u32::MAX)))
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        let keys = LockKeys::new(
+            &self.inner.config.prefix,
+            name,
+            LockKind::Permit { permits },
+        );
+        let size_key = keys.size_key().unwrap_or_default();
+        // One put, answering the value it replaced; no lease: the size outlives every session.
+        // Not sent again after a connection fault: had it landed, the size it had would be
+        // answered as the new one. Its put wakes every waiter's watch on the semaphore.
+        let options = PutOptions::new().with_prev_key();
+        let answer = self
+            .inner
+            .client
+            .kv_client()
+            .put(size_key, permits.to_string(), Some(options))
+            .await
+            .map_err(from_etcd("changing a semaphore's size"))?;
+        waiter::size_of(answer.prev_key())
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {

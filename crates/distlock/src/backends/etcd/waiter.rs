@@ -11,19 +11,22 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, WatchFilterType,
-    WatchOptions, WatchStream,
+    Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+    WatchFilterType, WatchOptions, WatchStream,
 };
 
 use std::time::Duration;
 
 use super::session::Session;
 use super::{Holding, Inner, NAME, from_etcd};
-use crate::backend::{Attempt, Hold, LockRequest, Waiter};
+use crate::backend::{Attempt, Hold, LockRequest, Waiter, permits_differ};
 use crate::backends::etcd::keys::LockKeys;
 use crate::backends::text_records::{contender_of, encode_contender};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind};
+
+/// How many times a semaphore's contender reads its size again after it changed in between.
+const RACES: u32 = 10;
 
 /// This contender's key, named before it is put (so a put whose answer was lost is found again
 /// and removed), and the create revision etcd gave it (its fencing token once it holds).
@@ -42,6 +45,13 @@ pub(super) struct EtcdWaiter {
     /// Whose deletion is worth a new poll.
     wait_for: Option<Watched>,
     watching: Option<(Watched, WatchStream)>,
+    /// A semaphore's contender goes by the size kept, whatever it is: once its key was put
+    /// under the size it asked (or when its request says so, see
+    /// [`LockRequest::follows_resize`]).
+    follows: bool,
+    /// The size a semaphore's contender expects its size key to keep (`None`: no key yet): the
+    /// size it asked until a read shows another.
+    kept: Option<u32>,
 }
 
 impl EtcdWaiter {
@@ -49,6 +59,8 @@ impl EtcdWaiter {
         let keys = LockKeys::new(&inner.config.prefix, &req.name, req.kind);
         EtcdWaiter {
             inner,
+            follows: req.follows_resize,
+            kept: Some(keys.permits()),
             req,
             keys,
             place: None,
@@ -58,8 +70,15 @@ impl EtcdWaiter {
     }
 
     /// Puts this contender's key (or finds it, if an earlier put's answer was lost), in one
-    /// transaction with reading the oldest contender. Answers that read and its revision.
-    async fn take_place(&mut self) -> Result<(Vec<KeyValue>, i64)> {
+    /// transaction with reading the oldest contender. Answers that read and its revision;
+    /// `None` (placed, nothing read) when a semaphore's read would not be by the size kept.
+    ///
+    /// A semaphore's key is put in one transaction with comparing its size key to the size
+    /// this contender expects (or, at first use, with putting it): the key is never put under
+    /// another size. A size other than the one asked puts nothing and is refused, unless this
+    /// contender goes by the size kept ([`LockRequest::follows_resize`], or a contender placed
+    /// before, queueing again).
+    async fn take_place(&mut self) -> Result<Option<(Vec<KeyValue>, i64)>> {
         let place = match self.place.take() {
             Some(p) if !p.session.is_over() => p,
             _ => {
@@ -82,43 +101,103 @@ impl EtcdWaiter {
         // The owner token (how this client knows its key again), and who put it, for a status.
         let value = encode_contender(owner, permits);
         let put = PutOptions::new().with_lease(lease);
-        let (blockers, options) = self.keys.holder_read();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(key.clone(), value, Some(put)),
-                TxnOp::get(blockers.clone(), Some(options.clone())),
-            ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(blockers, Some(options)),
-            ]);
-        let answer = self
-            .inner
-            .txn_alone("taking a place in the lock's queue", txn)
-            .await?;
-        let read_at = answer.header().map_or(0, |h| h.revision());
-        let mut ops = answer.op_responses().into_iter();
-        let first = ops.next();
-        let revision = if answer.succeeded() {
-            read_at
-        } else {
-            // The key is this waiter's alone: it is there because an earlier put landed.
-            match kvs(first).into_iter().next() {
-                Some(kv) if contender_of(kv.value(), owner) => kv.create_revision(),
-                _ => {
-                    return Err(Error::new(
-                        ErrorKind::Backend,
-                        format!("the contender key {key:?} holds another owner's token"),
-                    )
-                    .with_backend(NAME));
+        let size_key = self.keys.size_key().map(str::to_string);
+        for _ in 0..RACES {
+            let (blockers, options) = self.keys.holder_read();
+            let mut when = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+            let mut then = Vec::new();
+            let mut otherwise = vec![TxnOp::get(key.clone(), None)];
+            if let Some(size_key) = &size_key {
+                when.push(size_is(size_key, self.kept));
+                if self.kept.is_none() {
+                    // The semaphore's first take: its size is this caller's.
+                    then.push(TxnOp::put(size_key.clone(), permits.to_string(), None));
                 }
+                otherwise.push(TxnOp::get(size_key.clone(), None));
             }
-        };
+            then.push(TxnOp::put(key.clone(), value.clone(), Some(put.clone())));
+            then.push(TxnOp::get(blockers.clone(), Some(options.clone())));
+            otherwise.push(TxnOp::get(blockers, Some(options)));
+            let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
+            let answer = self
+                .inner
+                .txn_alone("taking a place in the lock's queue", txn)
+                .await?;
+            let read_at = answer.header().map_or(0, |h| h.revision());
+            let succeeded = answer.succeeded();
+            let mut ops = answer.op_responses().into_iter();
+            if succeeded {
+                if self.kept.is_none() && size_key.is_some() {
+                    ops.next(); // the size's put
+                    self.kept = Some(permits);
+                }
+                ops.next(); // the key's put
+                return Ok(Some(self.placed(read_at, kvs(ops.next()), read_at)));
+            }
+            let mine = kvs(ops.next()).into_iter().next();
+            let kept = match &size_key {
+                Some(_) => Some(size_of(kvs(ops.next()).first())?),
+                None => None,
+            };
+            match mine {
+                // The key is this waiter's alone: it is there because an earlier put landed.
+                Some(kv) if contender_of(kv.value(), owner) => {
+                    let read = kvs(ops.next());
+                    let Some(kept) = kept else {
+                        return Ok(Some(self.placed(kv.create_revision(), read, read_at)));
+                    };
+                    // Read under the size expected: good only if that is the size kept.
+                    let same = kept == self.kept;
+                    self.follow(kept);
+                    let placed = self.placed(kv.create_revision(), read, read_at);
+                    return Ok(same.then_some(placed));
+                }
+                // Another owner's token, or (a lock without a size) no key where the compare
+                // said there was one.
+                Some(_) => return Err(not_ours(&key)),
+                None if size_key.is_none() => return Err(not_ours(&key)),
+                None => {}
+            }
+            // Not put: the semaphore's size is not the one expected.
+            let kept = kept.flatten();
+            if let Some(size) = kept
+                && size != permits
+                && !self.follows
+            {
+                self.place = None;
+                return Err(permits_differ(NAME, &self.req.name, size, permits));
+            }
+            self.kept = kept;
+            if let Some(size) = kept {
+                self.keys.with_permits(size);
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Backend,
+            format!(
+                "semaphore {:?}: its size changed under {RACES} takes in a row",
+                self.req.name
+            ),
+        )
+        .with_backend(NAME))
+    }
+
+    /// This contender's key is in the queue, created at `revision`: from now on a semaphore's
+    /// contender goes by the size kept. Answers `read`, the oldest contenders at `read_at`.
+    fn placed(&mut self, revision: i64, read: Vec<KeyValue>, read_at: i64) -> (Vec<KeyValue>, i64) {
         if let Some(place) = self.place.as_mut() {
             place.revision = Some(revision);
         }
-        Ok((kvs(ops.next()), read_at))
+        self.follows = true;
+        (read, read_at)
+    }
+
+    /// Goes by `kept`, the size a read found kept (`None`: no size key; the rule stays).
+    fn follow(&mut self, kept: Option<u32>) {
+        self.kept = kept;
+        if let Some(size) = kept {
+            self.keys.with_permits(size);
+        }
     }
 
     /// Reads again whether this contender's key is still there and which one is oldest. `None`
@@ -131,24 +210,57 @@ impl EtcdWaiter {
         else {
             return Ok(None);
         };
-        let (blockers, options) = self.keys.holder_read();
-        let txn = Txn::new().and_then([TxnOp::get(key, None), TxnOp::get(blockers, Some(options))]);
-        let answer = self.inner.txn("reading the lock's queue", txn).await?;
-        let read_at = answer.header().map_or(0, |h| h.revision());
-        let mut ops = answer.op_responses().into_iter();
-        let mine = kvs(ops.next());
-        if !mine.iter().any(|kv| kv.create_revision() == revision) {
-            self.place = None;
-            return Ok(None);
+        let size_key = self.keys.size_key().map(str::to_string);
+        for _ in 0..RACES {
+            let (blockers, options) = self.keys.holder_read();
+            let reads = [
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(blockers, Some(options)),
+            ];
+            // A semaphore's oldest keys are read by the size kept: under a compare that it is
+            // the size expected, else the size is read instead, and the read is made again.
+            let txn = match &size_key {
+                Some(size_key) => Txn::new()
+                    .when([size_is(size_key, self.kept)])
+                    .and_then(reads)
+                    .or_else([
+                        TxnOp::get(key.clone(), None),
+                        TxnOp::get(size_key.clone(), None),
+                    ]),
+                None => Txn::new().and_then(reads),
+            };
+            let answer = self.inner.txn("reading the lock's queue", txn).await?;
+            let read_at = answer.header().map_or(0, |h| h.revision());
+            let succeeded = answer.succeeded();
+            let mut ops = answer.op_responses().into_iter();
+            let mine = kvs(ops.next());
+            if !mine.iter().any(|kv| kv.create_revision() == revision) {
+                self.place = None;
+                return Ok(None);
+            }
+            if succeeded {
+                return Ok(Some((kvs(ops.next()), read_at)));
+            }
+            // Resized (or, deleted by hand, no size any more: the rule stays as last seen).
+            self.follow(size_of(kvs(ops.next()).first())?);
         }
-        Ok(Some((kvs(ops.next()), read_at)))
+        Err(Error::new(
+            ErrorKind::Backend,
+            format!(
+                "semaphore {:?}: its size changed under {RACES} reads in a row",
+                self.req.name
+            ),
+        )
+        .with_backend(NAME))
     }
 
     /// Finds what to watch: the blocker just older than this contender, or for a semaphore
-    /// the whole range (any older holder's release may be the one that lets it in).
+    /// the whole range (any older holder's release may be the one that lets it in) and its
+    /// size key (a growth may), which is a prefix of the range.
     async fn find_ahead(&mut self, revision: i64) -> Result<()> {
         let Some((blockers, options)) = self.keys.ahead_read(revision) else {
-            self.wait_for = Some(Watched::Range(self.keys.range().as_bytes().to_vec()));
+            let prefix = self.keys.size_key().unwrap_or(self.keys.range());
+            self.wait_for = Some(Watched::Range(prefix.as_bytes().to_vec()));
             return Ok(());
         };
         let what = "finding the contender ahead in the lock's queue";
@@ -159,6 +271,41 @@ impl EtcdWaiter {
             .map(|kv| Watched::Key(kv.key().to_vec()));
         Ok(())
     }
+}
+
+/// The compare that holds when the semaphore's size key keeps `kept` (`None`: no size key).
+fn size_is(size_key: &str, kept: Option<u32>) -> Compare {
+    match kept {
+        Some(size) => Compare::value(size_key, CompareOp::Equal, size.to_string()),
+        None => Compare::version(size_key, CompareOp::Equal, 0),
+    }
+}
+
+/// The size a semaphore's size key keeps (`None`: no key).
+pub(super) fn size_of(kv: Option<&KeyValue>) -> Result<Option<u32>> {
+    let Some(kv) = kv else {
+        return Ok(None);
+    };
+    std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|size: &u32| *size > 0)
+        .map(Some)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Backend,
+                "a semaphore whose stored size is not a positive number",
+            )
+            .with_backend(NAME)
+        })
+}
+
+fn not_ours(key: &str) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("the contender key {key:?} holds another owner's token"),
+    )
+    .with_backend(NAME)
 }
 
 /// What a waiter watches for deletions.
@@ -190,17 +337,21 @@ impl Waiter for EtcdWaiter {
         let read = if placed {
             self.read_queue().await?
         } else {
-            match self.take_place().await {
-                Ok(read) => Some(read),
+            let taken = match self.take_place().await {
+                Ok(read) => read,
                 // etcd ended the lease before our clock said so (an election that outlasted
                 // the keep-alives, a revoke): that session is over; queue on a new one.
                 Err(e) if crate::error::chain(&e).contains("lease not found") => {
                     if let Some(place) = self.place.take() {
                         self.inner.sessions.discard(&place.session).await;
                     }
-                    Some(self.take_place().await?)
+                    self.take_place().await?
                 }
                 Err(e) => return Err(e),
+            };
+            match taken {
+                Some(read) => Some(read),
+                None => self.read_queue().await?,
             }
         };
         let (Some((oldest, _)), Some(place)) = (read, self.place.as_ref()) else {
@@ -262,13 +413,14 @@ impl Waiter for EtcdWaiter {
             // delay most hand-offs. A deletion between that read and the watch is caught by
             // polling once more as soon as the watch exists.
             self.watching = None;
-            let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-            let key = match &watched {
-                Watched::Key(key) => key.clone(),
-                Watched::Range(prefix) => {
-                    options = options.with_prefix();
-                    prefix.clone()
-                }
+            let (key, options) = match &watched {
+                Watched::Key(key) => (
+                    key.clone(),
+                    WatchOptions::new().with_filters([WatchFilterType::NoPut]),
+                ),
+                // A semaphore's range and size key: puts too, for a put of the size (a
+                // resize); puts of newcomers' keys are passed over below.
+                Watched::Range(prefix) => (prefix.clone(), WatchOptions::new().with_prefix()),
             };
             let what = "watching the contender ahead";
             let mut stream = self.inner.watch(what, &key, options).await?;
@@ -282,15 +434,20 @@ impl Waiter for EtcdWaiter {
             }
             return Ok(());
         }
+        let size_key = self.keys.size_key().map(str::as_bytes);
         let (_, stream) = self.watching.as_mut().expect("watching");
+        // A newcomer's key put behind this waiter changes nothing for it.
+        let newcomer = |event: &etcd_client::Event| {
+            event.event_type() == EventType::Put && event.kv().map(|kv| kv.key()) != size_key
+        };
         loop {
             match stream.message().await {
                 Ok(Some(answer))
                     if !answer.canceled()
                         && answer.compact_revision() == 0
-                        && answer.events().is_empty() =>
+                        && answer.events().iter().all(newcomer) =>
                 {
-                    // A progress notice.
+                    // A progress notice, or only newcomers.
                     continue;
                 }
                 // The deletion, or a watch that ended: either way, poll again.

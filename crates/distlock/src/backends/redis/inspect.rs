@@ -31,7 +31,7 @@ pub(crate) struct Found {
     pub(crate) holdings: Vec<(Side, Holding)>,
 }
 
-/// The flavour whose keys are of `family` (a semaphore's permit count is not kept: 0).
+/// The flavour whose keys are of `family` (a semaphore's size is read apart: 0 here).
 fn kind_of(family: &str) -> LockKind {
     match family {
         "fair" => LockKind::Fair,
@@ -188,7 +188,20 @@ pub(super) async fn status(server: &Server, which: &Selection) -> Result<Vec<Loc
             continue;
         };
         let reply: Vec<String> = server.run(&SCRIPTS.status, &keys, &args, what).await?;
-        all.extend(statuses(&name, family, decode(reply, what)?));
+        let mut found = statuses(&name, family, decode(reply, what)?);
+        if family == "sem" && !found.is_empty() {
+            // The size lives beside the holdings (in a key of its own, kept while the
+            // semaphore is empty): one more read, for a semaphore that shows.
+            if let Ok(sem) = LockName::new(&name) {
+                let (size, _) = super::sem_count(server, &sem).await?;
+                for status in &mut found {
+                    status.kind = LockKind::Permit {
+                        permits: size.unwrap_or(0),
+                    };
+                }
+            }
+        }
+        all.extend(found);
     }
     Ok(all)
 }

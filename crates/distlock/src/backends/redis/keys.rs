@@ -120,7 +120,7 @@ impl Keys {
                 ":writers-waiting",
                 ":fence",
             ]),
-            LockKind::Permit { .. } => self.keys(&[":holders", ":holds", ":fence"]),
+            LockKind::Permit { .. } => self.keys(&[":holders", ":holds", ":fence", ":permits"]),
             _ => self.keys(&["", ":fence"]),
         }
     }
@@ -156,14 +156,20 @@ impl Keys {
     pub(crate) fn inspect(&self) -> Vec<String> {
         match self.kind {
             LockKind::Fair => self.keys(&["", ":queue", ":due", ":fence"]),
-            LockKind::Read | LockKind::Write | LockKind::Permit { .. } => self.acquire(),
+            LockKind::Read | LockKind::Write => self.acquire(),
+            LockKind::Permit { .. } => self.keys(&[":holders", ":holds", ":fence"]),
             _ => self.keys(&["", ":fence"]),
         }
     }
 
-    /// For `sem_available.lua`.
-    pub(super) fn holders(&self) -> Vec<String> {
-        self.keys(&[":holders"])
+    /// For `sem_available.lua`: the holders and the semaphore's size.
+    pub(super) fn sem_count(&self) -> Vec<String> {
+        self.keys(&[":holders", ":permits"])
+    }
+
+    /// For `sem_set_permits.lua`: the semaphore's size.
+    pub(super) fn sem_size(&self) -> Vec<String> {
+        self.keys(&[":permits"])
     }
 }
 

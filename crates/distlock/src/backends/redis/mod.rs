@@ -34,7 +34,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -92,16 +94,23 @@ fn mode(kind: LockKind) -> &'static str {
     }
 }
 
-/// `{1, token}` or `{0, ms left}` from an acquire script.
+/// `{1, token}` or `{0, ms left}` from an acquire script; `{2, size}` from a semaphore's whose
+/// kept size is not the one asked.
 fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
-    match status {
-        1 => Ok(Attempt::leased(FencingToken(value as u64), req)),
-        0 => Ok(Attempt::Held {
+    match (status, req.kind) {
+        (1, _) => Ok(Attempt::leased(FencingToken(value as u64), req)),
+        (0, _) => Ok(Attempt::Held {
             retry_after: u64::try_from(value)
                 .ok()
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
         }),
+        (2, LockKind::Permit { permits }) => Err(permits_differ(
+            NAME,
+            &req.name,
+            u32::try_from(value).unwrap_or(u32::MAX),
+            permits,
+        )),
         _ => Err(Error::new(
             ErrorKind::InvalidInput,
             format!(
@@ -112,6 +121,22 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
         )
         .with_backend(NAME)),
     }
+}
+
+/// The size the semaphore `name` keeps (`None`: never used) and how many of its permits are
+/// held now.
+async fn sem_count(server: &Server, name: &LockName) -> Result<(Option<u32>, u32)> {
+    let k = Keys::new(LockKind::Permit { permits: 1 }, name);
+    let (size, held): (i64, i64) = server
+        .run(
+            &SCRIPTS.sem_available,
+            &k.sem_count(),
+            &[],
+            "counting permits",
+        )
+        .await?;
+    let size = u32::try_from(size).ok().filter(|size| *size > 0);
+    Ok((size, u32::try_from(held).unwrap_or(u32::MAX)))
 }
 
 #[async_trait]
@@ -154,7 +179,8 @@ impl Backend for RedisBackend {
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
             LockKind::Permit { permits } => {
-                let args = [owner, &lease, &permits.to_string(), record];
+                let follows = if req.follows_resize { "1" } else { "" };
+                let args = [owner, &lease, &permits.to_string(), record, follows];
                 let what = "taking a semaphore permit";
                 self.server.run(script, &k.acquire(), &args, what).await?
             }
@@ -239,19 +265,28 @@ impl Backend for RedisBackend {
             )
             .with_backend(NAME));
         };
-        let k = Keys::new(req.kind, &req.name);
-        let args = [permits.to_string()];
+        let (size, held) = sem_count(&self.server, &req.name).await?;
+        let size = match size {
+            Some(size) if size != permits => {
+                return Err(permits_differ(NAME, &req.name, size, permits));
+            }
+            Some(size) => size,
+            // Never used: it would have the caller's size.
+            None => permits,
+        };
+        Ok(size.saturating_sub(held))
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        let k = Keys::new(LockKind::Permit { permits }, name);
+        let args = [permits.to_string(), k.channel()];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let free: i64 = self
+        let what = "changing a semaphore's size";
+        let had: i64 = self
             .server
-            .run(
-                &SCRIPTS.sem_available,
-                &k.holders(),
-                &args,
-                "counting free permits",
-            )
+            .run(&SCRIPTS.sem_set_permits, &k.sem_size(), &args, what)
             .await?;
-        Ok(free.clamp(0, i64::from(permits)) as u32)
+        Ok(u32::try_from(had).ok().filter(|had| *had > 0))
     }
 
     async fn elect_write(

@@ -44,6 +44,7 @@ pub(crate) struct Scripts {
     pub(super) fair_abandon: Script,
     pub(super) rw_abandon: Script,
     pub(super) sem_available: Script,
+    pub(super) sem_set_permits: Script,
     /// Every flavour's, after `holdings.lua` (for Redlock's masters too).
     pub(crate) status: Script,
     pub(crate) force_release: Script,
@@ -131,6 +132,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fair_abandon: script(include_str!("scripts/fair_abandon.lua")),
     rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
     sem_available: script(include_str!("scripts/sem_available.lua")),
+    sem_set_permits: script(include_str!("scripts/sem_set_permits.lua")),
     status: inspecting(include_str!("scripts/status.lua")),
     force_release: inspecting(include_str!("scripts/force_release.lua")),
 });

@@ -8,7 +8,8 @@
 //! can, decided by its payload:
 //!
 //! * `""`: wake one waiter of this client (round robin over the channel's waiters);
-//! * `"*"`: wake every waiter (a writer left a read-write lock: all readers may go);
+//! * `"*"`: wake every waiter (a writer left a read-write lock: all readers may go; a
+//!   semaphore grew: the new permits may let several in);
 //! * anything else: the SHA-1 of a fair-lock waiter's owner token: wake that waiter only.
 //!
 //! Every waiter has its own [`Notify`], whose stored permit means a wake-up that arrives while

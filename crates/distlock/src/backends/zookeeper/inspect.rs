@@ -70,7 +70,7 @@ async fn parent_status(
         return Ok(Vec::new());
     }
     let permits = match parent {
-        Parent::Semaphore => recorded_permits(inner, session, &path, &children).await?,
+        Parent::Semaphore => semaphore_size(inner, session, &path, &children).await?,
         _ => 0,
     };
     let mut statuses = Vec::new();
@@ -94,8 +94,25 @@ async fn parent_status(
     Ok(statuses)
 }
 
+/// A semaphore's size: the one its size node keeps, else (a semaphore of a distlock version that
+/// kept none) the count its oldest contender recorded, else 0 (it then has no holders a status
+/// can tell).
+async fn semaphore_size(
+    inner: &Arc<Inner>,
+    session: &Session,
+    nodes: &LockNodes,
+    children: &[String],
+) -> Result<u32> {
+    if let Some(path) = nodes.size_node()
+        && let Some(size) = super::size::read(inner, session, path).await?
+    {
+        return Ok(size.permits);
+    }
+    recorded_permits(inner, session, nodes, children).await
+}
+
 /// The permit count the semaphore's oldest contender recorded (every holder of one semaphore
-/// uses the same): 0 if it recorded none (it then has no holders a status can tell).
+/// uses the same): 0 if it recorded none.
 async fn recorded_permits(
     inner: &Arc<Inner>,
     session: &Session,
@@ -150,9 +167,12 @@ pub(super) async fn force_release(
     let mut nodes = LockNodes::new(&inner.config.prefix, name, kind);
     for _ in 0..RACES {
         let children = inner.children(&session, nodes.parent()).await?;
-        if let LockKind::Permit { permits: 0 } = kind {
-            // The caller does not know the count: the holders recorded it.
-            let permits = recorded_permits(inner, &session, &nodes, &children).await?;
+        if let LockKind::Permit { permits: asked } = kind {
+            // Whatever count the caller gave, the holders are the first N of the size kept.
+            let permits = match semaphore_size(inner, &session, &nodes, &children).await? {
+                0 => asked,
+                kept => kept,
+            };
             nodes = LockNodes::new(&inner.config.prefix, name, LockKind::Permit { permits });
         }
         let (holders, _, next) = nodes.holders(&children);

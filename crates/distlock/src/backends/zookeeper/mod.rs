@@ -8,6 +8,7 @@
 //! * `election`: election records (fenced by compare-and-set, live while their writer's
 //!   session is) and the watch on a node; `latch`: count-down latches.
 //! * `inspect`: a lock's status and its forced release.
+//! * `size`: a semaphore's size, kept in a node of its own.
 //!
 #![doc = include_str!("docs.md")]
 
@@ -17,6 +18,7 @@ mod inspect;
 mod latch;
 mod nodes;
 mod session;
+mod size;
 mod waiter;
 
 use std::sync::Arc;
@@ -27,7 +29,9 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 
 use self::session::{Session, Sessions, on_session};
 use self::waiter::ZkWaiter;
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, LockStatus, Selection};
@@ -251,9 +255,26 @@ impl Backend for ZooKeeperBackend {
         };
         let nodes = nodes::LockNodes::new(&self.inner.config.prefix, &req.name, req.kind);
         let session = self.inner.sessions.get().await?;
+        let size_node = nodes.size_node().unwrap_or_default();
+        let (children, size) =
+            size::children_and_size(&self.inner, &session, nodes.parent(), size_node).await?;
+        let size = match size {
+            Some(size) if size.permits != permits => {
+                return Err(permits_differ(NAME, &req.name, size.permits, permits));
+            }
+            Some(size) => size.permits,
+            // Never used: it would have the caller's size.
+            None => permits,
+        };
         // Waiters have nodes too: permits are free only when no node is beyond them.
-        let taken = self.inner.children(&session, nodes.parent()).await?.len();
-        Ok(permits.saturating_sub(u32::try_from(taken).unwrap_or(u32::MAX)))
+        Ok(size.saturating_sub(u32::try_from(children.len()).unwrap_or(u32::MAX)))
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        let kind = LockKind::Permit { permits };
+        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, name, kind);
+        let size_node = nodes.size_node().unwrap_or_default();
+        size::set_permits(&self.inner, name, size_node, permits).await
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {

@@ -12,7 +12,8 @@
 //! The lock, the write lock and the read lock of one name share the parent `<chroot>/<name>`
 //! (as Curator's mutex and read-write lock on one path do); the fair lock and the semaphore
 //! live beside it, under `<name>%fair` and `<name>%sem` (a `%` in a name is escaped, so no
-//! name reaches another's parent).
+//! name reaches another's parent). A semaphore's size is the persistent node `<name>%permits`
+//! (see [`size`](super::size)).
 
 use crate::types::{LockKind, LockName};
 
@@ -53,6 +54,8 @@ pub(super) struct LockNodes {
     parent: String,
     kind: &'static str,
     rule: Rule,
+    /// A semaphore's size node.
+    size: Option<String>,
 }
 
 impl LockNodes {
@@ -67,10 +70,25 @@ impl LockNodes {
             // The lock, and any flavour to come, as Curator's InterProcessMutex.
             _ => ("", MUTEX, Rule::Exclusive),
         };
+        let size = matches!(rule, Rule::Permits(_)).then(|| format!("{prefix}/{name}%permits"));
         LockNodes {
             parent: format!("{prefix}/{name}{suffix}"),
             kind: node_kind,
             rule,
+            size,
+        }
+    }
+
+    /// A semaphore's size node; `None` for other flavours.
+    pub(super) fn size_node(&self) -> Option<&str> {
+        self.size.as_deref()
+    }
+
+    /// A semaphore's rule with the size the store keeps, `permits`: the first `permits`
+    /// contenders hold.
+    pub(super) fn with_permits(&mut self, permits: u32) {
+        if let Rule::Permits(_) = self.rule {
+            self.rule = Rule::Permits(permits);
         }
     }
 
@@ -159,7 +177,11 @@ pub(super) fn parse_parent(child: &str) -> Option<(String, Parent)> {
         (n, Parent::Fair)
     } else if let Some(n) = child.strip_suffix("%sem") {
         (n, Parent::Semaphore)
-    } else if child.ends_with("%elect") || child.ends_with("%latch") || child == SESSIONS {
+    } else if child.ends_with("%elect")
+        || child.ends_with("%latch")
+        || child.ends_with("%permits")
+        || child == SESSIONS
+    {
         return None;
     } else {
         (child, Parent::Shared)
@@ -400,6 +422,10 @@ mod tests {
         }
         assert_eq!(parse_parent("x%elect"), None);
         assert_eq!(parse_parent("x%latch"), None);
+        assert_eq!(parse_parent("x%permits"), None);
+        let sem = nodes("/C", "N", LockKind::Permit { permits: 2 });
+        assert_eq!(sem.size_node(), Some("/C/N%permits"));
+        assert_eq!(nodes("/C", "N", LockKind::Mutex).size_node(), None);
         assert_eq!(parse_parent("x%zz"), None);
     }
 }

@@ -1,7 +1,9 @@
 //! A contender's place in a lock's queue: its ephemeral sequential node. The first poll creates
 //! it (and the lock's parent, if need be); every poll reads the children and applies the
 //! flavour's rule. A contender that does not hold watches the one node it waits for (the one
-//! just before its own, so one release wakes one waiter) and polls again when it goes.
+//! just before its own, so one release wakes one waiter) and polls again when it goes; a
+//! semaphore's waiter watches the children and the semaphore's size node (a resize may let it
+//! in), and goes by the size that node keeps (see [`size`](super::size)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +13,9 @@ use zookeeper_client::EventType;
 
 use super::nodes::{LockNodes, Standing};
 use super::session::{Session, on_session, session_over};
+use super::size::{self, Created};
 use super::{CONTENDER, Holding, Inner, NAME, PARENT};
-use crate::backend::{Attempt, Hold, LockRequest, Waiter};
+use crate::backend::{Attempt, Hold, LockRequest, Waiter, permits_differ};
 use crate::backends::text_records::encode_contender;
 use crate::error::{ErrorKind, Result};
 use crate::types::{FencingToken, LockKind};
@@ -37,10 +40,17 @@ pub(super) struct ZkWaiter {
     /// The one child before this contender's (the holder) is gone, as seen on its session: it
     /// holds, with no need to read the children again (one round trip less per hand-off).
     turn_came: bool,
+    /// A semaphore's contender goes by the size kept, whatever it is: once its node was created
+    /// under the size it asked (or when its request says so, see
+    /// [`LockRequest::follows_resize`]).
+    follows: bool,
+    /// The size node's last modification as the last poll read it (`None`: no node).
+    size_seen: Option<i64>,
 }
 
 impl ZkWaiter {
     pub(super) fn new(inner: Arc<Inner>, req: LockRequest) -> Self {
+        let follows = req.follows_resize;
         let nodes = LockNodes::new(&inner.config.prefix, &req.name, req.kind);
         ZkWaiter {
             inner,
@@ -49,6 +59,8 @@ impl ZkWaiter {
             place: None,
             waits: None,
             turn_came: false,
+            follows,
+            size_seen: None,
         }
     }
 
@@ -74,14 +86,44 @@ impl ZkWaiter {
         };
         let record = encode_contender("", permits);
         let mut tries = 0;
+        let size_node = self.nodes.size_node().map(str::to_string);
         let node = loop {
             tries += 1;
             let client = session.client()?;
-            match client.create(&path, record.as_bytes(), &CONTENDER).await {
-                Ok((stat, sequence)) => {
-                    let name = path.rsplit('/').next().unwrap_or_default();
-                    break (format!("{name}{sequence}"), stat.czxid);
+            let created = match &size_node {
+                None => client
+                    .create(&path, record.as_bytes(), &CONTENDER)
+                    .await
+                    .map(|(stat, sequence)| {
+                        let name = path.rsplit('/').next().unwrap_or_default();
+                        (format!("{name}{sequence}"), stat.czxid)
+                    }),
+                // A semaphore's node is created in one multi with checking its size.
+                Some(size_node) => {
+                    let created = size::create_contender(
+                        &client,
+                        &path,
+                        record.as_bytes(),
+                        size_node,
+                        permits,
+                        self.follows,
+                    )
+                    .await?;
+                    match created {
+                        Created::Node(name, czxid, size) => {
+                            self.nodes.with_permits(size);
+                            Ok((name, czxid))
+                        }
+                        Created::Differs(size) => {
+                            self.place = None;
+                            return Err(permits_differ(NAME, &self.req.name, size, permits));
+                        }
+                        Created::Failed(e) => Err(e),
+                    }
                 }
+            };
+            match created {
+                Ok(node) => break node,
                 Err(zookeeper_client::Error::NoNode) if tries < 10 => {
                     // The parent is missing (never made, or reaped as an empty container).
                     match client.mkdir(self.nodes.parent(), &PARENT).await {
@@ -107,6 +149,8 @@ impl ZkWaiter {
         if let Some(place) = self.place.as_mut() {
             place.node = Some(node);
         }
+        // Queued under the size it asked: from now on it goes by the size kept.
+        self.follows = true;
         Ok(())
     }
 
@@ -174,6 +218,17 @@ impl Waiter for ZkWaiter {
         // there, with nothing before it.
         let (standing, children) = if std::mem::take(&mut self.turn_came) {
             (Standing::Holds, Vec::new())
+        } else if let Some(size_node) = self.nodes.size_node().map(str::to_string) {
+            // The children counted against the size in one snapshot: a holder is one of the
+            // first N under the size N kept at that moment.
+            let (children, size) =
+                size::children_and_size(&self.inner, &session, self.nodes.parent(), &size_node)
+                    .await?;
+            if let Some(size) = size {
+                self.nodes.with_permits(size.permits);
+            }
+            self.size_seen = size.map(|s| s.mzxid);
+            (self.nodes.standing(&children, &mine), children)
         } else {
             let children = self.inner.children(&session, self.nodes.parent()).await?;
             (self.nodes.standing(&children, &mine), children)
@@ -256,12 +311,27 @@ impl Waiter for ZkWaiter {
                 }
             }
         };
+        // A semaphore's waiter also watches its size: a growth may let it in.
+        let resized = match self.nodes.size_node() {
+            Some(size_node) => match client.check_and_watch_stat(size_node).await {
+                Ok((stat, _)) if stat.map(|s| s.mzxid) != self.size_seen => return Ok(()),
+                Ok((_, watcher)) => Some(watcher),
+                Err(e) => return Err(on_session("watching the semaphore's size", e)),
+            },
+            None => None,
+        };
         drop(client);
-        // The deletion, a session event, or the session over: either way, poll again.
+        // The deletion, a resize, a session event, or the session over: poll again.
         tokio::select! {
             event = watcher.changed() => {
                 self.turn_came = next_after && event.event_type == EventType::NodeDeleted;
             }
+            _ = async {
+                match resized {
+                    Some(watcher) => { watcher.changed().await; }
+                    None => std::future::pending().await,
+                }
+            } => {}
             _ = session.ended() => {}
         }
         Ok(())

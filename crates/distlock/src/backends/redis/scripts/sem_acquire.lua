@@ -4,15 +4,29 @@
 -- KEYS[2]  holds: a hash, field <owner> = 1, field 't:'<owner> = its fencing token, field
 --          'h:'<owner> = its took_at (see prelude.lua; absent without a record).
 -- KEYS[3]  the semaphore's fencing counter (see prelude.lua).
--- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] permits in all;
--- ARGV[4]  the holder record (distlock::Holder), optional.
+-- KEYS[4]  the semaphore's size: a number, kept without expiry (set by the first take, changed
+--          only by sem_set_permits.lua).
+-- ARGV[1]  owner token; ARGV[2] lease in ms; ARGV[3] the permits the caller asks for;
+-- ARGV[4]  the holder record (distlock::Holder), optional; ARGV[5] '1' if the caller goes by the
+--          kept size whatever it is (a waiter's later attempt, after a resize), else ''.
 --
 -- Returns {1, token}  a permit taken (new token) or ours confirmed (same token, lease restarts).
 --         {0, ms}     all permits taken; ms = until the first permit's lease ends.
--- Invariants: each permit has its own lease; a permit whose lease ended (crashed holder) is
--- purged before counting, so it comes back without anyone releasing it. The keys live as long
--- as the longest lease. Callers should agree on the number of permits; each call counts with
--- its own ARGV[3].
+--         {2, size}   the kept size is not ARGV[3] (and ARGV[5] is not '1'): nothing changed.
+-- Invariants: a semaphore has one size, the first caller's unless changed explicitly, and it
+-- stays while the semaphore is empty, so a caller asking another size is refused at any time;
+-- a permit is granted only while fewer than that size are live (after a shrink, holders beyond
+-- it keep their permits). Each permit has its own lease; a permit whose lease ended (crashed
+-- holder) is purged before counting, so it comes back without anyone releasing it. The other
+-- keys live as long as the longest lease.
+local size = tonumber(redis.call('GET', KEYS[4]))
+if not size then
+  size = tonumber(ARGV[3])
+  redis.call('SET', KEYS[4], ARGV[3])
+elseif size ~= tonumber(ARGV[3]) and ARGV[5] ~= '1' then
+  return {2, size}
+end
+
 local owner = ARGV[1]
 local lease = tonumber(ARGV[2])
 local now = now_ms()
@@ -30,7 +44,7 @@ if redis.call('ZSCORE', KEYS[1], owner) then
   return {1, tonumber(redis.call('HGET', KEYS[2], 't:' .. owner))}
 end
 
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+if redis.call('ZCARD', KEYS[1]) < size then
   local token = next_fence(KEYS[3])
   redis.call('ZADD', KEYS[1], now + lease, owner)
   redis.call('HSET', KEYS[2], owner, 1, 't:' .. owner, string.format('%.0f', token))

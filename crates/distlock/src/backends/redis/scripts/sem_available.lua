@@ -1,9 +1,8 @@
--- sem_available.lua: how many permits of a semaphore are free now.
+-- sem_available.lua: a semaphore's size and how many of its permits are held now.
 --
--- KEYS[1]  holders (owner → lease end ms, see sem_acquire.lua).
--- ARGV[1]  permits in all.
+-- KEYS[1]  holders (owner → lease end ms, see sem_acquire.lua); KEYS[2] the semaphore's size.
 --
--- Returns permits minus the permits whose lease has not ended (never below 0). Read-only:
--- expired permits count as free without being purged.
-local live = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
-return math.max(tonumber(ARGV[1]) - live, 0)
+-- Returns {size (0: none kept yet), permits whose lease has not ended}. Read-only: expired
+-- permits count as free without being purged.
+local size = tonumber(redis.call('GET', KEYS[2])) or 0
+return {size, redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')}
