@@ -155,7 +155,7 @@ fn after_scheme(url: &str) -> Option<usize> {
     valid.then_some(i + 3)
 }
 
-/// `url` as a driver must get it to read the user-info distlock reads ([`userinfo_end`]): the
+/// `url` as a driver must get it to read the user-info distlock reads (`userinfo_end`): the
 /// `@`, `/`, `?` and `#` in the user-info %-encoded. Any other URL comes back as it is. Holds the
 /// password: never show it.
 pub fn for_driver(url: &str) -> String {
@@ -184,7 +184,7 @@ pub fn for_driver(url: &str) -> String {
 /// query parameter but the harmless ones (`lock`, `sslmode`, …) replaced by `***`, and any
 /// fragment but `#insecure` too.
 ///
-/// The user-info runs to the last `@` (see [`userinfo_end`]). When it holds a `/`, `?` or `#`
+/// The user-info runs to the last `@` (see `userinfo_end`). When it holds a `/`, `?` or `#`
 /// (an unencoded password may), it is masked whole, user included.
 pub fn redact(url: &str) -> String {
     let (prefix, rest) = match url.find("://") {
