@@ -49,9 +49,11 @@ use distlock::{Lease, LockKind, LockName, LockRequest, OwnerToken};
 /// Why a case failed: a message for the test output.
 pub struct Failure(pub String);
 
-impl<E: std::error::Error> From<E> for Failure {
+// With every cause on the line: a store's own words ("etcdserver: request timed out") are what
+// tell a failure under load from a defect.
+impl<E: std::error::Error + 'static> From<E> for Failure {
     fn from(e: E) -> Self {
-        Failure(e.to_string())
+        Failure(distlock::error::chain(&e))
     }
 }
 
