@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use distlock::ErrorKind;
 use futures_util::FutureExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -326,7 +327,11 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
             say(json!({"event": "done"}));
         }
         Role::Hold { name, lease_ms } => {
-            let lock = (flavour.make)(client, &name).lease(Duration::from_millis(lease_ms));
+            let lock = crate::suite::with_lease(
+                client,
+                (flavour.make)(client, &name),
+                Duration::from_millis(lease_ms),
+            );
             let guard = lock.acquire().await?;
             let token = guard.fencing_token().get();
             say(json!({"event": "acquired", "token": token}));
@@ -405,18 +410,26 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
             let mut tasks = Vec::new();
             for task in 0..campaigners {
                 let leaderships = leaderships.clone();
-                let election = client
-                    .election(&election)
-                    .lease(Duration::from_millis(lease_ms));
+                let election = client.election(&election);
+                let keepable = crate::suite::keepable_lease(
+                    &client.backend().capabilities(),
+                    Duration::from_millis(lease_ms),
+                );
+                let election = match keepable {
+                    Some(lease) => election.lease(lease),
+                    None => election,
+                };
                 let value = format!("p{process}-t{task}");
                 tasks.push(tokio::spawn(async move {
                     loop {
                         // A store error that may pass (a connection refused by a server at its
                         // client limit, a timeout on an overloaded machine) costs a turn, not the
-                        // process: it is reported, and counted by the test.
+                        // process: it is reported, and counted by the test. So does a session
+                        // that ended while it waited (the process was stopped past it): its place
+                        // in the queue went with the session.
                         let leadership = match election.campaign(value.clone()).await {
                             Ok(leadership) => leadership,
-                            Err(e) if e.is_retryable() => {
+                            Err(e) if e.is_retryable() || e.kind() == ErrorKind::LeaseLost => {
                                 say(json!({"event": "retry", "error": e.to_string()}));
                                 tokio::time::sleep(Duration::from_millis(50)).await;
                                 continue;
@@ -442,7 +455,7 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
                         let resigned = match leadership.resign().await {
                             Ok(resigned) => resigned,
                             // Not known to have held to the end: only its start counts.
-                            Err(e) if e.is_retryable() => {
+                            Err(e) if e.is_retryable() || e.kind() == ErrorKind::LeaseLost => {
                                 say(json!({"event": "retry", "error": e.to_string()}));
                                 false
                             }

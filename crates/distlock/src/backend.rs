@@ -193,8 +193,21 @@ pub enum LeaseModel {
         /// The store's lease resolution.
         granularity: Duration,
     },
-    /// A holding lasts as long as the client's session with the store; nothing is renewed.
-    Session,
+    /// A holding lasts as long as the client's session with the store; nothing is renewed per
+    /// lock. The core keeps a lease meaning what it means on every store — a holder that stops
+    /// (crashed, paused, no watchdog) blocks others at most that long — by refusing
+    /// ([`crate::ErrorKind::InvalidLease`]) a lease set shorter than `expires_after`, and every
+    /// lease set (and [`crate::Lock::no_watchdog`]) when there is no `expires_after`.
+    Session {
+        /// How long after its holder's last contact the store ends a session (a ZooKeeper
+        /// session timeout, an etcd lease's TTL): how long a crashed or paused holder keeps its
+        /// locks. `None` for a session that is its connection, which a paused holder keeps
+        /// open: nothing bounds a stopped holder by time.
+        expires_after: Option<Duration>,
+        /// For the error refusing a lease: what sets `expires_after` and how to change it, or,
+        /// without one, why no lease can be kept and what to use instead (one clause).
+        explain: &'static str,
+    },
 }
 
 /// What a backend can do, so the core can refuse early and choose how to wait, and the
@@ -240,10 +253,15 @@ impl Capabilities {
         }
     }
 
-    /// A store whose holdings are sessions, that neither notifies nor queues.
-    pub fn sessions() -> Self {
+    /// A store whose holdings are sessions, that neither notifies nor queues: sessions the
+    /// store ends `expires_after` their holder's last contact, or (`None`) with their
+    /// connection. `explain` is [`LeaseModel::Session`]'s.
+    pub fn sessions(expires_after: Option<Duration>, explain: &'static str) -> Self {
         Capabilities {
-            lease: LeaseModel::Session,
+            lease: LeaseModel::Session {
+                expires_after,
+                explain,
+            },
             ..Self::leases()
         }
     }

@@ -86,6 +86,9 @@ pub struct Election {
     client: Client,
     name: String,
     lease: Duration,
+    /// Whether [`lease`](Election::lease) set it: only then is it the lock's lease as set (see
+    /// [`crate::Lock::lease`]: a store that cannot keep it refuses it).
+    lease_set: bool,
 }
 
 impl Election {
@@ -94,14 +97,17 @@ impl Election {
             client,
             name: name.to_string(),
             lease: DEFAULT_ELECTION_LEASE,
+            lease_set: false,
         }
     }
 
     /// The lease of the election's lock and record: how long a crashed or paused leader stays
     /// leader (10 s by default; 10 ms ..= 24 h, checked when used). The leader renews both every
-    /// third of it.
+    /// third of it. A store whose holdings are sessions refuses a lease it cannot keep, as
+    /// [`crate::Lock::lease`] says; the default is never refused.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self.lease_set = true;
         self
     }
 
@@ -159,8 +165,12 @@ impl Election {
         let lease = Lease::new(self.lease)?;
         let lock = self
             .client
-            .lock(format!("{ELECTION_LOCK_PREFIX}{}", self.name))
-            .lease(self.lease);
+            .lock(format!("{ELECTION_LOCK_PREFIX}{}", self.name));
+        let lock = if self.lease_set {
+            lock.lease(self.lease)
+        } else {
+            lock.default_lease(self.lease)
+        };
         let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
         let backend = self.client.backend().clone();
         let (guard, term) = loop {

@@ -130,7 +130,7 @@ impl Guard {
     /// that knows the owner token ([`crate::Lock::release`]).
     pub fn leak(mut self) {
         self.released = true;
-        self.lease.drop_hold();
+        self.lease.leak_hold();
     }
 }
 

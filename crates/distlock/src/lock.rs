@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use crate::backend::LockRequest;
 use crate::client::Client;
+use crate::core::lease::Terms;
 use crate::core::wait::{self, Deadline};
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::Guard;
@@ -36,6 +37,8 @@ pub struct Lock {
     name: String,
     kind: LockKind,
     lease: Duration,
+    /// Whether [`lease`](Lock::lease) set it (else it is a default, which is never refused).
+    lease_set: bool,
     renew: bool,
     owner: Option<OwnerToken>,
 }
@@ -47,20 +50,40 @@ impl Lock {
             name: name.to_string(),
             kind,
             lease: Lease::DEFAULT.duration(),
+            lease_set: false,
             renew: true,
             owner: None,
         }
     }
 
-    /// The lease: how long the lock outlives a holder that stops renewing (crashes, hangs).
-    /// 10 ms ..= 24 h; 30 s by default. Checked at acquisition ([`ErrorKind::InvalidLease`]).
+    /// The lease: the longest the lock outlives a holder that stops renewing (crashed, paused,
+    /// or [`no_watchdog`](Lock::no_watchdog)), plus the store's granularity. 10 ms ..= 24 h;
+    /// 30 s by default. Checked at acquisition ([`ErrorKind::InvalidLease`]).
+    ///
+    /// On a store whose holdings are sessions, a stopped holder keeps its locks until its
+    /// session ends, so a lease is only taken where the session ends by then: shorter than a
+    /// ZooKeeper session timeout or an etcd session TTL it is refused, naming the bound and the
+    /// URL parameter that sets it; with SQL session locks (`?lock=session`), held as long as
+    /// their connection, every lease is refused. The default lease is never refused: there it
+    /// is the session's bound when that is longer than 30 s.
     pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.lease_set = true;
+        self
+    }
+
+    /// A default lease other than 30 s (an election's): taken as the default is, raised to a
+    /// session's bound rather than refused.
+    pub(crate) fn default_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
     /// Turns the watchdog off: the lock is held for one lease at most, and the guard's
-    /// [`lost`](Guard::lost) fires when it ends.
+    /// [`lost`](Guard::lost) fires when it ends. On a session store this client frees the
+    /// holding in the store when the lease ends (a holder crashed or paused then is freed by
+    /// its session's end, at most the session's expiry later); SQL session locks refuse it
+    /// ([`ErrorKind::InvalidLease`]): nothing could end a paused holder's holding by time.
     pub fn no_watchdog(mut self) -> Self {
         self.renew = false;
         self
@@ -115,7 +138,11 @@ impl Lock {
         );
         let started = Instant::now();
         let waiting = labels.waiting();
-        let taken = wait::acquire(engine, req, self.renew, deadline)
+        let terms = Terms {
+            renew: self.renew,
+            lease_set: self.lease_set,
+        };
+        let taken = wait::acquire(engine, req, terms, deadline)
             .instrument(span.clone())
             .await;
         drop(waiting);
@@ -307,7 +334,7 @@ impl Lock {
 pub struct MultiLock {
     client: Client,
     names: Vec<String>,
-    lease: Duration,
+    lease: Option<Duration>,
     renew: bool,
 }
 
@@ -325,14 +352,14 @@ impl MultiLock {
         MultiLock {
             client,
             names,
-            lease: Lease::DEFAULT.duration(),
+            lease: None,
             renew: true,
         }
     }
 
     /// The lease of every lock (see [`Lock::lease`]).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = Some(lease);
         self
     }
 
@@ -353,7 +380,10 @@ impl MultiLock {
             .iter()
             .map(|n| {
                 LockName::new(n)?;
-                let mut lock = self.client.lock(n).lease(self.lease);
+                let mut lock = self.client.lock(n);
+                if let Some(lease) = self.lease {
+                    lock = lock.lease(lease);
+                }
                 lock.renew = self.renew;
                 Ok(lock)
             })

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::suite::Ctx;
+use crate::suite::{Ctx, with_lease};
 use crate::{Outcome, check};
 
 /// `acquire()` dropped mid-flight, many times, at different points of its round trip, on a free
@@ -15,7 +15,11 @@ use crate::{Outcome, check};
 pub(super) async fn cancelled_acquire_leaves_nothing_held(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("cancelled");
     let client = ctx.connect().await?;
-    let lock = (ctx.flavour.make)(&client, &name).lease(Duration::from_secs(30));
+    let lock = with_lease(
+        &client,
+        (ctx.flavour.make)(&client, &name),
+        Duration::from_secs(30),
+    );
     let mut cancelled = 0;
     for round in 0..40u64 {
         let polls = 1 + round % 8;
@@ -87,7 +91,11 @@ async fn poll_then_drop<F: std::future::Future>(
 pub(super) async fn cancelled_release_still_frees(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("cancelled-release");
     let client = ctx.connect().await?;
-    let lock = (ctx.flavour.make)(&client, &name).lease(Duration::from_secs(30));
+    let lock = with_lease(
+        &client,
+        (ctx.flavour.make)(&client, &name),
+        Duration::from_secs(30),
+    );
     let mut cancelled = 0;
     for round in 0..30u64 {
         let polls = 1 + round % 5;

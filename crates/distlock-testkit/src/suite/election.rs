@@ -248,10 +248,7 @@ pub(super) async fn one_leader_across_processes(ctx: Ctx) -> Outcome {
 /// next term is larger; bad input is typed.
 pub(super) async fn rules(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("rules");
-    let election = ctx
-        .client
-        .election(&name)
-        .lease(ctx.lease(Duration::from_secs(2)));
+    let election = ctx.election(&name, Duration::from_secs(2));
     check!(
         election.leader().await?.is_none(),
         "a leader before any campaign"
@@ -338,7 +335,7 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
 /// shows none until the next campaigner takes over, with a larger term.
 pub(super) async fn crashed_leader_lapses(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("lapse");
-    let lease = ctx.lease(Duration::from_millis(500));
+    let lease = ctx.election_lease(Duration::from_millis(500));
     let mut child = ChildProcess::spawn(&ctx.spec(Role::Campaign {
         election: name.clone(),
         campaigners: 1,
@@ -350,7 +347,7 @@ pub(super) async fn crashed_leader_lapses(ctx: Ctx) -> Outcome {
     }))?;
     let lead = child.event(Duration::from_secs(30)).await?;
     let term = lead["term"].as_u64().unwrap_or(u64::MAX);
-    let election = ctx.client.election(&name).lease(lease);
+    let election = ctx.election(&name, lease);
     check!(
         election.leader().await?.map(|l| l.term.get()) == Some(term),
         "the child's leadership is not the record"

@@ -119,6 +119,41 @@ impl Flavour {
 /// The name of the one-permit semaphore flavour of [`Flavour::every`].
 const SEMAPHORE: &str = "semaphore1";
 
+/// A lease of about `wanted` that a store of `capabilities` keeps, as a lease means on every
+/// store: rounded up to its lease granularity (whole seconds for a store like memcached); on a
+/// session store, at least its sessions' expiry (a stopped holder keeps its locks that long, and
+/// a shorter lease is refused). `None` on a store that keeps no lease (session locks held as long
+/// as their connection, which refuse every lease).
+pub fn keepable_lease(capabilities: &distlock::Capabilities, wanted: Duration) -> Option<Duration> {
+    match capabilities.lease {
+        distlock::backend::LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
+            let step = granularity.as_nanos();
+            let rounded = wanted.as_nanos().div_ceil(step) * step;
+            Some(Duration::from_nanos(
+                u64::try_from(rounded).unwrap_or(u64::MAX),
+            ))
+        }
+        distlock::backend::LeaseModel::Session {
+            expires_after: Some(expiry),
+            ..
+        } => Some(wanted.max(expiry)),
+        distlock::backend::LeaseModel::Session {
+            expires_after: None,
+            ..
+        } => None,
+        _ => Some(wanted),
+    }
+}
+
+/// `lock` (of `client`) with a lease of about `wanted` that the store keeps
+/// ([`keepable_lease`]), or as it is on a store that keeps none.
+pub fn with_lease(client: &Client, lock: Lock, wanted: Duration) -> Lock {
+    match keepable_lease(&client.backend().capabilities(), wanted) {
+        Some(lease) => lock.lease(lease),
+        None => lock,
+    }
+}
+
 /// What a case gets.
 #[derive(Clone)]
 pub struct Ctx {
@@ -135,17 +170,40 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// A lease of about `wanted` that the store can keep: rounded up to its lease granularity
-    /// (whole seconds for a store like memcached), so the timing cases fit every lease model.
+    /// A lease of about `wanted` that the store can keep ([`keepable_lease`]); on a store that
+    /// keeps none (session locks held as long as their connection), `wanted` itself, for the
+    /// case's timing: its locks then take no lease ([`Ctx::leased`]).
     pub fn lease(&self, wanted: Duration) -> Duration {
-        match self.client.backend().capabilities().lease {
-            distlock::backend::LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
-                let step = granularity.as_nanos();
-                let rounded = wanted.as_nanos().div_ceil(step) * step;
-                Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
-            }
-            _ => wanted,
+        keepable_lease(&self.client.backend().capabilities(), wanted).unwrap_or(wanted)
+    }
+
+    /// `lock` with a lease of about `wanted` that the store can keep, or as it is on a store that
+    /// keeps none ([`with_lease`]).
+    pub fn leased(&self, lock: Lock, wanted: Duration) -> Lock {
+        with_lease(&self.client, lock, wanted)
+    }
+
+    /// The election `name` with a lease of about `wanted` that the store can keep, or the
+    /// default one on a store that keeps none.
+    pub fn election(&self, name: &str, wanted: Duration) -> distlock::Election {
+        let election = self.client.election(name);
+        match keepable_lease(&self.client.backend().capabilities(), wanted) {
+            Some(lease) => election.lease(lease),
+            None => election,
         }
+    }
+
+    /// The lease an election of [`Ctx::election`] has: about `wanted`, or the default election
+    /// lease on a store that keeps no lease.
+    pub fn election_lease(&self, wanted: Duration) -> Duration {
+        keepable_lease(&self.client.backend().capabilities(), wanted)
+            .unwrap_or(distlock::election::DEFAULT_ELECTION_LEASE)
+    }
+
+    /// Whether a holding ends when its holder stops for long enough: a lease, or a session with
+    /// an expiry ([`Suite::session_expiry`]); not a session that ends only with its connection.
+    pub fn holdings_end_by_time(&self) -> bool {
+        self.client.backend().capabilities().renews() || self.session_outlives_connection()
     }
 
     /// How long after its holder was killed a lock held with a lease of `lease` must be free:
@@ -420,8 +478,14 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
         (
             "no_watchdog_lease_ends",
             Each,
-            LEASES,
+            ANY,
             case(watchdog::no_watchdog_lease_ends),
+        ),
+        (
+            "lease_shorter_than_session_is_refused",
+            Each,
+            &[Need::Sessions],
+            case(watchdog::lease_shorter_than_session_is_refused),
         ),
         (
             "paused_holder_is_fenced",
@@ -825,9 +889,7 @@ impl Setup {
             .map_err(|_| unreachable("no answer within 10s".into()))?
             .map_err(|e| unreachable(e.to_string()))?;
         if self.reachable.get().is_none() {
-            let probe = client
-                .lock("conformance/probe")
-                .lease(Duration::from_secs(1));
+            let probe = client.lock("conformance/probe");
             let answer = tokio::time::timeout(Duration::from_secs(10), probe.try_acquire()).await;
             let verdict = match answer {
                 Err(_) => Err(unreachable("no answer within 10s".into())),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use distlock::Client;
 
-use crate::suite::Ctx;
 use crate::suite::waiting::Waiting;
+use crate::suite::{Ctx, with_lease};
 use crate::{Failure, Outcome, check};
 
 /// Longer than a stop and start of a private store on a loaded machine (about 1 to 3 s); the
@@ -35,10 +35,13 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let holder_client = distlock::connect(&url).await?;
     let waiter_client = distlock::connect(&url).await?;
     let name = ctx.unique_name("restart");
-    let held = lock(&ctx, &holder_client, &name)
-        .lease(SURVIVING_LEASE)
-        .acquire()
-        .await?;
+    let held = with_lease(
+        &holder_client,
+        lock(&ctx, &holder_client, &name),
+        SURVIVING_LEASE,
+    )
+    .acquire()
+    .await?;
     let first = held.fencing_token();
     let waiter = Waiting::start(
         (ctx.flavour.contender)(&waiter_client, &name),
@@ -134,10 +137,13 @@ pub(super) async fn down_past_lease_fires_lost(ctx: Ctx) -> Outcome {
     let url = store.url();
     let holder_client = distlock::connect(&url).await?;
     let name = ctx.unique_name("down");
-    let held = lock(&ctx, &holder_client, &name)
-        .lease(SHORT_LEASE)
-        .acquire()
-        .await?;
+    let held = with_lease(
+        &holder_client,
+        lock(&ctx, &holder_client, &name),
+        SHORT_LEASE,
+    )
+    .acquire()
+    .await?;
     let first = held.fencing_token();
     tokio::task::block_in_place(|| store.stop())?;
     // A session with a TTL ends when the TTL has passed without a keep-alive.

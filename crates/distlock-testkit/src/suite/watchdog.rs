@@ -8,7 +8,7 @@ use crate::{Outcome, check};
 pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("renewed");
     let lease = ctx.lease(Duration::from_millis(500));
-    let guard = ctx.lock(&name).lease(lease).acquire().await?;
+    let guard = ctx.leased(ctx.lock(&name), lease).acquire().await?;
     let started = Instant::now();
     let mut tries = 0;
     while started.elapsed() < lease * 3 {
@@ -27,12 +27,31 @@ pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// Without the watchdog a holding lasts one lease: `lost()` fires when it ends and the lock is
+/// the next holder's — on a session store too, where the client ends its holding in the store
+/// then. A store whose holdings end only with their connection (session locks of a SQL store)
+/// cannot end one by time, and refuses `no_watchdog` up front with `InvalidLease`.
 pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("unrenewed");
     let lease = ctx.lease(Duration::from_millis(300));
-    let guard = ctx.lock(&name).lease(lease).no_watchdog().acquire().await?;
-    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
-    check!(lost.is_ok(), "lost did not fire after the lease ended");
+    let taken = ctx
+        .leased(ctx.lock(&name), lease)
+        .no_watchdog()
+        .acquire()
+        .await;
+    if !ctx.holdings_end_by_time() {
+        check!(
+            matches!(&taken, Err(e) if e.kind() == distlock::ErrorKind::InvalidLease),
+            "no_watchdog on a store whose holdings end only with their connection gave {taken:?}"
+        );
+        return Ok(());
+    }
+    let guard = taken?;
+    let lost = tokio::time::timeout(lease + Duration::from_secs(3), guard.lost()).await;
+    check!(
+        lost.is_ok(),
+        "lost did not fire within 3 s after the {lease:?} lease ended"
+    );
     let next = ctx
         .contender(&name)
         .acquire_timeout(Duration::from_secs(3))
@@ -111,4 +130,76 @@ pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     check!(!fresh.is_lost(), "the newer holding reports itself lost");
     check!(fresh.release().await?, "the newer holding was lost");
     Ok(())
+}
+
+/// On a session store a lease means what it means elsewhere (a holder that stops, crashed or
+/// paused, blocks others at most that long) only if the session ends by then: a lease shorter
+/// than the sessions' expiry, or any lease where sessions end only with their connection, is
+/// refused with `InvalidLease` naming the bound, never taken and then ignored. A lease as long as
+/// the expiry is taken, and so is the lock's default lease.
+pub(super) async fn lease_shorter_than_session_is_refused(ctx: Ctx) -> Outcome {
+    use distlock::backend::LeaseModel;
+    let name = ctx.unique_name("short-lease");
+    let expiry = match ctx.client.backend().capabilities().lease {
+        LeaseModel::Session { expires_after, .. } => expires_after,
+        other => return Err(crate::Failure(format!("not a session store: {other:?}"))),
+    };
+    let short = expiry.map_or(Duration::from_secs(1), |e| {
+        (e / 2).max(Duration::from_millis(10))
+    });
+    for (lock, what) in [
+        (ctx.lock(&name).lease(short), "renewed"),
+        (ctx.lock(&name).lease(short).no_watchdog(), "unrenewed"),
+    ] {
+        let taken = lock.try_acquire().await;
+        let Err(e) = &taken else {
+            return Err(crate::Failure(format!(
+                "a {what} {short:?} lease on a session store (expiry {expiry:?}) gave {taken:?}"
+            )));
+        };
+        check!(
+            e.kind() == distlock::ErrorKind::InvalidLease,
+            "a {what} {short:?} lease gave {e}"
+        );
+        // The refusal says what bounds a stopped holder: the expiry, or the connection.
+        let names_the_bound = match expiry {
+            Some(expiry) => e.to_string().contains(&show(expiry)),
+            None => e.to_string().contains("connection"),
+        };
+        check!(
+            names_the_bound,
+            "the refusal does not name the bound {expiry:?}: {e}"
+        );
+    }
+    if let Some(expiry) = expiry {
+        let kept = ctx.lock(&name).lease(expiry).try_acquire().await?;
+        check!(
+            kept.is_some(),
+            "a lease of the session's expiry was not taken on a free lock"
+        );
+        if let Some(guard) = kept {
+            check!(guard.release().await?, "the holding was lost");
+        }
+    }
+    let guard = ctx.lock(&name).try_acquire().await?;
+    check!(
+        guard.is_some(),
+        "the default lease was not taken on a free lock"
+    );
+    if let Some(guard) = guard {
+        check!(
+            guard.release().await?,
+            "the default lease's holding was lost"
+        );
+    }
+    Ok(())
+}
+
+/// A duration as distlock's messages write it (`3s`, `1500ms`).
+fn show(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }

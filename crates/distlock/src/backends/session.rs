@@ -26,6 +26,12 @@ use crate::backend::{Attempt, Hold, LockRequest, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName, OwnerToken};
 
+/// Why a session lock can keep no lease (for [`crate::Capabilities::sessions`]): a paused holder
+/// keeps its connection open, and with it the lock, for as long as it is paused.
+pub(crate) const NO_LEASE: &str = "they are held as long as their connection, which a paused \
+     holder keeps open, so nothing ends a stopped holder's holding by time; for leases, use the \
+     lease mode (the URL without ?lock=session)";
+
 /// Where session connections come from.
 #[async_trait]
 pub(crate) trait SessionPool: Send + Sync + 'static {

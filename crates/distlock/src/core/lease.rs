@@ -12,6 +12,13 @@
 //! one renewal step ([`renew_once`]) that reports the next due time or the loss (the store says
 //! the holding is no longer ours, or renewal kept failing until the lease ran out). Session
 //! holds are not renewed; a small task reports their session's end.
+//!
+//! A lease means the same on every store ([`settle`]): a holder that stops renewing (crashed,
+//! paused, no watchdog) blocks others at most that long, plus the store's granularity. On a
+//! session store the session bounds a stopped holder, so a lease shorter than the session's
+//! expiry is refused rather than taken and ignored; and a session hold without the watchdog
+//! ends at its lease like any other: its guards lose it by the clock, and the same small task
+//! frees it in the store then.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,12 +28,87 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Backend, Hold, LockRequest, Signal};
+use crate::backend::{Backend, Capabilities, Hold, LeaseModel, LockRequest, Signal};
 use crate::core::reentrancy::Slot;
 use crate::core::renewals::{QueueKey, Renewals};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Labels;
-use crate::types::{FencingToken, show_duration};
+use crate::types::{FencingToken, Lease, show_duration};
+
+/// How a lock asks to be held.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Terms {
+    /// The watchdog renews the holding.
+    pub(crate) renew: bool,
+    /// The caller set the lease ([`crate::Lock::lease`]); otherwise it is the default.
+    pub(crate) lease_set: bool,
+}
+
+/// Makes `req`'s lease one the store keeps as a lease means on every store — a holder that
+/// stops renewing (crashed, paused, no watchdog) blocks others at most that long, plus the
+/// store's granularity — or refuses it with [`ErrorKind::InvalidLease`]: never takes a lease
+/// to ignore it.
+///
+/// * A per-lock lease shorter than the store's granularity is refused.
+/// * On a session store a stopped holder keeps its locks until its session ends. A lease set
+///   shorter than the session's expiry is refused (naming the expiry and what sets it); the
+///   default lease is raised to the expiry when that is longer. Where the session is the
+///   connection (no expiry: a paused holder keeps it open) a lease set and `no_watchdog` are
+///   refused: nothing could end the holding of a paused holder by time.
+pub(crate) fn settle(
+    caps: &Capabilities,
+    backend: &'static str,
+    req: &mut LockRequest,
+    terms: Terms,
+) -> Result<()> {
+    let lease = req.lease.duration();
+    let refuse = |why: String| {
+        Err(Error::new(
+            ErrorKind::InvalidLease,
+            format!("lock {:?}: {why}", req.name.as_str()),
+        )
+        .with_backend(backend))
+    };
+    match caps.lease {
+        LeaseModel::PerLock { granularity } if lease < granularity => refuse(format!(
+            "a lease of {} is shorter than the {} the {backend} store can keep",
+            show_duration(lease),
+            show_duration(granularity),
+        )),
+        LeaseModel::Session {
+            expires_after: Some(expiry),
+            explain,
+        } if lease < expiry => {
+            if terms.lease_set {
+                return refuse(format!(
+                    "a lease of {} is shorter than the {} a holder that stops (crashes, pauses) \
+                     keeps its {backend} locks ({explain}): ask for a lease of {} or more, or \
+                     for shorter sessions",
+                    show_duration(lease),
+                    show_duration(expiry),
+                    show_duration(expiry),
+                ));
+            }
+            // The default lease: no shorter than what a session keeps a stopped holder's locks.
+            req.lease = Lease::new(expiry.min(Lease::MAX))?;
+            Ok(())
+        }
+        LeaseModel::Session {
+            expires_after: None,
+            explain,
+        } if terms.lease_set || !terms.renew => {
+            let what = if terms.lease_set {
+                format!("a lease ({})", show_duration(lease))
+            } else {
+                "no_watchdog (a holding that ends with its lease)".to_string()
+            };
+            refuse(format!(
+                "{what} cannot be kept by {backend} session locks: {explain}"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
 
 /// What a holding's guards can see of it.
 #[derive(Clone, Debug, Default)]
@@ -34,6 +116,10 @@ struct LeaseState {
     /// The instant until which the store has confirmed the holding; `None` for session-based
     /// stores, whose holdings end only with the session.
     valid_until: Option<Instant>,
+    /// The end of the lease of a session hold the watchdog does not renew: the holding ends
+    /// then, whatever its session's confirmations say (a lease hold's `valid_until` is that
+    /// already). Re-entry restarts it, as it restarts a lease.
+    lease_ends: Option<Instant>,
     /// Why the holding was lost, once it was.
     lost: Option<Arc<str>>,
     /// Why the last renewal failed, if it did: the likely reason when the lease then runs out.
@@ -44,7 +130,20 @@ struct LeaseState {
 
 impl LeaseState {
     fn is_lost(&self, now: Instant) -> bool {
-        self.lost.is_some() || self.valid_until.is_some_and(|until| now >= until)
+        self.lost.is_some() || self.end().is_some_and(|end| now >= end)
+    }
+
+    /// When the holding ends by the clock: the earlier of its confirmed validity and its lease.
+    fn end(&self) -> Option<Instant> {
+        match (self.valid_until, self.lease_ends) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether it was the lease of an unrenewed session hold that ended it.
+    fn lease_ended(&self, now: Instant) -> bool {
+        self.lease_ends.is_some_and(|end| now >= end)
     }
 }
 
@@ -93,17 +192,22 @@ impl HeldLease {
                 None,
             ),
         };
+        // Without the watchdog a session hold ends with its lease, as a lease hold does.
+        let lease_ends =
+            (session.is_some() && renewals.is_none()).then(|| sent + req.lease.duration());
         let labels = Arc::new(Labels::of(backend.name(), &req.name));
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
+            lease_ends,
             labels: Some(labels.clone()),
             ..LeaseState::default()
         }));
         let is_session = session.is_some();
         let session_watch = session.map(|(ended, until)| {
             tokio::spawn(watch_session(
-                backend.name(),
+                backend.clone(),
                 req.clone(),
+                token,
                 ended,
                 until,
                 state.clone(),
@@ -137,6 +241,13 @@ impl HeldLease {
         self.state.borrow().is_lost(Instant::now())
     }
 
+    /// Whether this is an unrenewed session hold whose lease has ended, and nothing else ended
+    /// it: it may still be in the store, for this client to free.
+    pub(crate) fn lease_ran_out(&self) -> bool {
+        let s = self.state.borrow();
+        s.lost.is_none() && s.lease_ended(Instant::now())
+    }
+
     /// The lease is still ours by our own clock and some guard still stands for it.
     pub(crate) fn is_live(&self) -> bool {
         self.holds.load(Ordering::Acquire) > 0 && !self.is_lost()
@@ -144,9 +255,21 @@ impl HeldLease {
 
     /// The store confirmed the holding, valid for `valid_for` from `sent` (the request's send
     /// time). `false` (and the holding marked lost) if the confirmation came after the lease had
-    /// already ended by our clock.
+    /// already ended by our clock. An unrenewed session hold's lease restarts from `sent`.
     pub(crate) fn confirm(&self, sent: Instant, valid_for: Duration) -> bool {
-        confirm(&self.state, sent, valid_for)
+        let confirmed = confirm(&self.state, sent, valid_for);
+        if confirmed {
+            let restarted = sent + self.req.lease.duration();
+            self.state
+                .send_if_modified(|s| match s.lease_ends.as_mut() {
+                    Some(end) if *end < restarted => {
+                        *end = restarted;
+                        true
+                    }
+                    _ => false,
+                });
+        }
+        confirmed
     }
 
     /// Marks the holding lost for `why` (first reason wins).
@@ -157,6 +280,19 @@ impl HeldLease {
     /// One more guard stands for this holding.
     pub(crate) fn add_hold(&self) {
         self.holds.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The last guard goes without releasing ([`crate::Guard::leak`]): the holding stays in
+    /// the store until its lease ends. For an unrenewed session hold that end is this client's
+    /// doing, so the task that frees it then is left running.
+    pub(crate) fn leak_hold(&self) {
+        if self.holds.load(Ordering::Acquire) == 1 && self.state.borrow().lease_ends.is_some() {
+            self.session_watch
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+        }
+        self.drop_hold();
     }
 
     /// One guard less; returns the guards left. At zero renewal stops.
@@ -213,20 +349,20 @@ impl HeldLease {
         let lease = self.req.lease.duration();
         let renewed = self.renewed;
         let is_session = self.is_session;
-        let ended = move |renewal_error: Option<&str>| {
-            if is_session {
+        let ended = move |s: &LeaseState| {
+            if is_session && !s.lease_ended(Instant::now()) {
                 "its session was not kept alive past its TTL by this process's clock (was the \
                  process paused, or the store out of reach?)"
                     .to_string()
             } else {
-                lease_ended(lease, renewed, renewal_error)
+                lease_ended(lease, renewed, s.renewal_error.as_deref())
             }
         };
         async move {
             let why = loop {
-                let (lost, until, renewal_error) = {
+                let (lost, until) = {
                     let s = rx.borrow_and_update();
-                    (s.lost.clone(), s.valid_until, s.renewal_error.clone())
+                    (s.lost.clone(), s.end())
                 };
                 if let Some(why) = lost {
                     break why.to_string();
@@ -234,7 +370,7 @@ impl HeldLease {
                 // Past the end already (a process resuming from a pause): ready at once, not at
                 // the timer's next tick.
                 if until.is_some_and(|at| Instant::now() >= at) {
-                    break ended(renewal_error.as_deref());
+                    break ended(&rx.borrow());
                 }
                 let ends = async {
                     match until {
@@ -249,7 +385,7 @@ impl HeldLease {
                     () = ends => {
                         let s = rx.borrow();
                         if s.is_lost(Instant::now()) {
-                            break ended(s.renewal_error.as_deref());
+                            break ended(&s);
                         }
                     }
                 }
@@ -330,10 +466,13 @@ fn mark_lost(state: &watch::Sender<LeaseState>, why: &str) {
 }
 
 /// Reports the end of a session hold's session, and for a session that ends by time moves the
-/// holding's end on with each keep-alive the store confirmed.
+/// holding's end on with each keep-alive the store confirmed. An unrenewed hold's lease ends
+/// first if it comes first: the holding is then freed in the store (by its token, so a newer
+/// holding of the same owner is never touched); its guards have lost it by the clock already.
 async fn watch_session(
-    backend: &'static str,
+    backend: Arc<dyn Backend>,
     req: LockRequest,
+    token: FencingToken,
     ended: Signal,
     valid_until: Option<watch::Receiver<Instant>>,
     state: Arc<watch::Sender<LeaseState>>,
@@ -349,10 +488,40 @@ async fn watch_session(
         }
         std::future::pending::<()>().await
     };
-    tokio::select! {
-        () = ended => {}
-        () = follow => {}
+    let lease_ends = async {
+        let mut changes = state.subscribe();
+        loop {
+            let Some(end) = changes.borrow_and_update().lease_ends else {
+                return std::future::pending::<()>().await;
+            };
+            if Instant::now() >= end {
+                return;
+            }
+            // Re-entry may restart the lease meanwhile: the end is read again on each change.
+            tokio::select! {
+                () = tokio::time::sleep_until(end) => {}
+                changed = changes.changed() => if changed.is_err() {
+                    return std::future::pending().await;
+                },
+            }
+        }
+    };
+    let lease_ended = tokio::select! {
+        () = ended => false,
+        () = follow => false,
+        () = lease_ends => true,
+    };
+    if lease_ended {
+        match backend.release(&req, Some(token)).await {
+            Ok(_) => {}
+            // The session's end frees it anyway, within the session's expiry.
+            Err(e) => {
+                tracing::warn!(lock = %req.name, backend = backend.name(), "freeing a holding whose lease ended failed: {e}")
+            }
+        }
+        return;
     }
+    let backend = backend.name();
     let why = format!("the {backend} session holding the lock ended");
     tracing::warn!(lock = %req.name, backend, "{why}");
     mark_lost(&state, &why);

@@ -177,10 +177,10 @@ pub(crate) async fn release(backend: &dyn Backend, lease: &Arc<HeldLease>) -> Re
         *current = Weak::new();
     }
     if lost {
-        return Ok(Released {
-            held: false,
-            freed: false,
-        });
+        // An unrenewed session hold whose lease ran out is freed by the task that watches it,
+        // which the last hold's going has just stopped: freed here instead (by its token).
+        let freed = lease.lease_ran_out() && backend.release(&lease.req, Some(lease.token)).await?;
+        return Ok(Released { held: false, freed });
     }
     let freed = backend.release(&lease.req, Some(lease.token)).await?;
     Ok(Released { held: freed, freed })

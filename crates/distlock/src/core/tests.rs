@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest};
 use crate::core::Engine;
-use crate::core::lease::HeldLease;
+use crate::core::lease::{HeldLease, Terms};
 use crate::core::wait::{self, Deadline};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
@@ -33,6 +33,8 @@ struct FakeBackend {
     follows: Mutex<Vec<bool>>,
     /// When set, grants are sessions that end by time, confirmed until what this says.
     session_until: Mutex<Option<tokio::sync::watch::Receiver<tokio::time::Instant>>>,
+    /// What it says it can do, when not a lease store's.
+    caps: Mutex<Option<Capabilities>>,
 }
 
 #[async_trait]
@@ -42,7 +44,10 @@ impl Backend for FakeBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases()
+        self.caps
+            .lock()
+            .unwrap()
+            .unwrap_or_else(Capabilities::leases)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -140,15 +145,26 @@ fn fresh(name: &str, lease: Duration) -> LockRequest {
 
 const LEASE: Duration = Duration::from_secs(3);
 
+/// A lease set by the caller, renewed by the watchdog.
+const RENEWED: Terms = Terms {
+    renew: true,
+    lease_set: true,
+};
+/// A lease set by the caller, without the watchdog.
+const UNRENEWED: Terms = Terms {
+    renew: false,
+    lease_set: true,
+};
+
 async fn take(engine: &Arc<Engine>, req: LockRequest) -> Arc<HeldLease> {
-    wait::acquire(engine, req, true, Deadline::Never)
+    wait::acquire(engine, req, RENEWED, Deadline::Never)
         .await
         .unwrap()
         .expect("a wait without deadline ends by acquiring")
 }
 
 async fn try_take(engine: &Arc<Engine>, req: LockRequest) -> Option<Arc<HeldLease>> {
-    wait::acquire(engine, req, true, Deadline::Now)
+    wait::acquire(engine, req, RENEWED, Deadline::Now)
         .await
         .unwrap()
 }
@@ -217,7 +233,7 @@ async fn waiting_backs_off_and_respects_the_deadline() {
     let _held = take(&engine, fresh("a", LEASE)).await;
     let started = tokio::time::Instant::now();
     let deadline = Deadline::after(Duration::from_millis(500));
-    let got = wait::acquire(&engine, fresh("a", LEASE), true, deadline).await;
+    let got = wait::acquire(&engine, fresh("a", LEASE), RENEWED, deadline).await;
     // Held by another, as the store answered: no error, no source.
     assert!(got.unwrap().is_none());
     assert_eq!(started.elapsed(), Duration::from_millis(500));
@@ -280,10 +296,15 @@ async fn a_stale_holding_never_touches_the_owners_newer_one() {
     let (engine, backend) = engine();
     let owner = OwnerToken::random();
     let short = Duration::from_millis(300);
-    let stale = wait::acquire(&engine, request("a", &owner, short), false, Deadline::Now)
-        .await
-        .unwrap()
-        .unwrap();
+    let stale = wait::acquire(
+        &engine,
+        request("a", &owner, short),
+        UNRENEWED,
+        Deadline::Now,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     tokio::time::sleep(short * 2).await;
     // The store forgot the expired holding; the same owner takes a new one.
     backend.held.lock().unwrap().clear();
@@ -315,7 +336,7 @@ async fn waits_past_the_clock_are_waits_without_end() {
         let engine = engine.clone();
         async move {
             let deadline = Deadline::after(Duration::from_secs(u64::MAX));
-            wait::acquire(&engine, fresh("a", LEASE), true, deadline).await
+            wait::acquire(&engine, fresh("a", LEASE), RENEWED, deadline).await
         }
     });
     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -329,7 +350,7 @@ async fn a_cancelled_acquisition_leaves_nothing_held() {
     let (engine, backend) = engine();
     backend.take_delay_ms.store(10, Ordering::SeqCst);
     for budget_us in [1, 100, 5_000, 8_000] {
-        let attempt = wait::acquire(&engine, fresh("a", LEASE), true, Deadline::Never);
+        let attempt = wait::acquire(&engine, fresh("a", LEASE), RENEWED, Deadline::Never);
         let outcome = tokio::time::timeout(Duration::from_micros(budget_us), attempt).await;
         assert!(outcome.is_err(), "the take takes 10 ms");
         engine.flush().await;
@@ -347,7 +368,7 @@ async fn the_deadline_bounds_a_slow_attempt_and_the_attempt_is_undone() {
     backend.take_delay_ms.store(1_000, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
     let deadline = Deadline::after(Duration::from_millis(200));
-    let outcome = wait::acquire(&engine, fresh("slow", LEASE), true, deadline).await;
+    let outcome = wait::acquire(&engine, fresh("slow", LEASE), RENEWED, deadline).await;
     // A timeout, but not "held by another": the store never answered, and the source says so.
     let Err(err) = outcome else {
         panic!("a wait of 200 ms answers timeout");
@@ -432,7 +453,7 @@ async fn unsupported_flavours_are_typed_errors() {
     ] {
         let mut req = fresh("a", LEASE);
         req.kind = kind;
-        let err = wait::acquire(&engine, req, true, Deadline::Now)
+        let err = wait::acquire(&engine, req, RENEWED, Deadline::Now)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
@@ -455,4 +476,142 @@ async fn released_holdings_leave_the_renewal_queue() {
         0,
         "only live holdings stay queued"
     );
+}
+
+/// A store whose grants are sessions that end `expires_after` their holder's last contact (or
+/// with its connection), kept alive until an hour from now by the returned sender.
+fn session_store(
+    expires_after: Option<Duration>,
+) -> (
+    Arc<Engine>,
+    Arc<FakeBackend>,
+    tokio::sync::watch::Sender<tokio::time::Instant>,
+) {
+    let (engine, backend) = engine();
+    *backend.caps.lock().unwrap() = Some(Capabilities::sessions(
+        expires_after,
+        "what sets the bound: the URL's ?expiry=",
+    ));
+    let (confirm, until) =
+        tokio::sync::watch::channel(tokio::time::Instant::now() + Duration::from_secs(3600));
+    *backend.session_until.lock().unwrap() = Some(until);
+    (engine, backend, confirm)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_shorter_than_the_session_expiry_is_refused_and_the_default_raised() {
+    let (engine, backend, _alive) = session_store(Some(Duration::from_secs(40)));
+    for terms in [RENEWED, UNRENEWED] {
+        let err = wait::acquire(
+            &engine,
+            fresh("a", Duration::from_secs(39)),
+            terms,
+            Deadline::Now,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidLease, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("39s") && message.contains("40s") && message.contains("?expiry="),
+            "the refusal names the lease, the bound and what sets it: {message}"
+        );
+    }
+    assert_eq!(
+        backend.takes.load(Ordering::SeqCst),
+        0,
+        "refused before asking the store"
+    );
+    let kept = try_take(&engine, fresh("a", Duration::from_secs(40)))
+        .await
+        .expect("a lease the session keeps is taken");
+    assert!(engine.release(&kept).await.unwrap());
+    let default = Terms {
+        renew: true,
+        lease_set: false,
+    };
+    let defaulted = wait::acquire(
+        &engine,
+        fresh("a", Lease::DEFAULT.duration()),
+        default,
+        Deadline::Now,
+    )
+    .await
+    .unwrap()
+    .expect("the default lease is never refused");
+    assert_eq!(
+        defaulted.req.lease.duration(),
+        Duration::from_secs(40),
+        "the default lease is raised to the session's expiry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sessions_of_a_connection_refuse_a_set_lease_and_no_watchdog() {
+    let (engine, backend, _alive) = session_store(None);
+    let refused = [
+        (RENEWED, "a lease (3s)"),
+        (
+            Terms {
+                renew: false,
+                lease_set: false,
+            },
+            "no_watchdog",
+        ),
+    ];
+    for (terms, what) in refused {
+        let err = wait::acquire(&engine, fresh("a", LEASE), terms, Deadline::Now)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidLease, "{err}");
+        assert!(
+            err.to_string().contains(what) && err.to_string().contains("?expiry="),
+            "{err}"
+        );
+    }
+    assert_eq!(backend.takes.load(Ordering::SeqCst), 0);
+    let default = Terms {
+        renew: true,
+        lease_set: false,
+    };
+    let held = wait::acquire(&engine, fresh("a", LEASE), default, Deadline::Now)
+        .await
+        .unwrap()
+        .expect("the default lease is taken: the holding is the connection's");
+    assert!(engine.release(&held).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unrenewed_session_hold_ends_at_its_lease_and_is_freed_in_the_store() {
+    let (engine, backend, _alive) = session_store(Some(LEASE));
+    let lease = Duration::from_secs(5);
+    let started = tokio::time::Instant::now();
+    let held = wait::acquire(&engine, fresh("a", lease), UNRENEWED, Deadline::Now)
+        .await
+        .unwrap()
+        .unwrap();
+    // Re-entry restarts the lease, as it does a lease hold's: it ends 5 s after the re-entry.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(engine.reenter(&held).await.unwrap());
+    tokio::time::sleep(lease - Duration::from_millis(1)).await;
+    assert!(
+        !held.is_lost(),
+        "its session lives and its lease has 1 ms left"
+    );
+    assert!(backend.is_held("a"));
+    let lost = held.lost().await;
+    assert_eq!(started.elapsed(), Duration::from_secs(7), "{lost}");
+    assert!(lost.to_string().contains("renewal is off"), "{lost}");
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !backend.is_held("a"),
+        "the client freed the holding in the store when its lease ended"
+    );
+    // Two guards (the re-entry): the last one's release asks the store again, by the holding's
+    // token (the task that freed it may not have run), and finds it gone.
+    assert!(!engine.release(&held).await.unwrap());
+    assert!(!engine.release(&held).await.unwrap());
+    assert_eq!(backend.releases.load(Ordering::SeqCst), 2);
 }

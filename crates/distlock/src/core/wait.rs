@@ -26,9 +26,9 @@ use std::pin::Pin;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LeaseModel, LockRequest, Waiter, Wakeups, next_notice};
+use crate::backend::{Attempt, Backend, LockRequest, Waiter, Wakeups, next_notice};
 use crate::core::Engine;
-use crate::core::lease::HeldLease;
+use crate::core::lease::{self, HeldLease, Terms};
 use crate::core::reentrancy::Taken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::LockName;
@@ -63,8 +63,8 @@ impl Deadline {
 /// flight that succeeded is released, a waiter's place in the store is removed.
 pub(crate) async fn acquire(
     engine: &Arc<Engine>,
-    req: LockRequest,
-    renew: bool,
+    mut req: LockRequest,
+    terms: Terms,
     deadline: Deadline,
 ) -> Result<Option<Arc<HeldLease>>> {
     let backend = &engine.backend;
@@ -72,19 +72,8 @@ pub(crate) async fn acquire(
         return Err(Error::unsupported(backend.name(), req.kind));
     }
     let caps = backend.capabilities();
-    if let LeaseModel::PerLock { granularity } = caps.lease
-        && req.lease.duration() < granularity
-    {
-        return Err(Error::new(
-            ErrorKind::InvalidLease,
-            format!(
-                "a lease of {} is shorter than the {} the {} store can keep",
-                crate::types::show_duration(req.lease.duration()),
-                crate::types::show_duration(granularity),
-                backend.name()
-            ),
-        ));
-    }
+    lease::settle(&caps, backend.name(), &mut req, terms)?;
+    let renew = terms.renew;
     let waiter = backend.waiter(&req).unwrap_or_else(|| {
         Box::new(PollingWaiter {
             backend: backend.clone(),

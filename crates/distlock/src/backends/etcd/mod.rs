@@ -422,11 +422,15 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::sessions()
-            .notifying()
-            .queueing()
-            .electing_and_latching()
-            .inspecting()
+        Capabilities::sessions(
+            Some(self.inner.sessions.ttl()),
+            "the TTL of the session's lease; the URL's ?ttl= sets it, in whole seconds, from \
+             etcd's minimum: 2s with its default election timeout",
+        )
+        .notifying()
+        .queueing()
+        .electing_and_latching()
+        .inspecting()
     }
 
     fn supports(&self, kind: LockKind) -> bool {

@@ -10,6 +10,7 @@
 //! deleted (a forced release) is over, and its own lost signal fires.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -80,6 +81,9 @@ pub(super) struct Sessions {
     client: Client,
     ttl: Duration,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The TTL etcd granted the last session's lease, in seconds (the one asked for until then):
+    /// etcd raises a TTL below its minimum.
+    granted_secs: AtomicU64,
 }
 
 impl Sessions {
@@ -88,7 +92,14 @@ impl Sessions {
             client,
             ttl,
             current: tokio::sync::Mutex::new(None),
+            granted_secs: AtomicU64::new(ttl.as_secs()),
         }
+    }
+
+    /// The TTL of the session's lease: how long after this client's last keep-alive its
+    /// session, and every lock it holds, ends.
+    pub(super) fn ttl(&self) -> Duration {
+        Duration::from_secs(self.granted_secs.load(Ordering::Relaxed))
     }
 
     /// Stops using `session` (etcd says its lease is gone): the next take starts a new one.
@@ -127,6 +138,7 @@ impl Sessions {
             .with_backend(NAME));
         }
         let ttl = Duration::from_secs(granted.ttl() as u64);
+        self.granted_secs.store(ttl.as_secs(), Ordering::Relaxed);
         let (over_tx, over) = watch::channel(false);
         let (until_tx, valid_until) = watch::channel(sent + ttl);
         let held = Arc::new(Watched::default());

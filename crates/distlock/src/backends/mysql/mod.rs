@@ -137,7 +137,7 @@ impl Backend for MysqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         let base = if self.sessions.is_some() {
-            Capabilities::sessions()
+            Capabilities::sessions(None, crate::backends::session::NO_LEASE)
         } else {
             Capabilities::leases()
         };

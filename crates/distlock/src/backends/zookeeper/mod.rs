@@ -238,11 +238,15 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::sessions()
-            .notifying()
-            .queueing()
-            .electing_and_latching()
-            .inspecting()
+        Capabilities::sessions(
+            Some(self.inner.sessions.timeout()),
+            "the session timeout the ensemble granted; the URL's ?timeout= asks for another, \
+             which the servers bound by their minSessionTimeout, two ticks by default",
+        )
+        .notifying()
+        .queueing()
+        .electing_and_latching()
+        .inspecting()
     }
 
     fn supports(&self, kind: LockKind) -> bool {

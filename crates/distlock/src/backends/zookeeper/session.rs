@@ -20,6 +20,7 @@
 //! release) is over, and its own lost signal fires. Not a watch on the node: its successor's
 //! watch is the node's only one, so a deletion wakes one waiter, not the herd.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -121,15 +122,25 @@ pub(super) struct Sessions {
     config: Arc<Config>,
     connect_timeout: Duration,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The session timeout the ensemble granted the last session, in milliseconds (the one asked
+    /// for until then): the servers bound what the URL asks by their minimum and maximum.
+    granted_ms: AtomicU64,
 }
 
 impl Sessions {
     pub(super) fn new(config: Arc<Config>, connect_timeout: Duration) -> Self {
         Sessions {
+            granted_ms: AtomicU64::new(config.timeout.as_millis() as u64),
             config,
             connect_timeout,
             current: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The session timeout the ensemble granted: how long after this client's last contact its
+    /// session, and every lock it holds, ends.
+    pub(super) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.granted_ms.load(Ordering::Relaxed))
     }
 
     /// The live session, started if there is none.
@@ -168,6 +179,8 @@ impl Sessions {
             .map_err(|_| unreachable(format!("no session within {:?}", self.connect_timeout)))?
             .map_err(|e| unreachable(e.to_string()))?;
         let timeout = client.session_timeout();
+        self.granted_ms
+            .store(timeout.as_millis() as u64, Ordering::Relaxed);
         let beacon = Beacon::make(&client, &config.prefix)
             .await
             .map_err(from_zk("creating the session's beacon node"))?;
