@@ -539,8 +539,10 @@ fn killing_distlock_kills_command_and_its_children() {
             "sleep 60 & a=$!; sleep 60 & b=$!; echo $$ $a $b > {p}.tmp; mv {p}.tmp {p}; wait",
             p = pids.display()
         );
+        // 3 s: no shorter than the ZooKeeper and etcd URLs' sessions, which refuse a lease they
+        // cannot keep.
         let mut holder = Command::new(BIN)
-            .args(["exec", "--url", url, "--lease", "2s", &name, "--"])
+            .args(["exec", "--url", url, "--lease", "3s", &name, "--"])
             .args(["sh", "-c", &script])
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
@@ -573,4 +575,93 @@ fn killing_distlock_kills_command_and_its_children() {
             "{backend}: processes {left:?} of COMMAND outlived a SIGKILLed distlock"
         );
     }
+}
+
+/// Issue #27: `--lease` means on ZooKeeper and etcd what it means elsewhere, the longest a
+/// holder that stops blocks others (plus the store's granularity). Their holdings are sessions,
+/// which outlive a stopped holder by the session timeout (TTL): a lease shorter than that is
+/// refused with 64, naming the session's bound and the URL parameter that sets it; with sessions
+/// that fit, a SIGKILLed holder's lock is free within the lease plus the store's granularity
+/// (ZooKeeper expires sessions in ticks, 2 s here; etcd checks for expired leases every 500 ms).
+#[test]
+fn a_lease_shorter_than_the_session_is_refused_and_one_that_fits_is_kept() {
+    let stores = common::servers("--lease on a session store");
+    for store in stores.iter().filter(|s| matches!(s.name, "zk" | "etcd")) {
+        let (param, granularity) = match store.name {
+            "zk" => ("timeout", Duration::from_secs(2)),
+            _ => ("ttl", Duration::from_millis(500)),
+        };
+        let name = format!("exec-test/lease/{}/{}", store.name, rand_suffix());
+        let long_sessions = with_param(&store.url, param, "3s");
+        let refused = Command::new(BIN)
+            .args(["exec", "--url", &long_sessions, "--lease", "2s", &name])
+            .args(["--", "echo", "ran"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(code(&refused), 64, "{}: {refused:?}", store.name);
+        assert!(refused.stdout.is_empty(), "{}: the command ran", store.name);
+        assert!(
+            stderr.contains("2s")
+                && stderr.contains("3s")
+                && stderr.contains(&format!("?{param}=")),
+            "{}: the refusal names the lease, the session's bound and what sets it: {stderr}",
+            store.name
+        );
+
+        let fitting = with_param(&store.url, param, "2s");
+        let scratch = Scratch::new();
+        let ready = scratch.path("ready");
+        let mut holder = Command::new(BIN)
+            .args(["exec", "--url", &fitting, "--lease", "2s", &name, "--"])
+            .args([
+                "sh",
+                "-c",
+                &format!("echo $$ > {}; sleep 60", ready.display()),
+            ])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holder");
+        wait_until_ran(&mut holder, &ready, store.name);
+        let command_pid: u32 = std::fs::read_to_string(&ready)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        signal(holder.id(), libc::SIGKILL);
+        holder.wait().ok();
+        let killed = Instant::now();
+        let next = Command::new(BIN)
+            .args([
+                "exec", "--url", &fitting, "--wait", "30s", &name, "--", "true",
+            ])
+            .output()
+            .unwrap();
+        let waited = killed.elapsed();
+        signal(command_pid, libc::SIGKILL);
+        assert_eq!(code(&next), 0, "{}: {next:?}", store.name);
+        // A second on top for starting the next process and its session on a loaded machine.
+        let bound = Duration::from_secs(2) + granularity + Duration::from_secs(1);
+        eprintln!(
+            "{}: a killed holder's lock (--lease 2s) was free after {waited:?}",
+            store.name
+        );
+        assert!(
+            waited <= bound,
+            "{}: a killed holder's lock freed after {waited:?} (lease 2s, bound {bound:?})",
+            store.name
+        );
+    }
+}
+
+/// `url` with its query parameter `key` set to `value` (replaced, or added).
+fn with_param(url: &str, key: &str, value: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && p.split('=').next() != Some(key))
+        .map(str::to_string)
+        .collect();
+    params.push(format!("{key}={value}"));
+    format!("{base}?{}", params.join("&"))
 }

@@ -54,8 +54,14 @@ fn status_then_force_release(store: &Store) {
         "echo $DISTLOCK_FENCING_TOKEN > {}; sleep 60",
         ready.display()
     );
+    // ZooKeeper and etcd refuse a lease shorter than their sessions (the URLs' 3 s).
+    let lease = if matches!(store.name, "zk" | "etcd") {
+        "3s"
+    } else {
+        "1s"
+    };
     let mut holder = Command::new(BIN)
-        .args(["exec", "--lease", "1s", "--url", &store.url, &name])
+        .args(["exec", "--lease", lease, "--url", &store.url, &name])
         .args(["--", "sh", "-c", &script])
         .env_remove("DISTLOCK_URL")
         .stdout(Stdio::null())

@@ -28,9 +28,10 @@ pub(crate) struct ElectArgs {
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
-    /// How soon a crashed leader is replaced; renewed every lease/3 while COMMAND runs.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
-    lease: Duration,
+    /// How soon a crashed leader is replaced; renewed every lease/3 while COMMAND runs
+    /// [default: 10s]. A session store refuses a lease it cannot keep (exit 64).
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    lease: Option<Duration>,
     /// What this candidate proclaims when it leads (shown by `distlock leader`)
     /// [default: HOSTNAME:PID].
     #[arg(long)]
@@ -79,7 +80,11 @@ pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
         Err(e) => return failed("not leader", &args.name, &e),
     };
     let value = args.value.clone().unwrap_or_else(default_value);
-    let election = client.election(&args.name).lease(args.lease);
+    // Only a lease asked for is set: the default is never refused (see `Election::lease`).
+    let election = match args.lease {
+        Some(lease) => client.election(&args.name).lease(lease),
+        None => client.election(&args.name),
+    };
     let mut interrupted = Signals::new();
     let leadership = tokio::select! {
         won = election.campaign(value.clone()) => match won {

@@ -46,10 +46,11 @@ pub(crate) struct ExecArgs {
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
-    /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs.
+    /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs
+    /// [default: 30s]. A session store refuses a lease it cannot keep (exit 64).
     // `allow_hyphen_values`: `--lease -1s` is a bad lease, not an unknown flag `-1`.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
-    lease: Duration,
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    lease: Option<Duration>,
     /// Give up (exit 75) if the lock is not free within this time [default: wait forever].
     #[arg(
         long,
@@ -74,7 +75,11 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return not_obtained(&args.name, &e),
     };
-    let lock = client.lock(&args.name).lease(args.lease);
+    // Only a lease asked for is set: the default is never refused (see `Lock::lease`).
+    let lock = match args.lease {
+        Some(lease) => client.lock(&args.name).lease(lease),
+        None => client.lock(&args.name),
+    };
     let mut interrupted = Signals::new();
     let taken = tokio::select! {
         taken = async {

@@ -34,8 +34,11 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
         let lock = match job.kind {
             Kind::Lock => client.lock(&name),
             Kind::Fair => client.fair_lock(&name),
-        }
-        .lease(Duration::from_millis(job.lease_ms));
+        };
+        // On a session store the lease is at least the session's expiry, and SQL session locks
+        // take none (their holding is the connection's): what the store keeps, not a refusal.
+        let lock =
+            distlock_testkit::suite::with_lease(&client, lock, Duration::from_millis(job.lease_ms));
         let hold = Duration::from_micros(job.hold_us);
         workers.push(tokio::spawn(async move {
             sleep_until_ns(start).await;

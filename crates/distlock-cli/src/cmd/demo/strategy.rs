@@ -472,9 +472,9 @@ impl Protection {
                 self.settings.method.name()
             )
         })?;
-        client
-            .lock(name)
-            .lease(self.settings.lease)
+        // On a session store the lease is at least the session's expiry, and SQL session locks
+        // take none (their holding is the connection's): what the store keeps, not a refusal.
+        distlock_testkit::suite::with_lease(client, client.lock(name), self.settings.lease)
             .acquire_timeout(self.settings.lock_wait)
             .await
             .with_context(|| format!("acquiring lock {name:?}"))

@@ -28,9 +28,13 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
     let random = Arc::new(Random::default());
     let mut workers = Vec::new();
     for i in 0..job.workers {
-        let lock = client
-            .lock(&job.lock)
-            .lease(Duration::from_millis(job.lease_ms));
+        // On a session store the lease is at least the session's expiry, and SQL session locks
+        // take none (their holding is the connection's): what the store keeps, not a refusal.
+        let lock = distlock_testkit::suite::with_lease(
+            &client,
+            client.lock(&job.lock),
+            Duration::from_millis(job.lease_ms),
+        );
         let (job, log, random) = (job.clone(), log.clone(), random.clone());
         workers.push(tokio::spawn(async move {
             sleep_until_ns(start).await;
