@@ -411,10 +411,7 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
             for task in 0..campaigners {
                 let leaderships = leaderships.clone();
                 let election = client.election(&election);
-                let keepable = crate::suite::keepable_lease(
-                    &client.backend().capabilities(),
-                    Duration::from_millis(lease_ms),
-                );
+                let keepable = client.keepable_lease(Duration::from_millis(lease_ms));
                 let election = match keepable {
                     Some(lease) => election.lease(lease),
                     None => election,

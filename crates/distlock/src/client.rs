@@ -28,6 +28,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::core::Engine;
@@ -272,6 +273,27 @@ impl Client {
     /// backend without latches its calls answer [`ErrorKind::Unsupported`].
     pub fn latch(&self, name: impl AsRef<str>) -> Latch {
         Latch::new(self.clone(), name.as_ref())
+    }
+
+    /// The lease closest to `wanted` that this store keeps, for a lock that should hold at
+    /// least that long: rounded up to the store's lease step (whole seconds on memcached); on
+    /// ZooKeeper and etcd at least the session timeout (a stopped holder keeps its locks that
+    /// long, so [`Lock::lease`] refuses anything shorter). `None` for SQL session locks
+    /// (`?lock=session`), which end with their connection and refuse every lease: leave the
+    /// default.
+    ///
+    /// ```
+    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.lock("report");
+    /// let lock = match client.keepable_lease(Duration::from_secs(2)) {
+    ///     Some(lease) => lock.lease(lease),
+    ///     None => lock,
+    /// };
+    /// # drop(lock); Ok(()) }
+    /// ```
+    pub fn keepable_lease(&self, wanted: Duration) -> Option<Duration> {
+        crate::core::lease::keepable(&self.engine.backend.capabilities(), wanted)
     }
 
     /// What the store says of the locks named exactly `name` (one entry per flavour held or

@@ -9,3 +9,17 @@ pub(crate) mod progress;
 pub(crate) mod serve;
 pub(crate) mod status;
 pub(crate) mod torture;
+
+/// `lock` with the lease closest to `wanted` that the store keeps (at least a session store's
+/// expiry; none for SQL session locks, which refuse every lease), so that a `--lease` default
+/// made for lease stores is what the store keeps rather than a refusal.
+pub(crate) fn keepable(
+    client: &distlock::Client,
+    lock: distlock::Lock,
+    wanted: std::time::Duration,
+) -> distlock::Lock {
+    match client.keepable_lease(wanted) {
+        Some(lease) => lock.lease(lease),
+        None => lock,
+    }
+}

@@ -119,36 +119,10 @@ impl Flavour {
 /// The name of the one-permit semaphore flavour of [`Flavour::every`].
 const SEMAPHORE: &str = "semaphore1";
 
-/// A lease of about `wanted` that a store of `capabilities` keeps, as a lease means on every
-/// store: rounded up to its lease granularity (whole seconds for a store like memcached); on a
-/// session store, at least its sessions' expiry (a stopped holder keeps its locks that long, and
-/// a shorter lease is refused). `None` on a store that keeps no lease (session locks held as long
-/// as their connection, which refuse every lease).
-pub fn keepable_lease(capabilities: &distlock::Capabilities, wanted: Duration) -> Option<Duration> {
-    match capabilities.lease {
-        distlock::backend::LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
-            let step = granularity.as_nanos();
-            let rounded = wanted.as_nanos().div_ceil(step) * step;
-            Some(Duration::from_nanos(
-                u64::try_from(rounded).unwrap_or(u64::MAX),
-            ))
-        }
-        distlock::backend::LeaseModel::Session {
-            expires_after: Some(expiry),
-            ..
-        } => Some(wanted.max(expiry)),
-        distlock::backend::LeaseModel::Session {
-            expires_after: None,
-            ..
-        } => None,
-        _ => Some(wanted),
-    }
-}
-
 /// `lock` (of `client`) with a lease of about `wanted` that the store keeps
-/// ([`keepable_lease`]), or as it is on a store that keeps none.
+/// ([`Client::keepable_lease`]), or as it is on a store that keeps none.
 pub fn with_lease(client: &Client, lock: Lock, wanted: Duration) -> Lock {
-    match keepable_lease(&client.backend().capabilities(), wanted) {
+    match client.keepable_lease(wanted) {
         Some(lease) => lock.lease(lease),
         None => lock,
     }
@@ -170,11 +144,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// A lease of about `wanted` that the store can keep ([`keepable_lease`]); on a store that
+    /// A lease of about `wanted` that the store can keep ([`Client::keepable_lease`]); on a store that
     /// keeps none (session locks held as long as their connection), `wanted` itself, for the
     /// case's timing: its locks then take no lease ([`Ctx::leased`]).
     pub fn lease(&self, wanted: Duration) -> Duration {
-        keepable_lease(&self.client.backend().capabilities(), wanted).unwrap_or(wanted)
+        self.client.keepable_lease(wanted).unwrap_or(wanted)
     }
 
     /// `lock` with a lease of about `wanted` that the store can keep, or as it is on a store that
@@ -187,7 +161,7 @@ impl Ctx {
     /// default one on a store that keeps none.
     pub fn election(&self, name: &str, wanted: Duration) -> distlock::Election {
         let election = self.client.election(name);
-        match keepable_lease(&self.client.backend().capabilities(), wanted) {
+        match self.client.keepable_lease(wanted) {
             Some(lease) => election.lease(lease),
             None => election,
         }
@@ -196,7 +170,8 @@ impl Ctx {
     /// The lease an election of [`Ctx::election`] has: about `wanted`, or the default election
     /// lease on a store that keeps no lease.
     pub fn election_lease(&self, wanted: Duration) -> Duration {
-        keepable_lease(&self.client.backend().capabilities(), wanted)
+        self.client
+            .keepable_lease(wanted)
             .unwrap_or(distlock::election::DEFAULT_ELECTION_LEASE)
     }
 

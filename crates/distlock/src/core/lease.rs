@@ -110,6 +110,30 @@ pub(crate) fn settle(
     }
 }
 
+/// The lease closest to `wanted` that a store of `caps` keeps as a lease means everywhere (see
+/// [`settle`]): rounded up to its granularity; on a session store, at least its sessions'
+/// expiry. `None` where holdings end only with their connection, which keeps no lease.
+pub(crate) fn keepable(caps: &Capabilities, wanted: Duration) -> Option<Duration> {
+    match caps.lease {
+        LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
+            let step = granularity.as_nanos();
+            let rounded = wanted.as_nanos().div_ceil(step) * step;
+            Some(Duration::from_nanos(
+                u64::try_from(rounded).unwrap_or(u64::MAX),
+            ))
+        }
+        LeaseModel::Session {
+            expires_after: Some(expiry),
+            ..
+        } => Some(wanted.max(expiry)),
+        LeaseModel::Session {
+            expires_after: None,
+            ..
+        } => None,
+        LeaseModel::PerLock { .. } => Some(wanted),
+    }
+}
+
 /// What a holding's guards can see of it.
 #[derive(Clone, Debug, Default)]
 struct LeaseState {

@@ -420,7 +420,7 @@ async fn a_waiter_checks_the_size_at_its_first_attempt_only() {
     let waiter = {
         let engine = engine.clone();
         tokio::spawn(async move {
-            wait::acquire(&engine, fresh("a", LEASE), true, Deadline::Never).await
+            wait::acquire(&engine, fresh("a", LEASE), RENEWED, Deadline::Never).await
         })
     };
     // The waiter tries, finds it held, and tries again after the lease left (the fake does

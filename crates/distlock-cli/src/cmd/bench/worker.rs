@@ -37,8 +37,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
         };
         // On a session store the lease is at least the session's expiry, and SQL session locks
         // take none (their holding is the connection's): what the store keeps, not a refusal.
-        let lock =
-            distlock_testkit::suite::with_lease(&client, lock, Duration::from_millis(job.lease_ms));
+        let lock = crate::cmd::keepable(&client, lock, Duration::from_millis(job.lease_ms));
         let hold = Duration::from_micros(job.hold_us);
         workers.push(tokio::spawn(async move {
             sleep_until_ns(start).await;

@@ -474,7 +474,7 @@ impl Protection {
         })?;
         // On a session store the lease is at least the session's expiry, and SQL session locks
         // take none (their holding is the connection's): what the store keeps, not a refusal.
-        distlock_testkit::suite::with_lease(client, client.lock(name), self.settings.lease)
+        crate::cmd::keepable(client, client.lock(name), self.settings.lease)
             .acquire_timeout(self.settings.lock_wait)
             .await
             .with_context(|| format!("acquiring lock {name:?}"))

@@ -30,7 +30,7 @@ pub(super) async fn run(job: &str, url: Option<&str>) -> Result<ExitCode> {
     for i in 0..job.workers {
         // On a session store the lease is at least the session's expiry, and SQL session locks
         // take none (their holding is the connection's): what the store keeps, not a refusal.
-        let lock = distlock_testkit::suite::with_lease(
+        let lock = crate::cmd::keepable(
             &client,
             client.lock(&job.lock),
             Duration::from_millis(job.lease_ms),
