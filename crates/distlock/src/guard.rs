@@ -83,6 +83,18 @@ impl Guard {
         self.lease.is_lost()
     }
 
+    /// The instant, by this process's monotonic clock, at which the holding ends unless the
+    /// store confirms it again: the end of the last lease the store confirmed (each renewal
+    /// moves it on), counted from when that request was sent, so a store whose clock runs true
+    /// ends it later, never sooner. Past it the holding is lost, whether or not anything was heard.
+    /// `None` for a holding that ends only with its connection (SQL `?lock=session`).
+    ///
+    /// Useful before a step that must finish inside the lease: check that enough of it is left,
+    /// and fence the write anyway (a pause after the check is not seen by it).
+    pub fn valid_until(&self) -> Option<std::time::Instant> {
+        self.lease.ends_at().map(tokio::time::Instant::into_std)
+    }
+
     /// Takes the same lock once more, as the same owner, without waiting: the new guard shares
     /// this one's holding, lease and token, and the lock is free again only when every guard is
     /// released. The store is asked to confirm that this exact holding is still ours (which

@@ -265,6 +265,13 @@ impl HeldLease {
         self.state.borrow().is_lost(Instant::now())
     }
 
+    /// When the holding ends by the clock as things stand: the end of the last lease (or
+    /// timed session) the store confirmed, or of an unrenewed session hold's lease. `None` for
+    /// a holding that ends only with its connection.
+    pub(crate) fn ends_at(&self) -> Option<Instant> {
+        self.state.borrow().end()
+    }
+
     /// Whether this is an unrenewed session hold whose lease has ended, and nothing else ended
     /// it: it may still be in the store, for this client to free.
     pub(crate) fn lease_ran_out(&self) -> bool {

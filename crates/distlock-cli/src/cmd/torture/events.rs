@@ -31,8 +31,15 @@ pub(super) enum Event {
     },
     /// The control counter was read as `read` and written as `read + 1`, with no fence.
     Counted { at_ns: u64, worker: u32, read: u64 },
-    /// The worker is about to call `release`: its believed hold ends here.
-    Releasing { at_ns: u64, worker: u32 },
+    /// The worker is about to call `release`: its believed hold ends here. `valid_until_ns`:
+    /// when its lease ended (or ends) by its own clock, as the guard says then
+    /// ([`distlock::Guard::valid_until`]); `None` for a holding with no end by time.
+    Releasing {
+        at_ns: u64,
+        worker: u32,
+        #[serde(default)]
+        valid_until_ns: Option<u64>,
+    },
     /// `release` answered: `held` false if the holding had been lost.
     Released { at_ns: u64, worker: u32, held: bool },
     /// The guard's lost signal fired during the hold.

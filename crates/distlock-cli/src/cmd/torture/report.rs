@@ -71,6 +71,11 @@ pub(super) struct Cell {
     /// Overlapping holds that no injected fault explains under `overlaps_allowed`: each one
     /// fails the cell.
     unexplained_overlaps: u64,
+    /// Overlapping holds where the store handed the lock on only once the earlier holder's
+    /// lease had ended by that holder's own clock, and the holder went on past it (a pause
+    /// between its last check and its last step, which only the fence guards against): the
+    /// store kept its promise, so these never fail the cell, whatever the fault.
+    overlaps_past_lease: u64,
     /// Which overlaps the fault may explain on this store ("none": the store promises
     /// exclusion under it), and why (`None` when not applicable).
     overlaps_allowed: Option<Overlaps>,
@@ -110,6 +115,7 @@ impl Cell {
             faults_injected: 0,
             overlapping_holders: 0,
             unexplained_overlaps: 0,
+            overlaps_past_lease: 0,
             overlaps_allowed: None,
             overlaps_allowed_why: None,
             stale_writes_accepted: 0,
@@ -177,6 +183,8 @@ impl Cell {
         // When each lost signal fired, with its hold's worker and token.
         let mut lost_at: Vec<(u32, u64, u64)> = Vec::new();
         let mut acquired_at: Vec<u64> = Vec::new();
+        // When each hold's lease ended by its holder's clock, as it said at its release.
+        let mut lease_ends: HashMap<u64, u64> = HashMap::new();
         let mut span = (u64::MAX, 0u64);
         for ProcessLog {
             process,
@@ -200,8 +208,15 @@ impl Cell {
                         acquired_at.push(at_ns);
                         open.insert(worker, (at_ns, token));
                     }
-                    Event::Releasing { at_ns, worker } => {
+                    Event::Releasing {
+                        at_ns,
+                        worker,
+                        valid_until_ns,
+                    } => {
                         if let Some((start_ns, token)) = open.remove(&worker) {
+                            if let Some(end) = valid_until_ns {
+                                lease_ends.insert(token, end);
+                            }
                             let hold = Hold {
                                 start_ns,
                                 end_ns: at_ns,
@@ -260,11 +275,26 @@ impl Cell {
             let first = told.entry(token).or_insert(at_ns);
             *first = (*first).min(at_ns);
         }
-        // Each overlap: (the hold overlapped, the hold begun during it), and whether a fault
-        // explains it.
-        let unexplained: Vec<(Held, Held)> = history::overlaps(&holds)
+        // Each overlap: (the hold overlapped, the hold begun during it). One that began after
+        // the earlier holder's lease had ended by its own clock is that holder going on past its
+        // lease; any other must be explained by a fault. (The later hold's start is when its
+        // acquire returned, up to one round trip after the store granted it.)
+        let overlaps: Vec<(Held, Held)> = history::overlaps(&holds)
             .into_iter()
             .map(|(earlier, later)| (held[earlier], held[later]))
+            .collect();
+        let past_lease = |earlier: Held, later: Held| {
+            lease_ends
+                .get(&earlier.hold.token)
+                .is_some_and(|&end| end <= later.hold.start_ns)
+        };
+        cell.overlaps_past_lease = overlaps
+            .iter()
+            .filter(|&&(earlier, later)| past_lease(earlier, later))
+            .count() as u64;
+        let unexplained: Vec<(Held, Held)> = overlaps
+            .into_iter()
+            .filter(|&(earlier, later)| !past_lease(earlier, later))
             .filter(|&(earlier, later)| {
                 let told_first = told
                     .get(&earlier.hold.token)
@@ -635,7 +665,11 @@ mod tests {
                 highest_before,
                 lost_known: false,
             },
-            Event::Releasing { at_ns: end, worker },
+            Event::Releasing {
+                at_ns: end,
+                worker,
+                valid_until_ns: None,
+            },
             Event::Released {
                 at_ns: end + 1,
                 worker,
@@ -691,6 +725,51 @@ mod tests {
         until_ns: 6,
         process: Some(0),
     }];
+
+    /// `hold` whose holder said at its release that its lease ended at `lease_end`.
+    fn hold_with_lease_end(
+        worker: u32,
+        token: u64,
+        (start, end): (u64, u64),
+        highest_before: u64,
+        lease_end: u64,
+    ) -> Vec<Event> {
+        let mut events = hold(worker, token, start, end, highest_before);
+        for e in &mut events {
+            if let Event::Releasing { valid_until_ns, .. } = e {
+                *valid_until_ns = Some(lease_end);
+            }
+        }
+        events
+    }
+
+    /// A holder that goes on past its lease (stalled between its last check and its write) is
+    /// overlapped by the next holder the store let in once that lease had ended: the store kept
+    /// its promise, under a fault that explains no overlap too. Let in while the earlier
+    /// holder's lease still ran by its own clock, the same overlap fails the cell.
+    #[test]
+    fn an_overlap_after_the_earlier_lease_ended_is_the_holder_going_on_past_it() {
+        // Process 0 holds token 1 from 0 to 100 with its lease ending at 40; process 1 takes
+        // token 2 at 50 (one lost update).
+        let past = [
+            hold_with_lease_end(0, 1, (0, 100), 0, 40),
+            hold(1, 2, 50, 60, 1),
+        ];
+        let cell = check(FaultKind::SessionKill, true, &past, &ONE, 1);
+        assert_eq!(cell.overlapping_holders, 1, "{cell:?}");
+        assert_eq!(cell.overlaps_past_lease, 1, "{cell:?}");
+        assert_eq!(cell.unexplained_overlaps, 0, "{cell:?}");
+        assert_eq!(cell.verdict, "OK", "{cell:?}");
+        // The lease ran until 70 by its holder's clock: handed on at 50 is a second holder.
+        let early = [
+            hold_with_lease_end(0, 1, (0, 100), 0, 70),
+            hold(1, 2, 50, 60, 1),
+        ];
+        let cell = check(FaultKind::SessionKill, true, &early, &ONE, 1);
+        assert_eq!(cell.overlaps_past_lease, 0, "{cell:?}");
+        assert_eq!(cell.unexplained_overlaps, 1, "{cell:?}");
+        assert_eq!(cell.verdict, "FAIL", "{cell:?}");
+    }
 
     #[test]
     fn a_second_holder_of_the_same_token_fails_the_cell() {
