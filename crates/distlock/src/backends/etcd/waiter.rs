@@ -2,7 +2,9 @@
 //! with reading the oldest contender, as etcd's `concurrency.Mutex` does); later polls only read.
 //! A contender that is not the oldest watches the one key just older than its own for deletion,
 //! and polls once more when the watch exists, so no release is missed and one release wakes one
-//! waiter.
+//! waiter. A semaphore's waiter can be let in by any older contender leaving: it watches the
+//! whole range, keeps that watch across polls, and counts the older contenders' deletions down
+//! from the number its last read found, so a release wakes only the waiters it lets in.
 //!
 //! A holding's key deleted by someone else (a forced release) ends it as its session's end does:
 //! the session's keep-alive reads its holdings' keys (see [`session`](super::session)).
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
     WatchFilterType, WatchOptions, WatchStream,
 };
 
@@ -52,6 +54,11 @@ pub(super) struct EtcdWaiter {
     /// The size a semaphore's contender expects its size key to keep (`None`: no key yet): the
     /// size it asked until a read shows another.
     kept: Option<u32>,
+    /// A semaphore's waiter: how many contenders were older than it at the last read, and that
+    /// read's revision. Its watch counts their deletions after that revision down, so only the
+    /// waiter a release lets in reads again: 24 waiters on one semaphore read after every
+    /// release, each, and took 5 minutes for 2,400 hand-overs on a loaded machine.
+    older: Option<(i64, i64)>,
 }
 
 impl EtcdWaiter {
@@ -66,6 +73,7 @@ impl EtcdWaiter {
             place: None,
             wait_for: None,
             watching: None,
+            older: None,
         }
     }
 
@@ -213,10 +221,20 @@ impl EtcdWaiter {
         let size_key = self.keys.size_key().map(str::to_string);
         for _ in 0..RACES {
             let (blockers, options) = self.keys.holder_read();
-            let reads = [
+            let mut reads = vec![
                 TxnOp::get(key.clone(), None),
-                TxnOp::get(blockers, Some(options)),
+                TxnOp::get(blockers.clone(), Some(options)),
             ];
+            if size_key.is_some() {
+                // The contenders older than this one: how many, the watch then counts down.
+                // (Their keys, not a count: etcd counts a range before the create-revision
+                // filter, so a count-only read would count the younger ones too.)
+                let older = GetOptions::new()
+                    .with_prefix()
+                    .with_max_create_revision(revision - 1)
+                    .with_keys_only();
+                reads.push(TxnOp::get(blockers, Some(older)));
+            }
             // A semaphore's oldest keys are read by the size kept: under a compare that it is
             // the size expected, else the size is read instead, and the read is made again.
             let txn = match &size_key {
@@ -239,7 +257,12 @@ impl EtcdWaiter {
                 return Ok(None);
             }
             if succeeded {
-                return Ok(Some((kvs(ops.next()), read_at)));
+                let read = kvs(ops.next());
+                self.older = match ops.next() {
+                    Some(TxnOpResponse::Get(get)) => Some((get.kvs().len() as i64, read_at)),
+                    _ => None,
+                };
+                return Ok(Some((read, read_at)));
             }
             // Resized (or, deleted by hand, no size any more: the rule stays as last seen).
             self.follow(size_of(kvs(ops.next()).first())?);
@@ -334,6 +357,9 @@ impl Waiter for EtcdWaiter {
             .holdings
             .refuse_mixed_read_write(&self.req, NAME)?;
         let placed = self.place.as_ref().is_some_and(|p| p.revision.is_some());
+        if !placed {
+            self.older = None;
+        }
         let read = if placed {
             self.read_queue().await?
         } else {
@@ -419,8 +445,12 @@ impl Waiter for EtcdWaiter {
                     WatchOptions::new().with_filters([WatchFilterType::NoPut]),
                 ),
                 // A semaphore's range and size key: puts too, for a put of the size (a
-                // resize); puts of newcomers' keys are passed over below.
-                Watched::Range(prefix) => (prefix.clone(), WatchOptions::new().with_prefix()),
+                // resize); puts of newcomers' keys are passed over below, and deletions are
+                // told apart by the deleted key's create revision.
+                Watched::Range(prefix) => (
+                    prefix.clone(),
+                    WatchOptions::new().with_prefix().with_prev_key(),
+                ),
             };
             let what = "watching the contender ahead";
             let mut stream = self.inner.watch(what, &key, options).await?;
@@ -435,26 +465,54 @@ impl Waiter for EtcdWaiter {
             return Ok(());
         }
         let size_key = self.keys.size_key().map(str::as_bytes);
-        let (_, stream) = self.watching.as_mut().expect("watching");
-        // A newcomer's key put behind this waiter changes nothing for it.
-        let newcomer = |event: &etcd_client::Event| {
-            event.event_type() == EventType::Put && event.kv().map(|kv| kv.key()) != size_key
-        };
+        let mine = self.place.as_ref().and_then(|p| p.revision);
+        let permits = i64::from(self.kept.unwrap_or(1));
+        let (watched, stream) = self.watching.as_mut().expect("watching");
+        let range = matches!(watched, Watched::Range(_));
         loop {
-            match stream.message().await {
-                Ok(Some(answer))
-                    if !answer.canceled()
-                        && answer.compact_revision() == 0
-                        && answer.events().iter().all(newcomer) =>
-                {
-                    // A progress notice, or only newcomers.
-                    continue;
-                }
-                // The deletion, or a watch that ended: either way, poll again.
+            let answer = match stream.message().await {
+                Ok(Some(answer)) if !answer.canceled() && answer.compact_revision() == 0 => answer,
+                // A watch that ended: poll again, and watch anew.
                 _ => {
                     self.watching = None;
                     return Ok(());
                 }
+            };
+            if !range {
+                if answer.events().is_empty() {
+                    continue; // a progress notice
+                }
+                // The deletion of the key ahead: poll again (a new key ahead, a new watch).
+                self.watching = None;
+                return Ok(());
+            }
+            // A semaphore: the watch stays open across polls (no event is missed between
+            // them); it wakes the waiter on a resize, and once enough older contenders left.
+            let mut wake = false;
+            for event in answer.events() {
+                let Some(kv) = event.kv() else { continue };
+                if event.event_type() == EventType::Put {
+                    // A newcomer's key changes nothing for this waiter; a resize may.
+                    wake |= Some(kv.key()) == size_key;
+                    continue;
+                }
+                let created = event.prev_kv().map(KeyValue::create_revision);
+                if created.zip(mine).is_some_and(|(c, m)| c > m) {
+                    continue; // a younger contender left
+                }
+                match (&mut self.older, created.is_some()) {
+                    // Counted down only for deletions the last read did not see.
+                    (Some((older, read_at)), true) => {
+                        if kv.mod_revision() > *read_at {
+                            *older -= 1;
+                        }
+                        wake |= *older < permits;
+                    }
+                    _ => wake = true,
+                }
+            }
+            if wake {
+                return Ok(());
             }
         }
     }
