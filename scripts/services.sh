@@ -90,13 +90,13 @@ ensure_redlock() {
   done
 }
 
-# Redis behind Sentinel (redis-sentinel://127.0.0.1:26400,127.0.0.1:26401,127.0.0.1:26402/distlock):
-# a master and two replicas (6400-6402, no persistence) and three Sentinels (26400-26402, quorum
+# Redis behind Sentinel (redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,127.0.0.1:6412/distlock):
+# a master and two replicas (6400-6402, no persistence) and three Sentinels (6410-6412, quorum
 # 2), all from Debian's redis-server (its `--sentinel` mode needs no other package). A failover
 # moves the master: the running Sentinels are asked where it is before a node or a Sentinel is
 # started again, so what is started follows the current master.
 SENTINEL_DATA_PORTS=(6400 6401 6402)
-SENTINEL_PORTS=(26400 26401 26402)
+SENTINEL_PORTS=(6410 6411 6412)
 SENTINEL_MASTER=distlock
 
 redis_role() { redis-cli -h 127.0.0.1 -p "$1" role 2>/dev/null | head -1; }
