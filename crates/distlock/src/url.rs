@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 pub enum Scheme {
     /// `sqlite:PATH`: the embedded default.
     Sqlite,
-    /// `redis://`, `rediss://` (TLS).
+    /// `redis://`, `rediss://` (TLS), `redis-sentinel://` (the master a set of Sentinels names).
     Redis,
     /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters.
     Redlock,
@@ -34,6 +34,7 @@ const SPELLINGS: &[(&str, Scheme)] = &[
     ("sqlite", Scheme::Sqlite),
     ("redis", Scheme::Redis),
     ("rediss", Scheme::Redis),
+    ("redis-sentinel", Scheme::Redis),
     ("redlock", Scheme::Redlock),
     ("postgres", Scheme::Postgres),
     ("postgresql", Scheme::Postgres),

@@ -10,6 +10,8 @@
 //! * `fair`: the fair lock's waiter, which holds a place in the lock's queue.
 //! * `election`, `latch`: election records and count-down latches (their own scripts).
 //! * `inspect`: lock status and forced release.
+//! * `sentinel`: `redis-sentinel://`, where the master is and following it across a failover
+//!   (the rest is this backend, unchanged).
 //!
 #![doc = include_str!("docs.md")]
 
@@ -23,6 +25,7 @@ pub(crate) mod invoke;
 pub(crate) mod keys;
 mod pipelined;
 pub(crate) mod scripts;
+mod sentinel;
 pub(crate) mod subscriber;
 
 // For the fence helpers, which run on the caller's own connection.
@@ -59,7 +62,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// this long before the error reaches the caller.
 const NOT_SENT_RETRY_FOR: Duration = Duration::from_secs(5);
 
-/// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`.
+/// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`, or
+/// from `redis-sentinel://` for the master a set of Sentinels names (followed across failovers).
 pub struct RedisBackend {
     server: Arc<Server>,
 }
