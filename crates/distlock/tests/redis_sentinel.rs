@@ -76,6 +76,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     wait_for_subscriber(old, &channel, "the waiter to subscribe on the first master").await?;
     blocking(|| group.wait_replicated())?;
 
+    let started = std::time::Instant::now();
     let new = blocking(|| -> Result<u16, Failure> {
         match how {
             How::Asked => group.failover(),
@@ -86,6 +87,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         }
     })?;
     check!(new != old, "{how:?}: the master stayed on {old}");
+    let promoted = started.elapsed();
 
     // The holding came across with the replication stream.
     let value = blocking(|| redis_cli(new, &["GET", &format!("distlock:lock:{{{name}}}")]))?;
@@ -98,6 +100,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     );
     // The waiter's subscription follows to the new master.
     wait_for_subscriber(new, &channel, "the waiter to subscribe on the new master").await?;
+    let resubscribed = started.elapsed();
     // Longer than a lease: only renewals on the new master keep the holding.
     tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
     check!(
@@ -124,6 +127,10 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         taken.fencing_token().0
     );
     check!(taken.release().await?, "the waiter's release failed");
+    eprintln!(
+        "{how:?}: master {old} -> {new}: every Sentinel named the new master after {promoted:?}, \
+         the waiter was subscribed there after {resubscribed:?}"
+    );
 
     // New takes, by both clients, with no restart: on the same name and a new one.
     for client in [&holder, &waiter] {

@@ -16,8 +16,9 @@ use crate::Failure;
 pub const SENTINEL_MASTER: &str = "distlock";
 
 /// How long after its last answer a Sentinel judges the private master down: short, so a
-/// killed master is failed over within a few seconds.
-const DOWN_AFTER_MS: u64 = 1000;
+/// killed master is failed over within a few seconds, yet not so short that a node stalled by a
+/// loaded machine is failed over unasked.
+const DOWN_AFTER_MS: u64 = 1500;
 
 /// A master, two replicas and three Sentinels watching them.
 pub struct SentinelGroup {
