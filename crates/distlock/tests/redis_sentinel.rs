@@ -62,7 +62,10 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     for _ in 0..3 {
         let guard = lock.acquire_timeout(Duration::from_secs(5)).await?;
         before.push(guard.fencing_token().0);
-        check!(guard.release().await?, "a release before the failover failed");
+        check!(
+            guard.release().await?,
+            "a release before the failover failed"
+        );
     }
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
     let held_token = held.fencing_token().0;
@@ -141,7 +144,10 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
                 "{how:?}: a take after the failover drew token {}, not above {max_before}",
                 guard.fencing_token().0
             );
-            check!(guard.release().await?, "a release after the failover failed");
+            check!(
+                guard.release().await?,
+                "a release after the failover failed"
+            );
         }
     }
     Ok(())
@@ -185,7 +191,9 @@ async fn bad_urls(ctx: Ctx) -> Outcome {
         "an unknown master name: {unknown:?}"
     );
     // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let nobody = distlock::connect_with(
         &format!("redis-sentinel://127.0.0.1:{port}/distlock"),
         &distlock::Options::default().retry_for(Duration::from_millis(200)),

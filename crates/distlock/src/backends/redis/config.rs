@@ -204,7 +204,8 @@ mod tests {
 
     #[test]
     fn sentinel_urls() {
-        let c = parse_sentinel("redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,h/distlock").unwrap();
+        let c =
+            parse_sentinel("redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,h/distlock").unwrap();
         assert_eq!(
             c.sentinels,
             vec![
@@ -217,8 +218,13 @@ mod tests {
         assert_eq!(c.node.redis_settings().db(), 0);
         assert_eq!(c.node.redis_settings().password(), None);
         let c = parse_sentinel("REDIS-SENTINEL://app:p@s/s?w#rd@[::1]:26379/my%20master?db=3");
-        assert_eq!(c.unwrap_err().kind(), ErrorKind::InvalidUrl, "a space in the name");
-        let c = parse_sentinel("redis-sentinel://app:p@s/s?w#rd@[::1]:26379/mymaster?db=3").unwrap();
+        assert_eq!(
+            c.unwrap_err().kind(),
+            ErrorKind::InvalidUrl,
+            "a space in the name"
+        );
+        let c =
+            parse_sentinel("redis-sentinel://app:p@s/s?w#rd@[::1]:26379/mymaster?db=3").unwrap();
         assert_eq!(c.sentinels, vec![("::1".to_string(), 26379)]);
         assert_eq!(c.node.redis_settings().db(), 3);
         assert_eq!(c.node.redis_settings().username(), Some("app"));
@@ -236,7 +242,10 @@ mod tests {
             ("redis-sentinel://u:hunter2@h:1/", "no master name"),
             ("redis-sentinel://u:hunter2@h:1/m/2", "'/'"),
             ("redis-sentinel://u:hunter2@h:1/m?db=x", "db"),
-            ("redis-sentinel://u:hunter2@h:1/m?prefx=a", "unknown parameter"),
+            (
+                "redis-sentinel://u:hunter2@h:1/m?prefx=a",
+                "unknown parameter",
+            ),
             ("redis-sentinel://u:hunter2@h:0/m", "port"),
             ("redis-sentinel://u:hunter2@/m", "no host"),
             ("redis-sentinel://u:hunter2@h:1/m#x", "fragment"),

@@ -185,7 +185,9 @@ async fn watch(
     let client = sentinels.sentinel_client(at)?;
     let mut pubsub = tokio::time::timeout(sentinels.connect_timeout, client.get_async_pubsub())
         .await
-        .map_err(|_| refused("no pub/sub connection to the Sentinel within the connect timeout"))??;
+        .map_err(|_| {
+            refused("no pub/sub connection to the Sentinel within the connect timeout")
+        })??;
     pubsub.subscribe(SWITCH_MASTER).await?;
     // Subscribed first, then asked: a switch between the two is seen either way.
     if let Some(master) = sentinels.ask(at).await? {
