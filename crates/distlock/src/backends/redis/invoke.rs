@@ -100,7 +100,7 @@ impl Server {
         Ok(Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn,
-            subscriber: Subscriber::start(Source::Fixed(client)),
+            subscriber: Subscriber::start(Source::Fixed(Box::new(client))),
             shown_url: config.shown,
             follower: None,
         })

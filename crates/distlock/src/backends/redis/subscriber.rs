@@ -58,7 +58,7 @@ enum Command {
 /// Where the pub/sub connection goes.
 pub(crate) enum Source {
     /// One server.
-    Fixed(redis::Client),
+    Fixed(Box<redis::Client>),
     /// The master the Sentinels name at each (re)connection.
     Sentinel(Arc<Sentinels>),
 }
@@ -227,7 +227,7 @@ struct Connection {
 /// Connects and subscribes every channel currently wanted.
 async fn open(source: &Source, registry: &Mutex<Registry>) -> redis::RedisResult<Connection> {
     let (client, addr) = match source {
-        Source::Fixed(client) => (client.clone(), None),
+        Source::Fixed(client) => ((**client).clone(), None),
         Source::Sentinel(sentinels) => {
             let (client, addr) = sentinels.master_client().await?;
             (client, Some(addr))
