@@ -23,6 +23,10 @@ fn main() -> std::process::ExitCode {
         .case("redis_sentinel::killed_master_is_followed", |ctx| {
             failover_is_followed(ctx, How::Killed)
         })
+        .case(
+            "redis_sentinel::a_take_not_replicated_is_lost_and_tokens_stay_above",
+            take_not_replicated,
+        )
         .case("redis_sentinel::bad_urls_and_names_are_typed", bad_urls)
         .run()
 }
@@ -151,6 +155,76 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         }
     }
     Ok(())
+}
+
+/// The hazard of asynchronous replication, made to happen: the replicas are cut off (they
+/// reconnect within a second), a lock is taken on the master at once, and the master is killed
+/// before they are back. The promoted replica never had the take: the lock is free on it, so a
+/// second client takes it while the first never released it (two holders), and the first is told
+/// (`lost()`). The second's fencing token is still above the lost one's: tokens are at least the
+/// server clock in µs (a counter alone, behind on the promoted replica, drew the same token
+/// again). If a replica was back in time to receive the take, the scenario is tried again on a
+/// new group.
+async fn take_not_replicated(ctx: Ctx) -> Outcome {
+    let lease = Duration::from_secs(6);
+    for attempt in 1..=3 {
+        let mut group = blocking(start_sentinel_group)?;
+        let url = group.url();
+        let first = distlock::connect(&url).await?;
+        let second = distlock::connect(&url).await?;
+        let name = ctx.unique_name("unreplicated");
+        let guard = first
+            .lock(&name)
+            .acquire_timeout(Duration::from_secs(5))
+            .await?;
+        let replicated = guard.fencing_token().0;
+        check!(
+            guard.release().await?,
+            "a release before the failover failed"
+        );
+        blocking(|| group.wait_replicated())?;
+        let old = blocking(|| group.master_port())?;
+
+        blocking(|| redis_cli(old, &["CLIENT", "KILL", "TYPE", "replica"]))?;
+        let held = first
+            .lock(&name)
+            .lease(lease)
+            .acquire_timeout(Duration::from_secs(5))
+            .await?;
+        let lost_token = held.fencing_token().0;
+        let new = blocking(|| -> Result<u16, Failure> {
+            group.node(old)?.kill()?;
+            group.wait_for_new_master(old)
+        })?;
+        let key = format!("distlock:lock:{{{name}}}");
+        if !blocking(|| redis_cli(new, &["GET", &key]))?.is_empty() {
+            eprintln!("attempt {attempt}: a replica received the take before the kill; again");
+            continue;
+        }
+        // The lock is free on the new master though its holder never released it.
+        let taken = second.lock(&name).lease(lease).try_acquire().await?;
+        let Some(taken) = taken else {
+            return Err(Failure(
+                "the take was not on the new master, yet the lock is held there".into(),
+            ));
+        };
+        check!(
+            taken.fencing_token().0 > lost_token,
+            "the second holder's token {} is not above the lost take's {lost_token} (the one \
+             before it, replicated: {replicated})",
+            taken.fencing_token().0
+        );
+        tokio::time::timeout(lease * 2, held.lost())
+            .await
+            .map_err(|_| Failure("the first holder was never told it lost the lock".into()))?;
+        let after = taken.fencing_token().0;
+        check!(taken.release().await?, "the second holder's release failed");
+        eprintln!("tokens: replicated {replicated}, lost {lost_token}, after the failover {after}");
+        return Ok(());
+    }
+    Err(Failure(
+        "in 3 attempts a replica always received the take before the master was killed".into(),
+    ))
 }
 
 async fn take(client: &Client, name: &str) -> Result<distlock::Guard, Failure> {
