@@ -95,10 +95,15 @@ impl Scheme {
 pub const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
 
 /// The query parameters of the backends that read their own URLs (etcd's session `ttl`,
-/// ZooKeeper's session `timeout`, Redlock's per-master timeouts): [`redact`] shows them, as a
-/// run's figures depend on them and they hold no secret.
-const SHOWN_BACKEND_PARAMETERS: &[&str] =
-    &["ttl", "timeout", "connect_timeout", "response_timeout"];
+/// ZooKeeper's session `timeout`, Redlock's per-master timeouts, the Redis key `prefix`):
+/// [`redact`] shows them, as a run's figures depend on them and they hold no secret.
+const SHOWN_BACKEND_PARAMETERS: &[&str] = &[
+    "ttl",
+    "timeout",
+    "connect_timeout",
+    "response_timeout",
+    "prefix",
+];
 
 /// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they
 /// shape the connection and hold no secret.

@@ -140,6 +140,18 @@ impl SentinelGroup {
             .ok_or_else(|| Failure(format!("no data node of the group on port {port}")))
     }
 
+    /// Stops (SIGSTOP) or resumes (SIGCONT) every running data node but the master: while
+    /// stopped, a replica whose link the master closed cannot connect again, so it receives
+    /// nothing the master writes meanwhile.
+    pub fn pause_replicas(&self, pause: bool) -> Result<(), Failure> {
+        let master = self.master_port()?;
+        let signal = if pause { libc::SIGSTOP } else { libc::SIGCONT };
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != master)
+            .try_for_each(|n| n.signal(signal))
+    }
+
     /// Whether the node on `port` answers `ROLE` with `master`.
     pub fn is_master(&self, port: u16) -> Result<bool, Failure> {
         Ok(redis_cli(port, &["ROLE"])?.lines().next() == Some("master"))

@@ -6,6 +6,7 @@
 //! fault; redis-rs then builds its connection info from the same string. Every message shows the
 //! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
 
+use super::keys::check_prefix;
 use crate::error::{Error, ErrorKind, Result};
 use crate::url::{authority, for_driver, percent_decode, redact, userinfo_end};
 
@@ -17,6 +18,8 @@ pub(super) struct RedisConfig {
     pub(super) tls: bool,
     /// redis-rs's settings, password included.
     pub(super) info: redis::ConnectionInfo,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -29,7 +32,7 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-const EXPECTED: &str = "redis://[user:password@]host:port[/db] or rediss://…";
+const EXPECTED: &str = "redis://[user:password@]host:port[/db][?prefix=app1:] or rediss://…";
 
 fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
     Error::new(
@@ -70,17 +73,55 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
             "the database (after the /) is not a number, as in redis://host:port/0",
         ));
     }
-    let info = redis::IntoConnectionInfo::into_connection_info(for_driver(url)).map_err(|e| {
-        invalid(
-            url,
-            format!("rejected by the Redis client ({:?})", e.kind()),
-        )
-    })?;
+    let (driver_url, prefix) = take_prefix(url).map_err(|why| invalid(url, why))?;
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(for_driver(&driver_url)).map_err(|e| {
+            invalid(
+                url,
+                format!("rejected by the Redis client ({:?})", e.kind()),
+            )
+        })?;
     Ok(RedisConfig {
         shown: redact(url),
         tls,
         info,
+        prefix,
     })
+}
+
+/// `url` without its `prefix=` parameter, and that prefix (checked; empty without one). The
+/// query starts at the first `?` after the user-info, which may hold one.
+fn take_prefix(url: &str) -> std::result::Result<(String, String), &'static str> {
+    let hosts_start = url.find("://").map_or(0, |i| i + 3);
+    let hosts_start = hosts_start + userinfo_end(&url[hosts_start..]).map_or(0, |at| at + 1);
+    let Some(query_start) = url[hosts_start..].find('?').map(|i| hosts_start + i) else {
+        return Ok((url.to_string(), String::new()));
+    };
+    let (query, fragment) = match url[query_start + 1..].split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (&url[query_start + 1..], None),
+    };
+    let mut prefix = String::new();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value)?;
+                prefix = value.to_string();
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let mut out = url[..query_start].to_string();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    Ok((out, prefix))
 }
 
 /// The scheme of Redis behind Sentinel.
@@ -93,7 +134,7 @@ pub(super) fn is_sentinel(url: &str) -> bool {
 }
 
 const SENTINEL_EXPECTED: &str =
-    "redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]";
+    "redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N&prefix=app1:]";
 
 /// Sentinel's own port, for a host given without one.
 const SENTINEL_PORT: u16 = 26379;
@@ -109,6 +150,8 @@ pub(super) struct SentinelConfig {
     /// The data nodes' user, password and database; the address is a placeholder, replaced by
     /// the master's.
     pub(super) node: redis::ConnectionInfo,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
 }
 
 impl std::fmt::Debug for SentinelConfig {
@@ -168,8 +211,13 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
         ));
     }
     let mut db = 0u32;
+    let mut prefix = String::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value).map_err(bad)?;
+                prefix = value.to_string();
+            }
             Some(("db", value)) => {
                 db = value
                     .parse()
@@ -177,7 +225,7 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
             }
             _ => {
                 return Err(bad(
-                    "an unknown parameter (redis-sentinel:// takes only db=N)",
+                    "an unknown parameter (redis-sentinel:// takes db=N and prefix=P)",
                 ));
             }
         }
@@ -195,6 +243,7 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
         sentinels,
         master_name,
         node,
+        prefix,
     })
 }
 
@@ -230,6 +279,12 @@ mod tests {
         assert_eq!(c.node.redis_settings().username(), Some("app"));
         assert_eq!(c.node.redis_settings().password(), Some("p@s/s?w#rd"));
         assert_eq!(c.shown, "redis-sentinel://***@[::1]:26379/mymaster?db=3");
+        assert_eq!(c.prefix, "");
+        let c = parse_sentinel("redis-sentinel://h:1/m?prefix=app1:&db=2").unwrap();
+        assert_eq!(
+            (c.prefix.as_str(), c.node.redis_settings().db()),
+            ("app1:", 2)
+        );
         let c = parse_sentinel("redis-sentinel://:hunter2@h:1/m").unwrap();
         assert_eq!(c.node.redis_settings().password(), Some("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
@@ -249,6 +304,7 @@ mod tests {
             ("redis-sentinel://u:hunter2@h:0/m", "port"),
             ("redis-sentinel://u:hunter2@/m", "no host"),
             ("redis-sentinel://u:hunter2@h:1/m#x", "fragment"),
+            ("redis-sentinel://u:hunter2@h:1/m?prefix=a{b}", "prefix"),
         ] {
             let err = parse_sentinel(url).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
@@ -279,6 +335,12 @@ mod tests {
         assert_eq!(c.info.redis_settings().username(), Some("u"));
         assert_eq!(c.info.redis_settings().db(), 3);
         assert_eq!(c.info.addr().to_string(), "h:1");
+        assert_eq!(c.prefix, "");
+        let c = parse("redis://u:p?x@h:1/3?prefix=app1:&protocol=resp2").unwrap();
+        assert_eq!(c.prefix, "app1:");
+        assert_eq!(c.info.redis_settings().db(), 3);
+        assert_eq!(c.info.redis_settings().password(), Some("p?x"));
+        assert_eq!(c.shown, "redis://u:***@h:1/3?prefix=app1:&protocol=resp2");
     }
 
     #[test]
@@ -289,6 +351,8 @@ mod tests {
             ("redis://u:hunter2@h:0", "port"),
             ("redis://u:hunter2@h:6379/zero", "database"),
             ("http://u:hunter2@h:6379", "not a redis"),
+            ("redis://u:hunter2@h:6379?prefix=a*", "prefix"),
+            ("redis://u:hunter2@h:6379?prefix=", "prefix"),
         ] {
             let err = parse(url).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");

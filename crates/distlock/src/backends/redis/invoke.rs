@@ -30,6 +30,8 @@ pub(crate) struct Server {
     retry_for: Duration,
     pub(crate) subscriber: Subscriber,
     pub(crate) shown_url: String,
+    /// Put before every key and channel (the URL's `?prefix=`, see `keys.rs`), or empty.
+    pub(crate) prefix: String,
     /// Behind Sentinel: the task following the master (`sentinel::follow`), stopped with the
     /// server.
     follower: Option<tokio::task::AbortHandle>,
@@ -102,6 +104,7 @@ impl Server {
             conn,
             subscriber: Subscriber::start(Source::Fixed(Box::new(client))),
             shown_url: config.shown,
+            prefix: config.prefix,
             follower: None,
         })
     }
@@ -151,6 +154,7 @@ impl Server {
             conn: Conn::Pipelined(conn),
             subscriber,
             shown_url: config.shown,
+            prefix: config.prefix,
             follower: Some(follower),
         })
     }

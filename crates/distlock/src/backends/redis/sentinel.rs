@@ -6,10 +6,11 @@
 //!   `subscriber.rs`) asks the Sentinels, in turn, `SENTINEL get-master-addr-by-name`, and the
 //!   command connection checks that the node answers `ROLE` with `master` before it sends
 //!   anything: a Sentinel that has not yet seen a failover names a node that is a replica now.
-//! * A follower task ([`follow`]) listens to one Sentinel's `+switch-master` and, when the master
-//!   moves, drops the command connection and the pub/sub connection to the old one, so the next
-//!   request opens a connection to the new master and waiters subscribe there (and are woken
-//!   once, as after any reconnection). Without it, a client whose connection to the old master
+//! * A follower task ([`follow`]) listens to one Sentinel's `+switch-master` and
+//!   `+failover-state-reconf-slaves` (a replica was promoted) and, when the master moves, drops
+//!   the command connection and the pub/sub connection to the old one, so the next request opens
+//!   a connection to the new master and waiters subscribe there (and are woken once, as after any
+//!   reconnection). Without it, a client whose connection to the old master
 //!   stays open would keep taking locks there until the old master is turned into a replica.
 //!   Each time it (re)subscribes it asks where the master is, so a switch it missed while no
 //!   Sentinel was reachable is caught up.
@@ -35,6 +36,11 @@ use super::subscriber::Follower;
 
 /// The Sentinels' channel announcing a new master: `<name> <old ip> <old port> <new ip> <new port>`.
 const SWITCH_MASTER: &str = "+switch-master";
+/// The Sentinels' channel announcing that a failover promoted a replica and now reconfigures the
+/// others: `master <name> <old ip> <old port>`. From then on `get-master-addr-by-name` answers
+/// the promoted replica, while `+switch-master` waits for the other replicas to follow it
+/// (seconds): the client moves at this one, so it stops writing to the old master early.
+const RECONF_REPLICAS: &str = "+failover-state-reconf-slaves";
 /// Backoff bounds of the follower between Sentinels that cannot be reached.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
@@ -188,7 +194,7 @@ async fn watch(
         .map_err(|_| {
             refused("no pub/sub connection to the Sentinel within the connect timeout")
         })??;
-    pubsub.subscribe(SWITCH_MASTER).await?;
+    pubsub.subscribe(&[SWITCH_MASTER, RECONF_REPLICAS]).await?;
     // Subscribed first, then asked: a switch between the two is seen either way.
     if let Some(master) = sentinels.ask(at).await? {
         moved_to(&master, conn, subscriber);
@@ -199,6 +205,16 @@ async fn watch(
             continue;
         };
         let parts: Vec<&str> = payload.split(' ').collect();
+        if message.get_channel_name() == RECONF_REPLICAS {
+            if let ["master", name, ..] = parts[..]
+                && name == sentinels.master_name
+                && let Some(master) = sentinels.ask(at).await?
+            {
+                tracing::info!("redis sentinel: master {name} promoted at {master:?}");
+                moved_to(&master, conn, subscriber);
+            }
+            continue;
+        }
         if let [name, _, _, host, port] = parts[..]
             && name == sentinels.master_name
             && let Ok(port) = port.parse::<u16>()
