@@ -340,7 +340,8 @@ mod tests {
         assert_eq!(c.prefix, "app1:");
         assert_eq!(c.info.redis_settings().db(), 3);
         assert_eq!(c.info.redis_settings().password(), Some("p?x"));
-        assert_eq!(c.shown, "redis://u:***@h:1/3?prefix=app1:&protocol=resp2");
+        // The user-info holds a `?`: masked whole.
+        assert_eq!(c.shown, "redis://***@h:1/3?prefix=app1:&protocol=resp2");
     }
 
     #[test]
