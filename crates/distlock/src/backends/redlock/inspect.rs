@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::backends::redis::inspect::{self as single, Found};
-use crate::backends::redis::scripts::SCRIPTS;
+use crate::backends::redis::scripts::COUNTER_SCRIPTS as SCRIPTS;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};

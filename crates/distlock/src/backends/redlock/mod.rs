@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
 use crate::backends::redis::keys::Keys;
-use crate::backends::redis::scripts::{SCRIPTS, script};
+use crate::backends::redis::scripts::{COUNTER_SCRIPTS as SCRIPTS, script};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
