@@ -40,6 +40,7 @@ weight() {
     etcd) echo 400 ;;
     zookeeper) echo 270 ;;
     redis) echo 120 ;;
+    redis_sentinel) echo 150 ;;
     secrets) echo 140 ;;
     torture) echo 90 ;;
     *) echo 0 ;;

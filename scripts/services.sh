@@ -4,7 +4,8 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, redlock, pg, mysql, etcd, zk, memcached)
+#   scripts/services.sh redis pg   only these (names: redis, redlock, sentinel, pg, mysql, etcd,
+#                                  zk, memcached)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -14,7 +15,7 @@ D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 PG_MAX_CONNECTIONS=400
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis redlock pg mysql etcd zk memcached)
+[ ${#want[@]} -eq 0 ] && want=(redis redlock sentinel pg mysql etcd zk memcached)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -87,6 +88,78 @@ ensure_redlock() {
     start_redis "$port" redlock
     touch "$D/redlock-$port/ran"
   done
+}
+
+# Redis behind Sentinel (redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,127.0.0.1:6412/distlock):
+# a master and two replicas (6400-6402, no persistence) and three Sentinels (6410-6412, quorum
+# 2), all from Debian's redis-server (its `--sentinel` mode needs no other package). A failover
+# moves the master: the running Sentinels are asked where it is before a node or a Sentinel is
+# started again, so what is started follows the current master.
+SENTINEL_DATA_PORTS=(6400 6401 6402)
+SENTINEL_PORTS=(6410 6411 6412)
+SENTINEL_MASTER=distlock
+
+redis_role() { redis-cli -h 127.0.0.1 -p "$1" role 2>/dev/null | head -1; }
+
+# The master's port as a running Sentinel names it, else the running data node that says it is
+# a master, else the first data port.
+sentinel_master_port() {
+  local port addr
+  for port in "${SENTINEL_PORTS[@]}"; do
+    addr=$(redis-cli -h 127.0.0.1 -p "$port" sentinel get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null | tail -1)
+    if [ -n "$addr" ] && redis_ping "$addr"; then echo "$addr"; return; fi
+  done
+  for port in "${SENTINEL_DATA_PORTS[@]}"; do
+    if [ "$(redis_role "$port")" = master ]; then echo "$port"; return; fi
+  done
+  echo "${SENTINEL_DATA_PORTS[0]}"
+}
+
+# Every Sentinel knows the master's two replicas and the two other Sentinels (a failover needs
+# a quorum of Sentinels that know each other, and a replica to promote).
+sentinel_ready() {
+  local port
+  for port in "${SENTINEL_PORTS[@]}"; do
+    redis-cli -h 127.0.0.1 -p "$port" sentinel master "$SENTINEL_MASTER" 2>/dev/null |
+      awk 'prev == "num-slaves" { s = $0 } prev == "num-other-sentinels" { o = $0 } { prev = $0 }
+           END { exit !(s == 2 && o == 2) }' || return 1
+  done
+}
+
+ensure_sentinel() {
+  need_pkg redis-server redis-server redis-tools
+  local master port dir
+  master=$(sentinel_master_port)
+  for port in "${SENTINEL_DATA_PORTS[@]}"; do
+    redis_ping "$port" && continue
+    dir="$D/sentinel-node-$port"
+    mkdir -p "$dir"
+    local follow=()
+    [ "$port" != "$master" ] && follow=(--replicaof 127.0.0.1 "$master")
+    log "starting Sentinel's redis node on 127.0.0.1:$port${follow[*]:+ (replica of $master)}"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
+      "${follow[@]}" --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
+    wait_for "redis node $port" 10 redis_ping "$port"
+  done
+  for port in "${SENTINEL_PORTS[@]}"; do
+    redis_ping "$port" && continue
+    dir="$D/sentinel-$port"
+    mkdir -p "$dir"
+    # Written afresh at each start (a Sentinel rewrites its file as it learns): it monitors the
+    # current master and learns the replicas and the other Sentinels from it. A master is judged
+    # down after 2 s without an answer; a failover may take 10 s before another is tried.
+    printf '%s\n' "port $port" "bind 127.0.0.1" "dir $dir" \
+      "sentinel monitor $SENTINEL_MASTER 127.0.0.1 $master 2" \
+      "sentinel down-after-milliseconds $SENTINEL_MASTER 2000" \
+      "sentinel failover-timeout $SENTINEL_MASTER 10000" \
+      "sentinel parallel-syncs $SENTINEL_MASTER 2" >"$dir/sentinel.conf"
+    log "starting Sentinel on 127.0.0.1:$port (master on $master)"
+    redis-server "$dir/sentinel.conf" --sentinel --daemonize yes --logfile "$dir/sentinel.log" \
+      --pidfile "$dir/sentinel.pid"
+    wait_for "sentinel $port" 10 redis_ping "$port"
+  done
+  # Sentinels find each other through the master's hello channel (every 2 s).
+  wait_for "sentinels (knowing the replicas and each other)" 30 sentinel_ready
 }
 
 pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q; }
@@ -257,11 +330,12 @@ for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
     redlock) ensure_redlock ;;
+    sentinel) ensure_sentinel ;;
     pg|postgres) ensure_pg ;;
     mysql|mariadb) ensure_mysql ;;
     etcd) ensure_etcd ;;
     zk|zookeeper) ensure_zk ;;
     memcached) ensure_memcached ;;
-    *) log "unknown service $s (known: redis, redlock, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
+    *) log "unknown service $s (known: redis, redlock, sentinel, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
   esac
 done

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 pub enum Scheme {
     /// `sqlite:PATH`: the embedded default.
     Sqlite,
-    /// `redis://`, `rediss://` (TLS).
+    /// `redis://`, `rediss://` (TLS), `redis-sentinel://` (the master a set of Sentinels names).
     Redis,
     /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters.
     Redlock,
@@ -34,6 +34,7 @@ const SPELLINGS: &[(&str, Scheme)] = &[
     ("sqlite", Scheme::Sqlite),
     ("redis", Scheme::Redis),
     ("rediss", Scheme::Redis),
+    ("redis-sentinel", Scheme::Redis),
     ("redlock", Scheme::Redlock),
     ("postgres", Scheme::Postgres),
     ("postgresql", Scheme::Postgres),
@@ -94,10 +95,15 @@ impl Scheme {
 pub const OWN_PARAMETERS: &[&str] = &["lock", "max_connections"];
 
 /// The query parameters of the backends that read their own URLs (etcd's session `ttl`,
-/// ZooKeeper's session `timeout`, Redlock's per-master timeouts): [`redact`] shows them, as a
-/// run's figures depend on them and they hold no secret.
-const SHOWN_BACKEND_PARAMETERS: &[&str] =
-    &["ttl", "timeout", "connect_timeout", "response_timeout"];
+/// ZooKeeper's session `timeout`, Redlock's per-master timeouts, the Redis key `prefix`):
+/// [`redact`] shows them, as a run's figures depend on them and they hold no secret.
+const SHOWN_BACKEND_PARAMETERS: &[&str] = &[
+    "ttl",
+    "timeout",
+    "connect_timeout",
+    "response_timeout",
+    "prefix",
+];
 
 /// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they
 /// shape the connection and hold no secret.

@@ -64,6 +64,10 @@ fn main() -> std::process::ExitCode {
             "redis::status_shows_each_flavour_and_escapes_prefixes",
             status_of_every_flavour,
         )
+        .case(
+            "redis::key_prefix_keeps_applications_apart",
+            key_prefix_keeps_applications_apart,
+        )
         .run()
 }
 
@@ -596,5 +600,104 @@ async fn status_of_every_flavour(ctx: Ctx) -> Outcome {
         .release()
         .await?;
     check!(lock.release().await?, "the lock was lost");
+    Ok(())
+}
+
+/// `?prefix=`: two applications on one server, each with its prefix, and one without, take a
+/// lock of the same name at once (three locks: every key carries its prefix); clients of one
+/// prefix exclude each other, are woken by each other's releases, and see only their own locks
+/// in a status by prefix; latches and elections carry it too. A prefix that would break the
+/// hash tag or a `SCAN` pattern is refused.
+async fn key_prefix_keeps_applications_apart(ctx: Ctx) -> Outcome {
+    use distlock_testkit::servers::with_param;
+    let app1 = distlock::connect(&with_param(&ctx.url, "prefix=app1:")).await?;
+    let app1_again = distlock::connect(&with_param(&ctx.url, "prefix=app1:")).await?;
+    let app2 = distlock::connect(&with_param(&ctx.url, "prefix=app2:")).await?;
+    let name = ctx.unique_name("prefixed");
+    let held = app1
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    let other_app = app2.lock(&name).try_acquire().await?;
+    let no_prefix = ctx.client.lock(&name).try_acquire().await?;
+    check!(
+        other_app.is_some() && no_prefix.is_some(),
+        "another prefix ({}) or none ({}) did not get its own lock of the same name",
+        other_app.is_some(),
+        no_prefix.is_some()
+    );
+    check!(
+        app1_again.lock(&name).try_acquire().await?.is_none(),
+        "a second client of the same prefix took a held lock"
+    );
+    let mut conn = raw(&ctx.url).await?;
+    for key in [
+        format!("app1:distlock:lock:{{{name}}}"),
+        format!("app2:distlock:lock:{{{name}}}"),
+        format!("distlock:lock:{{{name}}}"),
+    ] {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        check!(exists, "no key {key}");
+    }
+    let seen = app1.status_prefix(&name).await?;
+    check!(
+        seen.len() == 1
+            && seen[0].holdings.len() == 1
+            && seen[0].holdings[0].token == held.fencing_token(),
+        "app1's status by prefix shows other applications' locks or not its own: {seen:?}"
+    );
+    // A waiter of the same prefix is woken by the release on the prefixed channel.
+    let waiting = tokio::spawn({
+        let lock = app1_again.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    let channel = format!("app1:distlock:lock:{{{name}}}:free");
+    eventually(Duration::from_secs(5), "the waiter to subscribe", || {
+        let channel = channel.clone();
+        let url = ctx.url.clone();
+        async move {
+            let mut conn = raw(&url).await?;
+            let (_, n): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await?;
+            Ok(n > 0)
+        }
+    })
+    .await?;
+    check!(held.release().await?, "app1's release failed");
+    let next = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .map_err(|_| Failure("the waiter of the same prefix did not get the lock".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    check!(next.release().await?, "the waiter's release failed");
+    for guard in [other_app, no_prefix].into_iter().flatten() {
+        check!(guard.release().await?, "a release failed");
+    }
+    // Latches and elections carry it too.
+    check!(
+        app1.latch(&name).try_set_count(2).await?,
+        "a new latch's count was not set"
+    );
+    check!(
+        app2.latch(&name).count().await? == 0,
+        "another prefix sees app1's latch"
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(format!("app1:distlock:latch:{{{name}}}"))
+        .query_async(&mut conn)
+        .await?;
+    check!(exists, "the latch's key has no prefix");
+    for bad in ["prefix=a{b}", "prefix=a*", "prefix="] {
+        let e = distlock::connect(&with_param(&ctx.url, bad))
+            .await
+            .map(drop)
+            .unwrap_err();
+        check!(e.kind() == ErrorKind::InvalidUrl, "{bad}: {e:?}");
+    }
     Ok(())
 }

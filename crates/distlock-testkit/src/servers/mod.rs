@@ -12,6 +12,7 @@ mod memcached;
 mod postgres;
 mod redis;
 mod redlock;
+mod sentinel;
 mod zookeeper;
 
 pub use etcd::{
@@ -23,6 +24,7 @@ pub use memcached::{start_memcached, start_memcached_without_evictions};
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
 pub use redlock::{RedlockMasters, redlock_url, start_redlock};
+pub use sentinel::{SENTINEL_MASTER, SentinelGroup, redis_cli, sentinel_url, start_sentinel_group};
 pub use zookeeper::{
     SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
     start_zookeeper_ensemble_with_peer_links, zk_command,

@@ -1,11 +1,14 @@
-//! `redis://[user:password@]host:port[/db]` and `rediss://…` → connection settings.
+//! `redis://[user:password@]host:port[/db]`, `rediss://…` and
+//! `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` → connection
+//! settings.
 //!
 //! The URL is checked here so a typo gets a precise [`ErrorKind::InvalidUrl`] naming the part at
 //! fault; redis-rs then builds its connection info from the same string. Every message shows the
 //! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
 
+use super::keys::check_prefix;
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{authority, for_driver, redact, userinfo_end};
+use crate::url::{authority, for_driver, percent_decode, redact, userinfo_end};
 
 /// What `connect` needs from the URL.
 pub(super) struct RedisConfig {
@@ -15,6 +18,8 @@ pub(super) struct RedisConfig {
     pub(super) tls: bool,
     /// redis-rs's settings, password included.
     pub(super) info: redis::ConnectionInfo,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -27,7 +32,7 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-const EXPECTED: &str = "redis://[user:password@]host:port[/db] or rediss://…";
+const EXPECTED: &str = "redis://[user:password@]host:port[/db][?prefix=app1:] or rediss://…";
 
 fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
     Error::new(
@@ -68,22 +73,246 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
             "the database (after the /) is not a number, as in redis://host:port/0",
         ));
     }
-    let info = redis::IntoConnectionInfo::into_connection_info(for_driver(url)).map_err(|e| {
-        invalid(
-            url,
-            format!("rejected by the Redis client ({:?})", e.kind()),
-        )
-    })?;
+    let (driver_url, prefix) = take_prefix(url).map_err(|why| invalid(url, why))?;
+    let info =
+        redis::IntoConnectionInfo::into_connection_info(for_driver(&driver_url)).map_err(|e| {
+            invalid(
+                url,
+                format!("rejected by the Redis client ({:?})", e.kind()),
+            )
+        })?;
     Ok(RedisConfig {
         shown: redact(url),
         tls,
         info,
+        prefix,
+    })
+}
+
+/// `url` without its `prefix=` parameter, and that prefix (checked; empty without one). The
+/// query starts at the first `?` after the user-info, which may hold one.
+fn take_prefix(url: &str) -> std::result::Result<(String, String), &'static str> {
+    let hosts_start = url.find("://").map_or(0, |i| i + 3);
+    let hosts_start = hosts_start + userinfo_end(&url[hosts_start..]).map_or(0, |at| at + 1);
+    let Some(query_start) = url[hosts_start..].find('?').map(|i| hosts_start + i) else {
+        return Ok((url.to_string(), String::new()));
+    };
+    let (query, fragment) = match url[query_start + 1..].split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (&url[query_start + 1..], None),
+    };
+    let mut prefix = String::new();
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value)?;
+                prefix = value.to_string();
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let mut out = url[..query_start].to_string();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    Ok((out, prefix))
+}
+
+/// The scheme of Redis behind Sentinel.
+pub(super) const SENTINEL_SCHEME: &str = "redis-sentinel://";
+
+/// Whether `url` is a `redis-sentinel://` URL (schemes are case-insensitive).
+pub(super) fn is_sentinel(url: &str) -> bool {
+    url.get(..SENTINEL_SCHEME.len())
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(SENTINEL_SCHEME))
+}
+
+const SENTINEL_EXPECTED: &str =
+    "redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N&prefix=app1:]";
+
+/// Sentinel's own port, for a host given without one.
+const SENTINEL_PORT: u16 = 26379;
+
+/// What `connect` needs from a `redis-sentinel://` URL.
+pub(super) struct SentinelConfig {
+    /// The URL with its password masked: the only form ever shown.
+    pub(super) shown: String,
+    /// The Sentinels, in the URL's order.
+    pub(super) sentinels: Vec<(String, u16)>,
+    /// The name the Sentinels monitor the master under.
+    pub(super) master_name: String,
+    /// The data nodes' user, password and database; the address is a placeholder, replaced by
+    /// the master's.
+    pub(super) node: redis::ConnectionInfo,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
+}
+
+impl std::fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not `node`: it holds the password.
+        f.debug_struct("SentinelConfig")
+            .field("url", &self.shown)
+            .field("sentinels", &self.sentinels)
+            .field("master_name", &self.master_name)
+            .finish()
+    }
+}
+
+/// Checks a `redis-sentinel://` URL. The user and password are the data nodes' (the master's
+/// and replicas'); the Sentinels are asked without them.
+pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!("{:?}: {why}; expected {SENTINEL_EXPECTED}", redact(url)),
+        )
+        .with_backend("redis")
+    };
+    if !is_sentinel(url) {
+        return Err(bad("not a redis-sentinel:// URL"));
+    }
+    let rest = &url[SENTINEL_SCHEME.len()..];
+    let servers = authority(url, "redis", SENTINEL_EXPECTED)?;
+    let sentinels = servers
+        .hosts
+        .into_iter()
+        .map(|h| {
+            // An IPv6 literal connects without its brackets.
+            let host = h.host.trim_start_matches('[').trim_end_matches(']');
+            (host.to_string(), h.port.unwrap_or(SENTINEL_PORT))
+        })
+        .collect();
+    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
+    let hosts_and_rest = &rest[userinfo.map_or(0, |u| u.len() + 1)..];
+    let after = &hosts_and_rest[hosts_and_rest
+        .find(['/', '?', '#'])
+        .unwrap_or(hosts_and_rest.len())..];
+    if after.contains('#') {
+        return Err(bad("a fragment (#…) means nothing here"));
+    }
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    let master_name = percent_decode(path.trim_start_matches('/'))
+        .ok_or_else(|| bad("a bad %-escape in the master's name"))?;
+    if master_name.is_empty() {
+        return Err(bad(
+            "no master name after the hosts (the name the Sentinels monitor it under)",
+        ));
+    }
+    if master_name.contains(['/', ' ']) {
+        return Err(bad(
+            "the master's name (after the hosts) has a '/' or a space; put the database in ?db=N",
+        ));
+    }
+    let mut db = 0u32;
+    let mut prefix = String::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value).map_err(bad)?;
+                prefix = value.to_string();
+            }
+            Some(("db", value)) => {
+                db = value
+                    .parse()
+                    .map_err(|_| bad("db (the database) is not a number"))?;
+            }
+            _ => {
+                return Err(bad(
+                    "an unknown parameter (redis-sentinel:// takes db=N and prefix=P)",
+                ));
+            }
+        }
+    }
+    // redis-rs reads the user-info and database as it does for redis://; the address is a
+    // placeholder, replaced by each master's.
+    let node_url = match userinfo {
+        Some(userinfo) => format!("redis://{userinfo}@127.0.0.1:6379/{db}"),
+        None => format!("redis://127.0.0.1:6379/{db}"),
+    };
+    let node = redis::IntoConnectionInfo::into_connection_info(for_driver(&node_url))
+        .map_err(|e| bad(&format!("rejected by the Redis client ({:?})", e.kind())))?;
+    Ok(SentinelConfig {
+        shown: redact(url),
+        sentinels,
+        master_name,
+        node,
+        prefix,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_urls() {
+        let c =
+            parse_sentinel("redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,h/distlock").unwrap();
+        assert_eq!(
+            c.sentinels,
+            vec![
+                ("127.0.0.1".to_string(), 6410),
+                ("127.0.0.1".to_string(), 6411),
+                ("h".to_string(), 26379),
+            ]
+        );
+        assert_eq!(c.master_name, "distlock");
+        assert_eq!(c.node.redis_settings().db(), 0);
+        assert_eq!(c.node.redis_settings().password(), None);
+        let c = parse_sentinel("REDIS-SENTINEL://app:p@s/s?w#rd@[::1]:26379/my%20master?db=3");
+        assert_eq!(
+            c.unwrap_err().kind(),
+            ErrorKind::InvalidUrl,
+            "a space in the name"
+        );
+        let c =
+            parse_sentinel("redis-sentinel://app:p@s/s?w#rd@[::1]:26379/mymaster?db=3").unwrap();
+        assert_eq!(c.sentinels, vec![("::1".to_string(), 26379)]);
+        assert_eq!(c.node.redis_settings().db(), 3);
+        assert_eq!(c.node.redis_settings().username(), Some("app"));
+        assert_eq!(c.node.redis_settings().password(), Some("p@s/s?w#rd"));
+        assert_eq!(c.shown, "redis-sentinel://***@[::1]:26379/mymaster?db=3");
+        assert_eq!(c.prefix, "");
+        let c = parse_sentinel("redis-sentinel://h:1/m?prefix=app1:&db=2").unwrap();
+        assert_eq!(
+            (c.prefix.as_str(), c.node.redis_settings().db()),
+            ("app1:", 2)
+        );
+        let c = parse_sentinel("redis-sentinel://:hunter2@h:1/m").unwrap();
+        assert_eq!(c.node.redis_settings().password(), Some("hunter2"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn bad_sentinel_urls_name_the_fault_and_hide_the_password() {
+        for (url, fault) in [
+            ("redis-sentinel://u:hunter2@h:1", "no master name"),
+            ("redis-sentinel://u:hunter2@h:1/", "no master name"),
+            ("redis-sentinel://u:hunter2@h:1/m/2", "'/'"),
+            ("redis-sentinel://u:hunter2@h:1/m?db=x", "db"),
+            (
+                "redis-sentinel://u:hunter2@h:1/m?prefx=a",
+                "unknown parameter",
+            ),
+            ("redis-sentinel://u:hunter2@h:0/m", "port"),
+            ("redis-sentinel://u:hunter2@/m", "no host"),
+            ("redis-sentinel://u:hunter2@h:1/m#x", "fragment"),
+            ("redis-sentinel://u:hunter2@h:1/m?prefix=a{b}", "prefix"),
+        ] {
+            let err = parse_sentinel(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = err.to_string();
+            assert!(shown.contains(fault), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
+    }
 
     #[test]
     fn good_urls() {
@@ -106,6 +335,13 @@ mod tests {
         assert_eq!(c.info.redis_settings().username(), Some("u"));
         assert_eq!(c.info.redis_settings().db(), 3);
         assert_eq!(c.info.addr().to_string(), "h:1");
+        assert_eq!(c.prefix, "");
+        let c = parse("redis://u:p?x@h:1/3?prefix=app1:&protocol=resp2").unwrap();
+        assert_eq!(c.prefix, "app1:");
+        assert_eq!(c.info.redis_settings().db(), 3);
+        assert_eq!(c.info.redis_settings().password(), Some("p?x"));
+        // The user-info holds a `?`: masked whole.
+        assert_eq!(c.shown, "redis://***@h:1/3?prefix=app1:&protocol=resp2");
     }
 
     #[test]
@@ -116,6 +352,8 @@ mod tests {
             ("redis://u:hunter2@h:0", "port"),
             ("redis://u:hunter2@h:6379/zero", "database"),
             ("http://u:hunter2@h:6379", "not a redis"),
+            ("redis://u:hunter2@h:6379?prefix=a*", "prefix"),
+            ("redis://u:hunter2@h:6379?prefix=", "prefix"),
         ] {
             let err = parse(url).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");

@@ -19,10 +19,10 @@ static WRITE: LazyLock<Script> =
 static READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/elect_read.lua")));
 
-/// `distlock:{family}:{name}` with the name's braces (and `%`) escaped, so the hash tag is
-/// always the whole name, as `keys.rs` does for locks.
-pub(super) fn tagged(family: &str, name: &LockName) -> String {
-    let mut base = format!("distlock:{family}:{{");
+/// `<prefix>distlock:{family}:{name}` with the name's braces (and `%`) escaped, so the hash tag
+/// is always the whole name, as `keys.rs` does for locks.
+pub(super) fn tagged(prefix: &str, family: &str, name: &LockName) -> String {
+    let mut base = format!("{prefix}distlock:{family}:{{");
     for c in name.as_str().chars() {
         match c {
             '%' => base.push_str("%25"),
@@ -40,9 +40,9 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(election: &LockName) -> Self {
+    fn new(prefix: &str, election: &LockName) -> Self {
         Keys {
-            base: tagged("elect", election),
+            base: tagged(prefix, "elect", election),
         }
     }
 
@@ -67,7 +67,7 @@ pub(super) async fn write(
     value: Option<&str>,
     ttl: Duration,
 ) -> Result<bool> {
-    let k = Keys::new(election);
+    let k = Keys::new(&server.prefix, election);
     let (term, ttl, keep) = (
         term.get().to_string(),
         ttl.as_millis().max(1).to_string(),
@@ -90,7 +90,7 @@ pub(super) async fn read(
     election: &LockName,
     what: &str,
 ) -> Result<Vec<ElectionEntry>> {
-    let k = Keys::new(election);
+    let k = Keys::new(&server.prefix, election);
     let entries: Vec<String> = server
         .run(&READ, &k.all(), &[what], "reading the election record")
         .await?;
@@ -123,6 +123,6 @@ fn parse(entry: &str) -> Result<ElectionEntry> {
 pub(super) async fn watch(server: &Server, election: &LockName) -> Wakeups {
     server
         .subscriber
-        .watch(Keys::new(election).channel(), None)
+        .watch(Keys::new(&server.prefix, election).channel(), None)
         .await
 }

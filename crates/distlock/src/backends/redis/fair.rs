@@ -29,7 +29,7 @@ pub(super) struct FairWaiter {
 
 impl FairWaiter {
     pub(super) fn new(server: Arc<Server>, req: LockRequest) -> Self {
-        let keys = Keys::new(req.kind, &req.name);
+        let keys = Keys::new(&server.prefix, req.kind, &req.name);
         FairWaiter {
             server,
             req,

@@ -132,7 +132,11 @@ pub(crate) fn statuses(name: &str, family: &str, found: Found) -> Vec<LockStatus
 
 /// The locks (family, name) a status of `which` reads: every family of the name, or what a
 /// `SCAN` found (`scanned`: the keys, from any number of servers) under the prefix.
-pub(crate) fn selected(which: &Selection, scanned: &[String]) -> BTreeSet<(&'static str, String)> {
+pub(crate) fn selected(
+    key_prefix: &str,
+    which: &Selection,
+    scanned: &[String],
+) -> BTreeSet<(&'static str, String)> {
     match which {
         Selection::Name(name) => keys::FAMILIES
             .into_iter()
@@ -140,33 +144,41 @@ pub(crate) fn selected(which: &Selection, scanned: &[String]) -> BTreeSet<(&'sta
             .collect(),
         _ => scanned
             .iter()
-            .filter_map(|key| keys::parse_key(key))
+            .filter_map(|key| keys::parse_key(key_prefix, key))
             .filter(|(_, name)| which.matches(name))
             .collect(),
     }
 }
 
-/// The `SCAN` pattern a status of `which` needs, if it needs one.
-pub(crate) fn scan_pattern(which: &Selection) -> Option<String> {
+/// The `SCAN` pattern a status of `which` needs (keys under `key_prefix`), if it needs one.
+pub(crate) fn scan_pattern(key_prefix: &str, which: &Selection) -> Option<String> {
     match which {
         Selection::Name(_) => None,
-        Selection::Prefix(prefix) => Some(keys::scan_pattern(prefix)),
+        Selection::Prefix(prefix) => Some(keys::scan_pattern(key_prefix, prefix)),
     }
 }
 
 /// Runs `status.lua` for `name`'s `family` (a name a key gave back may not be a valid lock
 /// name: such a lock is not distlock's, and shows nothing).
 pub(crate) fn status_call(
+    key_prefix: &str,
     family: &'static str,
     name: &str,
 ) -> Option<(Vec<String>, [&'static str; 1])> {
     let name = LockName::new(name).ok()?;
-    Some((Keys::new(kind_of(family), &name).inspect(), [family]))
+    Some((
+        Keys::new(key_prefix, kind_of(family), &name).inspect(),
+        [family],
+    ))
 }
 
 /// The keys and arguments of `force_release.lua` for `name` of flavour `kind`.
-pub(crate) fn force_call(name: &LockName, kind: LockKind) -> (Vec<String>, [String; 3]) {
-    let k = Keys::new(kind, name);
+pub(crate) fn force_call(
+    key_prefix: &str,
+    name: &LockName,
+    kind: LockKind,
+) -> (Vec<String>, [String; 3]) {
+    let k = Keys::new(key_prefix, kind, name);
     let args = [
         keys::family(kind).to_string(),
         side_arg(kind).to_string(),
@@ -178,13 +190,13 @@ pub(crate) fn force_call(name: &LockName, kind: LockKind) -> (Vec<String>, [Stri
 /// [`crate::backend::Backend::status`] on one server.
 pub(super) async fn status(server: &Server, which: &Selection) -> Result<Vec<LockStatus>> {
     let what = "reading lock status";
-    let scanned = match scan_pattern(which) {
+    let scanned = match scan_pattern(&server.prefix, which) {
         Some(pattern) => server.scan(&pattern, what).await?,
         None => Vec::new(),
     };
     let mut all = Vec::new();
-    for (family, name) in selected(which, &scanned) {
-        let Some((keys, args)) = status_call(family, &name) else {
+    for (family, name) in selected(&server.prefix, which, &scanned) {
+        let Some((keys, args)) = status_call(&server.prefix, family, &name) else {
             continue;
         };
         let reply: Vec<String> = server.run(&SCRIPTS.status, &keys, &args, what).await?;
@@ -213,7 +225,7 @@ pub(super) async fn force_release(
     kind: LockKind,
 ) -> Result<ForcedRelease> {
     let what = "forcing a release";
-    let (keys, args) = force_call(name, kind);
+    let (keys, args) = force_call(&server.prefix, name, kind);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let reply: Vec<String> = server
         .run(&SCRIPTS.force_release, &keys, &args, what)

@@ -1,6 +1,7 @@
 //! Talking to one Redis server: the shared command connection, the shared subscriber, running a
 //! script, and turning redis-rs errors into distlock's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -11,7 +12,8 @@ use ::redis::{
 
 use super::config;
 use super::pipelined::{Pipelined, Target};
-use super::subscriber::Subscriber;
+use super::sentinel::{self, Sentinels};
+use super::subscriber::{Source, Subscriber};
 use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -28,11 +30,27 @@ pub(crate) struct Server {
     retry_for: Duration,
     pub(crate) subscriber: Subscriber,
     pub(crate) shown_url: String,
+    /// Put before every key and channel (the URL's `?prefix=`, see `keys.rs`), or empty.
+    pub(crate) prefix: String,
+    /// Behind Sentinel: the task following the master (`sentinel::follow`), stopped with the
+    /// server.
+    follower: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(follower) = &self.follower {
+            follower.abort();
+        }
+    }
 }
 
 impl Server {
     /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
     pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
+        if config::is_sentinel(url) {
+            return Self::connect_sentinel(url, options).await;
+        }
         let config = config::parse(url)?;
         if config.tls {
             // redis-rs leaves rustls without a crypto provider; another part of the program
@@ -63,6 +81,7 @@ impl Server {
                     db: settings.db(),
                     connect_timeout,
                     response_timeout,
+                    sentinels: None,
                 });
                 conn.open().await.map_err(failed)?;
                 Conn::Pipelined(conn)
@@ -83,8 +102,60 @@ impl Server {
         Ok(Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn,
-            subscriber: Subscriber::start(client),
+            subscriber: Subscriber::start(Source::Fixed(Box::new(client))),
             shown_url: config.shown,
+            prefix: config.prefix,
+            follower: None,
+        })
+    }
+
+    /// [`connect`](Self::connect) for `redis-sentinel://`: the master the Sentinels name, and a
+    /// task that follows it when a failover moves it (see `sentinel.rs`).
+    async fn connect_sentinel(url: &str, options: &Options) -> Result<Self> {
+        let config = config::parse_sentinel(url)?;
+        let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+        let settings = config.node.redis_settings();
+        let target = Target {
+            host: String::new(),
+            port: 0,
+            username: settings.username().map(str::to_string),
+            password: settings.password().map(str::to_string),
+            db: settings.db(),
+            connect_timeout,
+            response_timeout,
+            sentinels: None,
+        };
+        let sentinels = Arc::new(Sentinels::new(
+            config.sentinels,
+            config.master_name,
+            config.node,
+            connect_timeout,
+            response_timeout,
+        ));
+        let conn = Pipelined::new(Target {
+            sentinels: Some(sentinels.clone()),
+            ..target
+        });
+        conn.open().await.map_err(|e| {
+            from_redis(&format!("connecting to {}", config.shown), e).with_hint(
+                "are the Sentinels running, do they monitor a master of that name, and is it up?",
+            )
+        })?;
+        let subscriber = Subscriber::start(Source::Sentinel(sentinels.clone()));
+        let follower = tokio::spawn(sentinel::follow(
+            sentinels,
+            conn.clone(),
+            subscriber.follower(),
+        ))
+        .abort_handle();
+        Ok(Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
+            conn: Conn::Pipelined(conn),
+            subscriber,
+            shown_url: config.shown,
+            prefix: config.prefix,
+            follower: Some(follower),
         })
     }
 
@@ -159,6 +230,18 @@ impl Server {
             };
             match failed {
                 None => {}
+                // A replica now (a failover, behind Sentinel): the script wrote nothing there.
+                // Leave the node; the retry goes to the master the Sentinels name.
+                Some(e)
+                    if e.kind() == ::redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
+                        && tokio::time::Instant::now() < give_up =>
+                {
+                    if let Conn::Pipelined(conn) = &self.conn {
+                        conn.leave();
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
                 Some(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));

@@ -36,13 +36,26 @@ fn escape_into(out: &mut String, name: &str) {
     }
 }
 
-/// A `SCAN … MATCH` pattern for the lock keys of every family whose name starts with `prefix`:
-/// the prefix escaped as keys carry it, then its glob characters escaped so they match only
-/// themselves.
-pub(crate) fn scan_pattern(prefix: &str) -> String {
+/// Whether `prefix` may come before every key and channel (`?prefix=` in the URL): 1 to 64 of
+/// `A-Z a-z 0-9 : _ - .`. Braces would move the hash tag off the lock's name, and glob
+/// characters would need escaping in every `SCAN` pattern, so neither is allowed.
+pub(crate) fn check_prefix(prefix: &str) -> std::result::Result<(), &'static str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.');
+    if prefix.is_empty() || prefix.len() > 64 || !prefix.chars().all(allowed) {
+        return Err("prefix must be 1 to 64 of A-Z a-z 0-9 : _ - . (as in prefix=app1:)");
+    }
+    Ok(())
+}
+
+/// A `SCAN … MATCH` pattern for the lock keys (under `key_prefix`, the URL's `?prefix=`) of
+/// every family whose name starts with `prefix`: the prefix escaped as keys carry it, then its
+/// glob characters escaped so they match only themselves.
+pub(crate) fn scan_pattern(key_prefix: &str, prefix: &str) -> String {
     let mut escaped = String::with_capacity(prefix.len() + 8);
     escape_into(&mut escaped, prefix);
-    let mut pattern = String::with_capacity(escaped.len() + 16);
+    let mut pattern = String::with_capacity(key_prefix.len() + escaped.len() + 16);
+    // `check_prefix` lets no glob character into a key prefix.
+    pattern.push_str(key_prefix);
     pattern.push_str("distlock:*:{");
     for c in escaped.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -54,10 +67,10 @@ pub(crate) fn scan_pattern(prefix: &str) -> String {
     pattern
 }
 
-/// The family and lock name of a key `scan_pattern` found; `None` for keys that are not a lock's
-/// (another family, or not distlock's).
-pub(crate) fn parse_key(key: &str) -> Option<(&'static str, String)> {
-    let rest = key.strip_prefix("distlock:")?;
+/// The family and lock name of a key `scan_pattern` found under `key_prefix`; `None` for keys
+/// that are not a lock's (another family, or not distlock's).
+pub(crate) fn parse_key(key_prefix: &str, key: &str) -> Option<(&'static str, String)> {
+    let rest = key.strip_prefix(key_prefix)?.strip_prefix("distlock:")?;
     let (family, rest) = rest.split_once(":{")?;
     let family = FAMILIES.into_iter().find(|f| *f == family)?;
     // Names carry no '}' (escaped), so the first one closes the tag.
@@ -82,9 +95,13 @@ pub(crate) fn parse_key(key: &str) -> Option<(&'static str, String)> {
 }
 
 impl Keys {
-    pub(crate) fn new(kind: LockKind, name: &LockName) -> Self {
+    /// The keys of lock `name` of flavour `kind`, each after `prefix` (the URL's `?prefix=`, or
+    /// empty).
+    pub(crate) fn new(prefix: &str, kind: LockKind, name: &LockName) -> Self {
         let name = name.as_str();
-        let mut base = String::with_capacity("distlock:rw:{}".len() + name.len() + 8);
+        let mut base =
+            String::with_capacity(prefix.len() + "distlock:rw:{}".len() + name.len() + 8);
+        base.push_str(prefix);
         base.push_str("distlock:");
         base.push_str(family(kind));
         base.push_str(":{");
@@ -180,7 +197,7 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag_whatever_the_name() {
         for name in ["order:42", "}x{", "a%7Db", "{}", "注文"] {
-            let k = Keys::new(LockKind::Mutex, &LockName::new(name).unwrap());
+            let k = Keys::new("", LockKind::Mutex, &LockName::new(name).unwrap());
             let lock = k.key("");
             let open = lock.find('{').unwrap();
             let close = open + lock[open..].find('}').unwrap();
@@ -192,8 +209,8 @@ mod tests {
                 "{name}: the tag must be the whole name"
             );
         }
-        let a = Keys::new(LockKind::Mutex, &LockName::new("a}").unwrap()).key("");
-        let b = Keys::new(LockKind::Mutex, &LockName::new("a%7D").unwrap()).key("");
+        let a = Keys::new("", LockKind::Mutex, &LockName::new("a}").unwrap()).key("");
+        let b = Keys::new("", LockKind::Mutex, &LockName::new("a%7D").unwrap()).key("");
         assert_ne!(a, b, "escaping must keep names apart");
     }
 
@@ -202,19 +219,36 @@ mod tests {
         for name in ["order:42", "}x{", "a%7Db", "{}", "注文", "a*b?[c]\\"] {
             let n = LockName::new(name).unwrap();
             for kind in [LockKind::Mutex, LockKind::Fair, LockKind::Read] {
-                let k = Keys::new(kind, &n);
-                for key in [k.key(""), k.channel(), k.key(":fence")] {
-                    assert_eq!(
-                        parse_key(&key),
-                        Some((family(kind), name.to_string())),
-                        "{key}"
-                    );
+                for key_prefix in ["", "app1:"] {
+                    let k = Keys::new(key_prefix, kind, &n);
+                    for key in [k.key(""), k.channel(), k.key(":fence")] {
+                        assert!(key.starts_with(key_prefix), "{key}");
+                        assert_eq!(
+                            parse_key(key_prefix, &key),
+                            Some((family(kind), name.to_string())),
+                            "{key}"
+                        );
+                    }
+                    // Another application's keys are not this one's.
+                    let other = if key_prefix.is_empty() { "app2:" } else { "" };
+                    assert_eq!(parse_key(other, &k.key("")), None, "{key_prefix}");
                 }
             }
         }
-        assert_eq!(parse_key("distlock:elect:{x}"), None);
-        assert_eq!(parse_key("other"), None);
-        assert_eq!(parse_key("distlock:lock:{a%zz}"), None);
-        assert_eq!(scan_pattern("a*{"), "distlock:*:{a\\*%7B*");
+        assert_eq!(parse_key("", "distlock:elect:{x}"), None);
+        assert_eq!(parse_key("", "other"), None);
+        assert_eq!(parse_key("", "distlock:lock:{a%zz}"), None);
+        assert_eq!(scan_pattern("", "a*{"), "distlock:*:{a\\*%7B*");
+        assert_eq!(scan_pattern("app1:", "a"), "app1:distlock:*:{a*");
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        for good in ["app1:", "a", "svc.orders-2_x:"] {
+            assert!(check_prefix(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a{b}", "a*", "a b", "ü", &"x".repeat(65)] {
+            assert!(check_prefix(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -14,19 +14,24 @@ use crate::types::LockName;
 
 static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/latch.lua")));
 
-fn key(latch: &LockName) -> String {
-    tagged("latch", latch)
+fn key(server: &Server, latch: &LockName) -> String {
+    tagged(&server.prefix, "latch", latch)
 }
 
-fn channel(latch: &LockName) -> String {
-    format!("{}:zero", key(latch))
+fn channel(server: &Server, latch: &LockName) -> String {
+    format!("{}:zero", key(server, latch))
 }
 
 /// See [`crate::Backend::latch_set`].
 pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result<bool> {
     let count = count.to_string();
     let set: i64 = server
-        .run(&LATCH, &[key(latch)], &["set", &count], "setting the latch")
+        .run(
+            &LATCH,
+            &[key(server, latch)],
+            &["set", &count],
+            "setting the latch",
+        )
         .await?;
     Ok(set == 1)
 }
@@ -36,8 +41,8 @@ pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64>
     let after: i64 = server
         .run(
             &LATCH,
-            &[key(latch)],
-            &["down", &channel(latch)],
+            &[key(server, latch)],
+            &["down", &channel(server, latch)],
             "counting the latch down",
         )
         .await?;
@@ -47,12 +52,17 @@ pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64>
 /// See [`crate::Backend::latch_count`].
 pub(super) async fn count(server: &Server, latch: &LockName) -> Result<u64> {
     let count: i64 = server
-        .run(&LATCH, &[key(latch)], &["count"], "reading the latch")
+        .run(
+            &LATCH,
+            &[key(server, latch)],
+            &["count"],
+            "reading the latch",
+        )
         .await?;
     Ok(count.max(0) as u64)
 }
 
 /// Wake-ups for the latch reaching 0.
 pub(super) async fn watch(server: &Server, latch: &LockName) -> Wakeups {
-    server.subscriber.watch(channel(latch), None).await
+    server.subscriber.watch(channel(server, latch), None).await
 }

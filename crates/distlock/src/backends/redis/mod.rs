@@ -10,6 +10,8 @@
 //! * `fair`: the fair lock's waiter, which holds a place in the lock's queue.
 //! * `election`, `latch`: election records and count-down latches (their own scripts).
 //! * `inspect`: lock status and forced release.
+//! * `sentinel`: `redis-sentinel://`, where the master is and following it across a failover
+//!   (the rest is this backend, unchanged).
 //!
 #![doc = include_str!("docs.md")]
 
@@ -23,6 +25,7 @@ pub(crate) mod invoke;
 pub(crate) mod keys;
 mod pipelined;
 pub(crate) mod scripts;
+mod sentinel;
 pub(crate) mod subscriber;
 
 // For the fence helpers, which run on the caller's own connection.
@@ -59,7 +62,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// this long before the error reaches the caller.
 const NOT_SENT_RETRY_FOR: Duration = Duration::from_secs(5);
 
-/// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`.
+/// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`, or
+/// from `redis-sentinel://` for the master a set of Sentinels names (followed across failovers).
 pub struct RedisBackend {
     server: Arc<Server>,
 }
@@ -126,7 +130,7 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
 /// The size the semaphore `name` keeps (`None`: never used) and how many of its permits are
 /// held now.
 async fn sem_count(server: &Server, name: &LockName) -> Result<(Option<u32>, u32)> {
-    let k = Keys::new(LockKind::Permit { permits: 1 }, name);
+    let k = Keys::new(&server.prefix, LockKind::Permit { permits: 1 }, name);
     let (size, held): (i64, i64) = server
         .run(
             &SCRIPTS.sem_available,
@@ -158,7 +162,7 @@ impl Backend for RedisBackend {
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.server.prefix, req.kind, &req.name);
         let owner = req.owner.as_str();
         let lease = req.lease.as_millis().to_string();
         let waiter_ttl = || WAITER_TTL.as_millis().to_string();
@@ -195,7 +199,7 @@ impl Backend for RedisBackend {
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.server.prefix, req.kind, &req.name);
         let lease = req.lease.as_millis().to_string();
         let args = [
             req.owner.as_str(),
@@ -216,7 +220,7 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.server.prefix, req.kind, &req.name);
         // '' names whatever holding the owner has (release by owner token).
         let token = token.map(|t| t.to_string()).unwrap_or_default();
         let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
@@ -238,7 +242,7 @@ impl Backend for RedisBackend {
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.server.prefix, req.kind, &req.name);
         Ok(self.server.subscriber.watch(k.channel(), None).await)
     }
 
@@ -246,7 +250,7 @@ impl Backend for RedisBackend {
         // Waiting writers hold readers back until they take the lock or leave; other default
         // waiters leave no trace in the store.
         if req.kind == LockKind::Write {
-            let k = Keys::new(req.kind, &req.name);
+            let k = Keys::new(&self.server.prefix, req.kind, &req.name);
             let args = [req.owner.as_str(), &k.channel()];
             let what = "leaving a read-write lock's writer queue";
             let _: i64 = self
@@ -278,7 +282,7 @@ impl Backend for RedisBackend {
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        let k = Keys::new(LockKind::Permit { permits }, name);
+        let k = Keys::new(&self.server.prefix, LockKind::Permit { permits }, name);
         let args = [permits.to_string(), k.channel()];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let what = "changing a semaphore's size";

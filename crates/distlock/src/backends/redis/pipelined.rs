@@ -31,6 +31,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 
+use super::sentinel::{Addr, Sentinels, is_master, refused};
+
 /// Where to connect and how to log in.
 #[derive(Clone)]
 pub(crate) struct Target {
@@ -41,6 +43,8 @@ pub(crate) struct Target {
     pub(crate) db: i64,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// Behind Sentinel: each connection goes to the master they name (`host` and `port` unused).
+    pub(crate) sentinels: Option<Arc<Sentinels>>,
 }
 
 /// The current connection of one server, opened again after a failure. Cheap to clone.
@@ -58,6 +62,8 @@ struct Shared {
 struct Live {
     link: Arc<Link>,
     tasks: [AbortHandle; 2],
+    /// The node it is connected to.
+    addr: Addr,
 }
 
 impl Drop for Live {
@@ -118,6 +124,20 @@ impl Pipelined {
         let link = live.link.clone();
         *lock(&self.0.current) = Some(live);
         Ok(link)
+    }
+
+    /// Drops the open connection unless it is to `master` (the master moved): requests in flight
+    /// on it fail, and the next request opens one to where the Sentinels say the master is.
+    pub(crate) fn leave_unless(&self, master: &Addr) {
+        let mut current = lock(&self.0.current);
+        if current.as_ref().is_some_and(|live| live.addr != *master) {
+            current.take();
+        }
+    }
+
+    /// Drops the open connection (its node answered `READONLY`: it is no longer the master).
+    pub(crate) fn leave(&self) {
+        lock(&self.0.current).take();
     }
 
     fn live_link(&self) -> Option<Arc<Link>> {
@@ -237,7 +257,11 @@ impl Link {
 }
 
 async fn open(target: &Target) -> RedisResult<Live> {
-    let address = (target.host.as_str(), target.port);
+    let addr = match &target.sentinels {
+        Some(sentinels) => sentinels.master().await?,
+        None => (target.host.clone(), target.port),
+    };
+    let address = (addr.0.as_str(), addr.1);
     let stream =
         match tokio::time::timeout(target.connect_timeout, TcpStream::connect(address)).await {
             Ok(stream) => stream?,
@@ -266,6 +290,7 @@ async fn open(target: &Target) -> RedisResult<Live> {
             tokio::spawn(read_loop(link.clone(), reader)).abort_handle(),
         ],
         link,
+        addr,
     };
     // Log in and choose the database on the new connection before anyone else uses it.
     let hello = |cmd: Cmd| {
@@ -308,6 +333,13 @@ async fn open(target: &Target) -> RedisResult<Live> {
             select
         })
         .await?;
+    }
+    // Behind Sentinel, the node named may have been turned into a replica since (a Sentinel
+    // that has not seen the failover yet): nothing is sent to it, and the request is retried.
+    if target.sentinels.is_some() && !is_master(&hello(::redis::cmd("ROLE")).await?) {
+        return Err(refused(
+            "the node the Sentinels named is not a master (yet): a failover is under way",
+        ));
     }
     Ok(live)
 }

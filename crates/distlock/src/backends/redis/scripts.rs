@@ -23,11 +23,11 @@ pub(crate) struct Ops {
 }
 
 impl Ops {
-    fn new(acquire: &str, extend: &str, release: &str) -> Ops {
-        let release_text = with_helpers(PRELUDE, release);
+    fn new(prelude: &str, acquire: &str, extend: &str, release: &str) -> Ops {
+        let release_text = with_helpers(prelude, release);
         Ops {
-            acquire: script(acquire),
-            extend: script(extend),
+            acquire: Script::new(&with_helpers(prelude, acquire)),
+            extend: Script::new(&with_helpers(prelude, extend)),
             release: Script::new(&release_text),
             release_text,
         }
@@ -66,6 +66,8 @@ impl Scripts {
 /// script, and what a call allocates the server's Lua garbage collector pays for again: every
 /// helper in every script cost the server 73.6k instructions per uncontended cycle, only those
 /// called 70.5k (`scripts/redis-cycle-cost.py`).
+// Only Redlock's own script is built from outside this file.
+#[cfg_attr(not(feature = "redlock"), allow(dead_code))]
 pub(crate) fn script(body: &str) -> Script {
     Script::new(&with_helpers(PRELUDE, body))
 }
@@ -103,39 +105,77 @@ fn with_helpers(prelude: &str, body: &str) -> String {
     out
 }
 
-/// `body` with `prelude.lua` and `holdings.lua` put in front.
-fn inspecting(body: &str) -> Script {
-    script(&format!("{}\n{body}", include_str!("scripts/holdings.lua")))
+/// `body` with `prelude` and `holdings.lua` put in front.
+fn inspecting(prelude: &str, body: &str) -> Script {
+    let body = format!("{}\n{body}", include_str!("scripts/holdings.lua"));
+    Script::new(&with_helpers(prelude, &body))
 }
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    mutex: Ops::new(
-        include_str!("scripts/acquire.lua"),
-        include_str!("scripts/extend.lua"),
-        include_str!("scripts/release.lua"),
-    ),
-    fair: Ops::new(
-        include_str!("scripts/fair_acquire.lua"),
-        include_str!("scripts/fair_extend.lua"),
-        include_str!("scripts/fair_release.lua"),
-    ),
-    rw: Ops::new(
-        include_str!("scripts/rw_acquire.lua"),
-        include_str!("scripts/rw_extend.lua"),
-        include_str!("scripts/rw_release.lua"),
-    ),
-    sem: Ops::new(
-        include_str!("scripts/sem_acquire.lua"),
-        include_str!("scripts/sem_extend.lua"),
-        include_str!("scripts/sem_release.lua"),
-    ),
-    fair_abandon: script(include_str!("scripts/fair_abandon.lua")),
-    rw_abandon: script(include_str!("scripts/rw_abandon.lua")),
-    sem_available: script(include_str!("scripts/sem_available.lua")),
-    sem_set_permits: script(include_str!("scripts/sem_set_permits.lua")),
-    status: inspecting(include_str!("scripts/status.lua")),
-    force_release: inspecting(include_str!("scripts/force_release.lua")),
+/// The scripts of `redis://`, `rediss://` and `redis-sentinel://`: every fencing token at least
+/// the server's clock in µs (`prelude.lua`).
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_prelude(PRELUDE));
+
+/// The scripts of Redlock's masters: fencing tokens from the counter alone (`prelude.lua` says
+/// why).
+// Only Redlock uses them.
+#[cfg_attr(not(feature = "redlock"), allow(dead_code))]
+pub(crate) static COUNTER_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    const CLOCK: &str = "local FENCE_FOLLOWS_CLOCK = true\n";
+    assert!(
+        PRELUDE.contains(CLOCK),
+        "prelude.lua names FENCE_FOLLOWS_CLOCK"
+    );
+    Scripts::with_prelude(&PRELUDE.replacen(CLOCK, "local FENCE_FOLLOWS_CLOCK = false\n", 1))
 });
+
+impl Scripts {
+    fn with_prelude(prelude: &str) -> Scripts {
+        Scripts {
+            mutex: Ops::new(
+                prelude,
+                include_str!("scripts/acquire.lua"),
+                include_str!("scripts/extend.lua"),
+                include_str!("scripts/release.lua"),
+            ),
+            fair: Ops::new(
+                prelude,
+                include_str!("scripts/fair_acquire.lua"),
+                include_str!("scripts/fair_extend.lua"),
+                include_str!("scripts/fair_release.lua"),
+            ),
+            rw: Ops::new(
+                prelude,
+                include_str!("scripts/rw_acquire.lua"),
+                include_str!("scripts/rw_extend.lua"),
+                include_str!("scripts/rw_release.lua"),
+            ),
+            sem: Ops::new(
+                prelude,
+                include_str!("scripts/sem_acquire.lua"),
+                include_str!("scripts/sem_extend.lua"),
+                include_str!("scripts/sem_release.lua"),
+            ),
+            fair_abandon: Script::new(&with_helpers(
+                prelude,
+                include_str!("scripts/fair_abandon.lua"),
+            )),
+            rw_abandon: Script::new(&with_helpers(
+                prelude,
+                include_str!("scripts/rw_abandon.lua"),
+            )),
+            sem_available: Script::new(&with_helpers(
+                prelude,
+                include_str!("scripts/sem_available.lua"),
+            )),
+            sem_set_permits: Script::new(&with_helpers(
+                prelude,
+                include_str!("scripts/sem_set_permits.lua"),
+            )),
+            status: inspecting(prelude, include_str!("scripts/status.lua")),
+            force_release: inspecting(prelude, include_str!("scripts/force_release.lua")),
+        }
+    }
+}
 
 /// The fenced write of [`crate::fence::RedisFence`]: on the caller's connection, no prelude.
 pub(crate) static FENCED_WRITE: LazyLock<Script> =

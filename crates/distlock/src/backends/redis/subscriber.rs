@@ -27,6 +27,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::sentinel::{Addr, Sentinels};
 use crate::backend::Wakeups;
 
 /// How long a new waiter waits for its SUBSCRIBE to be confirmed before relying on its timer.
@@ -50,6 +51,27 @@ enum Command {
     Subscribe(String, oneshot::Sender<()>),
     /// The channel's last waiter left.
     Unsubscribe(String),
+    /// Behind Sentinel: the master is at this address now.
+    Moved(Addr),
+}
+
+/// Where the pub/sub connection goes.
+pub(crate) enum Source {
+    /// One server.
+    Fixed(Box<redis::Client>),
+    /// The master the Sentinels name at each (re)connection.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// Tells the subscriber that the master moved (see `sentinel.rs`).
+pub(crate) struct Follower(mpsc::UnboundedSender<Command>);
+
+impl Follower {
+    /// A connection to another node than `master` is dropped and opened again (to the master
+    /// the Sentinels name then), and every waiter is woken once.
+    pub(crate) fn moved_to(&self, master: &Addr) {
+        let _ = self.0.send(Command::Moved(master.clone()));
+    }
 }
 
 #[derive(Default)]
@@ -67,11 +89,16 @@ struct Waiter {
 
 impl Subscriber {
     /// Starts the subscriber task. It connects on the first wait, not before.
-    pub(super) fn start(client: redis::Client) -> Self {
+    pub(super) fn start(source: Source) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Mutex::new(Registry::default()));
-        tokio::spawn(run(client, registry.clone(), rx));
+        tokio::spawn(run(source, registry.clone(), rx));
         Subscriber { commands, registry }
+    }
+
+    /// A handle that tells it the master moved.
+    pub(super) fn follower(&self) -> Follower {
+        Follower(self.commands.clone())
     }
 
     /// Registers a waiter on `channel` and returns once the channel is subscribed (or the
@@ -193,13 +220,21 @@ struct Connection {
     subscribed: HashSet<String>,
     /// Subscribed channels without waiters, and since when.
     idle: HashMap<String, Instant>,
+    /// The node, behind Sentinel.
+    addr: Option<Addr>,
 }
 
 /// Connects and subscribes every channel currently wanted.
-async fn open(
-    client: &redis::Client,
-    registry: &Mutex<Registry>,
-) -> redis::RedisResult<Connection> {
+async fn open(source: &Source, registry: &Mutex<Registry>) -> redis::RedisResult<Connection> {
+    let (client, addr) = match source {
+        Source::Fixed(client) => ((**client).clone(), None),
+        Source::Sentinel(sentinels) => {
+            let (client, addr) = sentinels.master_client().await?;
+            (client, Some(addr))
+        }
+    };
+    // No ROLE check here (the command connection has one): a replica passes on what its
+    // master publishes, and the node is told to drop its clients when it changes roles.
     let pubsub = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub())
         .await
         .map_err(|_| {
@@ -218,11 +253,12 @@ async fn open(
         messages,
         subscribed: channels.into_iter().collect(),
         idle: HashMap::new(),
+        addr,
     })
 }
 
 async fn run(
-    client: redis::Client,
+    source: Source,
     registry: Arc<Mutex<Registry>>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
@@ -256,7 +292,7 @@ async fn run(
                 Some(Command::Subscribe(channel, ack)) => {
                     if conn.is_none() && reconnect_at.is_none() {
                         // First wait of this client: connect now (lazily).
-                        match open(&client, &registry).await {
+                        match open(&source, &registry).await {
                             Ok(c) => conn = Some(c),
                             Err(e) => {
                                 tracing::debug!("redis pub/sub connection failed: {e}");
@@ -279,6 +315,13 @@ async fn run(
                         }
                     }
                     let _ = ack.send(());
+                }
+                Some(Command::Moved(master)) => {
+                    if conn.as_ref().is_some_and(|c| c.addr.as_ref().is_some_and(|a| *a != master)) {
+                        tracing::debug!("redis pub/sub: the master moved; reconnecting");
+                        conn = None;
+                        reconnect_at = Some(Instant::now());
+                    }
                 }
                 Some(Command::Unsubscribe(channel)) => {
                     if let Some(c) = conn.as_mut()
@@ -323,7 +366,7 @@ async fn run(
                     reconnect_at = None;
                     continue;
                 }
-                match open(&client, &registry).await {
+                match open(&source, &registry).await {
                     Ok(c) => {
                         conn = Some(c);
                         reconnect_at = None;

@@ -1,5 +1,5 @@
-//! `redlock://[user:password@]h1:p1,h2:p2,…[/db][?connect_timeout=T&response_timeout=T]` → one
-//! `redis://` URL per master, and the per-master timeouts.
+//! `redlock://[user:password@]h1:p1,h2:p2,…[/db][?connect_timeout=T&response_timeout=T&prefix=P]`
+//! → one `redis://` URL per master, the per-master timeouts and the key prefix.
 //!
 //! The masters are independent Redis servers (not replicas of each other): 3, 5 or 7 of them, so
 //! a majority is well defined and survives `(n − 1) / 2` of them down; [`check_distinct`]
@@ -16,10 +16,11 @@ use crate::options::Options;
 use crate::url::{after_hosts, authority, for_driver, parse_duration, redact, userinfo_end};
 
 use super::NAME;
+use crate::backends::redis::keys::check_prefix;
 
 const SCHEME: &str = "redlock://";
 const EXPECTED: &str = "redlock://[user:password@]host:port,host:port,host:port[,…][/db]\
-     [?connect_timeout=100ms&response_timeout=100ms] with 3, 5 or 7 masters";
+     [?connect_timeout=100ms&response_timeout=100ms&prefix=app1:] with 3, 5 or 7 masters";
 
 /// How long one master may take to accept a connection, by default: small against a lease (the
 /// default lease is 30 s), so a dead master costs an acquisition little of its validity.
@@ -40,6 +41,8 @@ pub(super) struct RedlockConfig {
     pub(super) shown_masters: Vec<String>,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
 }
 
 impl std::fmt::Debug for RedlockConfig {
@@ -111,7 +114,13 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
     }
     let mut connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
     let mut response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+    let mut prefix = String::new();
     for (key, value) in &parts.query {
+        if *key == "prefix" {
+            check_prefix(value).map_err(|why| invalid(url, why))?;
+            prefix = value.to_string();
+            continue;
+        }
         let timeout = parse_duration(value)
             .ok_or_else(|| invalid(url, format!("{key} is not a duration (e.g. 100ms, 1s)")));
         match *key {
@@ -120,7 +129,7 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
             _ => {
                 return Err(invalid(
                     url,
-                    "an unknown parameter (known: connect_timeout, response_timeout)",
+                    "an unknown parameter (known: connect_timeout, response_timeout, prefix)",
                 ));
             }
         }
@@ -140,9 +149,14 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
         .iter()
         .map(|h| format!("{}:{}", h.host, h.port.unwrap_or(6379)))
         .collect();
+    let on_master = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("?prefix={prefix}")
+    };
     let masters = shown_masters
         .iter()
-        .map(|hp| format!("redis://{userinfo}{hp}{db}"))
+        .map(|hp| format!("redis://{userinfo}{hp}{db}{on_master}"))
         .collect();
     Ok(RedlockConfig {
         shown: redact(url),
@@ -150,6 +164,7 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
         shown_masters,
         connect_timeout,
         response_timeout,
+        prefix,
     })
 }
 

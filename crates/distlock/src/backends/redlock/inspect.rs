@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::backends::redis::inspect::{self as single, Found};
-use crate::backends::redis::scripts::SCRIPTS;
+use crate::backends::redis::scripts::COUNTER_SCRIPTS as SCRIPTS;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
@@ -75,7 +75,7 @@ impl RedlockBackend {
         let what = "reading lock status";
         let limit = self.response_timeout;
         let mut scanned = Vec::new();
-        if let Some(pattern) = single::scan_pattern(which) {
+        if let Some(pattern) = single::scan_pattern(&self.prefix, which) {
             // Every master's keys: a lock a majority holds is on some master that answers.
             let answers = join_all(self.masters.iter().map(|m| m.scan(&pattern, limit))).await;
             let mut failures = Vec::new();
@@ -97,11 +97,11 @@ impl RedlockBackend {
         let mut all = Vec::new();
         // Redlock keeps only the exclusive lock.
         let family = crate::backends::redis::keys::family(LockKind::Mutex);
-        for (_, name) in single::selected(which, &scanned)
+        for (_, name) in single::selected(&self.prefix, which, &scanned)
             .into_iter()
             .filter(|(f, _)| *f == family)
         {
-            let Some((keys, args)) = single::status_call(family, &name) else {
+            let Some((keys, args)) = single::status_call(&self.prefix, family, &name) else {
                 continue;
             };
             let call = Call::new(&SCRIPTS.status, &keys, &args, what);
@@ -121,7 +121,7 @@ impl RedlockBackend {
     pub(super) async fn inspect_force(&self, name: &LockName) -> Result<ForcedRelease> {
         let what = format!("forcing the release of {:?}", name.as_str());
         let limit = self.response_timeout;
-        let (keys, args) = single::force_call(name, LockKind::Mutex);
+        let (keys, args) = single::force_call(&self.prefix, name, LockKind::Mutex);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let call = Call::new(&SCRIPTS.force_release, &keys, &args, &what);
         let answers = self.on_all::<Vec<String>>(call, limit).await;

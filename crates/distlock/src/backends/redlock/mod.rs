@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
 use crate::backends::redis::keys::Keys;
-use crate::backends::redis::scripts::{SCRIPTS, script};
+use crate::backends::redis::scripts::{COUNTER_SCRIPTS as SCRIPTS, script};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -60,6 +60,8 @@ pub struct RedlockBackend {
     /// How long a take round takes lately.
     round: Arc<quorum::RoundTime>,
     shown_url: String,
+    /// Put before every key and channel (the URL's `?prefix=`), or empty.
+    prefix: String,
 }
 
 impl std::fmt::Debug for RedlockBackend {
@@ -109,6 +111,7 @@ impl RedlockBackend {
             retry_for: options.retry_for.unwrap_or(RETRY_FOR),
             round: Arc::default(),
             shown_url: config.shown,
+            prefix: config.prefix,
         })
     }
 
@@ -301,7 +304,7 @@ impl RedlockBackend {
     /// share this take won is released and awaited; a master whose connection broke gets
     /// nothing: its share, if any, lapses with the lease.
     async fn undo(&self, req: &LockRequest, shares: &[Share]) {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.prefix, req.kind, &req.name);
         let (keys, channel) = (k.release(), k.channel());
         let args = [req.owner.as_str(), channel.as_str(), ""];
         let ops = SCRIPTS.ops(req.kind);
@@ -353,7 +356,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
-        let channel = Keys::new(req.kind, &req.name).channel();
+        let channel = Keys::new(&self.prefix, req.kind, &req.name).channel();
         Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
     }
 
@@ -395,7 +398,7 @@ impl RedlockBackend {
     /// for lease − drift from this round's send, stated as counted from `asked` (the start of
     /// the `try_take` this round belongs to).
     async fn take_once(&self, req: &LockRequest, asked: Instant) -> Result<Attempt> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.prefix, req.kind, &req.name);
         let keys = k.acquire();
         let lease = req.lease.duration();
         let lease_ms = req.lease.as_millis().to_string();
@@ -504,7 +507,7 @@ impl RedlockBackend {
         req: &LockRequest,
         token: FencingToken,
     ) -> Result<Option<Duration>> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.prefix, req.kind, &req.name);
         let lease_ms = req.lease.as_millis().to_string();
         let token = token.to_string();
         let args = [req.owner.as_str(), lease_ms.as_str(), token.as_str()];
@@ -532,7 +535,7 @@ impl RedlockBackend {
 
     /// One round of release on every master at once: freed if a majority freed it.
     async fn release_once(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let k = Keys::new(req.kind, &req.name);
+        let k = Keys::new(&self.prefix, req.kind, &req.name);
         let channel = k.channel();
         let token = token.map(|t| t.to_string()).unwrap_or_default();
         let args = [req.owner.as_str(), channel.as_str(), token.as_str()];

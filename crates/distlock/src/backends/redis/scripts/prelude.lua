@@ -4,8 +4,9 @@
 -- Defines:
 --   now_ms()             the server's clock in milliseconds (TIME): every lease is judged by
 --                        this one clock, never by a client's.
---   next_fence(key)      bumps and returns the fencing counter stored at `key`; the counter
---                        lives FENCE_TTL_MS from its creation, then starts again from the clock.
+--   next_fence(key)      the next fencing token of the counter at `key`: its value plus one, or
+--                        the server's clock in µs if that is larger (see the invariant below);
+--                        the counter keeps it.
 --   keep_for(key, ms)    makes `key` live at least `ms` more milliseconds (never shortens it).
 --   same_holding(stored, wanted)
 --                        whether the fencing token stored for a holding is the one the caller
@@ -20,15 +21,21 @@
 -- Every extend and release names the holding by its token, so a guard of an earlier holding of
 -- the same owner never renews or frees a later one.
 --
--- Fencing invariant: the counter starts at the server's clock in microseconds when it is created
--- (first use, or after it expired or was lost in a restart of a Redis that keeps nothing on
--- disk), and goes up by one per take. A counter therefore stays below the clock as long as its
--- name is taken less than once per microsecond on average (Redis cannot do a million takes a
--- second), so a counter created later always starts above every token handed out before. It
--- breaks only if the server's clock is set back while the counter is lost. The hot path is one
--- INCR; TIME only runs when the counter is new. Tokens stay below 2^53 (Lua numbers are doubles)
--- until the year 2255.
+-- Fencing invariant: every take's token is the larger of the counter plus one and the server's
+-- clock in microseconds, and the counter keeps the last token. Behind Sentinel a promoted replica
+-- may have missed the master's last takes (replication is asynchronous): its counter is behind,
+-- and a counter alone would hand out again a token already given. The clock part keeps tokens
+-- above every earlier one as long as the new master's clock is not behind the old one's by more
+-- than the time the failover took (a counter lost in a restart, or expired, is covered the same
+-- way). Where the clock is set back, the counter part still makes tokens increase on one server.
+-- Each take costs one TIME and one INCRBY beside its INCR; tokens stay below 2^53 (Lua numbers
+-- are doubles) until the year 2255. The counter lives FENCE_TTL_MS from its creation, then starts
+-- again from the clock.
 local FENCE_TTL_MS = 86400000
+-- Redlock's masters run these scripts with this false (scripts.rs: COUNTER_SCRIPTS): their
+-- counters are raised into line after a take, and clock parts (each master's own clock) would
+-- never be in line, costing every take a second round. They have no replicas to lose steps to.
+local FENCE_FOLLOWS_CLOCK = true
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -37,10 +44,20 @@ end
 
 local function next_fence(key)
   local token = redis.call('INCR', key)
-  if token == 1 then
-    local t = redis.call('TIME')
-    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', key, string.format('%.0f', token), 'PX', FENCE_TTL_MS)
+  if token ~= 1 and not FENCE_FOLLOWS_CLOCK then
+    return token
+  end
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- Nearly always: the counter is behind the clock (takes are far rarer than one per µs).
+  -- INCRBY rather than SET: it keeps the counter's expiry and needs no string.format (each was
+  -- a few µs of server time per take; the difference is exact below 2^53).
+  if token < now_us then
+    redis.call('INCRBY', key, now_us - token)
+    if token == 1 then
+      redis.call('PEXPIRE', key, FENCE_TTL_MS)
+    end
+    token = now_us
   end
   return token
 end

@@ -1,0 +1,276 @@
+//! A private Redis behind Sentinel: a master, two replicas and three Sentinels (quorum 2), each a
+//! child redis-server on a free loopback port, for the tests that fail the master over. The
+//! shared group of `scripts/services.sh sentinel` serves the conformance suite; a failover test
+//! moves its own group's master and kills its own nodes.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{
+    Launch, Persistence, PrivateServer, accepts, free_port, on_free_ports, start_redis,
+    start_redis_with_args,
+};
+use crate::Failure;
+
+/// The name the Sentinels monitor the master under (shared and private groups alike).
+pub const SENTINEL_MASTER: &str = "distlock";
+
+/// How long after its last answer a Sentinel judges the private master down: short, so a
+/// killed master is failed over within a few seconds, yet not so short that a node stalled by a
+/// loaded machine is failed over unasked.
+const DOWN_AFTER_MS: u64 = 1500;
+
+/// A master, two replicas and three Sentinels watching them.
+pub struct SentinelGroup {
+    /// The data nodes: the first started as the master, the others as its replicas. A failover
+    /// moves the master to another ([`SentinelGroup::master_port`] says which).
+    pub nodes: Vec<PrivateServer>,
+    /// The Sentinels.
+    pub sentinels: Vec<PrivateServer>,
+}
+
+/// Starts a group and waits until every Sentinel knows both replicas and the two other
+/// Sentinels, and both replicas are in sync (a failover is possible).
+pub fn start_sentinel_group() -> Result<SentinelGroup, Failure> {
+    on_free_ports(|| {
+        let master = start_redis(Persistence::None)?;
+        let master_port = master.port().to_string();
+        let mut nodes = vec![master];
+        for _ in 0..2 {
+            nodes.push(start_redis_with_args(
+                Persistence::None,
+                &["--replicaof", "127.0.0.1", &master_port],
+            )?);
+        }
+        let ports: Vec<u16> = nodes.iter().map(PrivateServer::port).collect();
+        let sentinels = (0..3)
+            .map(|_| start_sentinel(ports[0]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let group = SentinelGroup { nodes, sentinels };
+        group.wait_until(Duration::from_secs(30), "the group to be ready", |g| {
+            g.ready()
+        })?;
+        Ok(group)
+    })
+}
+
+fn start_sentinel(master_port: u16) -> Result<PrivateServer, Failure> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let conf = dir.path().join("sentinel.conf");
+    // A Sentinel rewrites its configuration as it learns (replicas, other Sentinels, a new
+    // master), so the file is its own and written once, before the first start.
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+             sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {SENTINEL_MASTER} {DOWN_AFTER_MS}\n\
+             sentinel failover-timeout {SENTINEL_MASTER} 5000\n\
+             sentinel parallel-syncs {SENTINEL_MASTER} 2\n",
+            dir = dir.path().display()
+        ),
+    )?;
+    PrivateServer::start(Launch {
+        name: "Redis Sentinel",
+        dir,
+        port,
+        url: format!("redis://127.0.0.1:{port}"),
+        keeps_data: false,
+        command: Box::new(move || {
+            let mut command = Command::new("redis-server");
+            command.arg(&conf).arg("--sentinel");
+            command
+        }),
+        ready: accepts,
+        stop_signal: libc::SIGTERM,
+    })
+}
+
+/// `redis-sentinel://127.0.0.1:p1,…/distlock` over the Sentinels on `ports`.
+pub fn sentinel_url(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    format!("redis-sentinel://{}/{SENTINEL_MASTER}", hosts.join(","))
+}
+
+/// `redis-cli -p PORT ARGS…`'s answer, one line per value. Blocks: call it from
+/// `tokio::task::block_in_place` in async code.
+pub fn redis_cli(port: u16, args: &[&str]) -> Result<String, Failure> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .map_err(|e| {
+            Failure(format!(
+                "redis-cli could not run ({e}); run scripts/services.sh sentinel to install it"
+            ))
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl SentinelGroup {
+    /// The URL a client connects with.
+    pub fn url(&self) -> String {
+        sentinel_url(self.sentinels.iter().map(PrivateServer::port))
+    }
+
+    /// The master's port as the first Sentinel that answers says.
+    pub fn master_port(&self) -> Result<u16, Failure> {
+        for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
+            let answer = redis_cli(
+                sentinel.port(),
+                &["SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER],
+            )?;
+            if let Some(port) = answer.lines().nth(1).and_then(|p| p.parse().ok()) {
+                return Ok(port);
+            }
+        }
+        Err(Failure("no Sentinel names the master".into()))
+    }
+
+    /// The data node on `port`.
+    pub fn node(&mut self, port: u16) -> Result<&mut PrivateServer, Failure> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .ok_or_else(|| Failure(format!("no data node of the group on port {port}")))
+    }
+
+    /// Stops (SIGSTOP) or resumes (SIGCONT) every running data node but the master: while
+    /// stopped, a replica whose link the master closed cannot connect again, so it receives
+    /// nothing the master writes meanwhile.
+    pub fn pause_replicas(&self, pause: bool) -> Result<(), Failure> {
+        let master = self.master_port()?;
+        let signal = if pause { libc::SIGSTOP } else { libc::SIGCONT };
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != master)
+            .try_for_each(|n| n.signal(signal))
+    }
+
+    /// Whether the node on `port` answers `ROLE` with `master`.
+    pub fn is_master(&self, port: u16) -> Result<bool, Failure> {
+        Ok(redis_cli(port, &["ROLE"])?.lines().next() == Some("master"))
+    }
+
+    /// Asks a Sentinel for a failover (`SENTINEL FAILOVER`) and waits until every Sentinel names
+    /// a new master and that node says it is one. Answers the new master's port.
+    pub fn failover(&self) -> Result<u16, Failure> {
+        let old = self.master_port()?;
+        let answer = redis_cli(
+            self.sentinels[0].port(),
+            &["SENTINEL", "FAILOVER", SENTINEL_MASTER],
+        )?;
+        if answer != "OK" {
+            return Err(Failure(format!("SENTINEL FAILOVER answered {answer:?}")));
+        }
+        self.wait_for_new_master(old)
+    }
+
+    /// Waits until every running Sentinel names a master other than `old`, and that node says
+    /// it is one (after a killed master, or a failover asked for). Answers its port.
+    pub fn wait_for_new_master(&self, old: u16) -> Result<u16, Failure> {
+        let mut new = None;
+        self.wait_until(
+            Duration::from_secs(30),
+            "the Sentinels to agree on a new master",
+            |g| {
+                let mut named = Vec::new();
+                for sentinel in g.sentinels.iter().filter(|s| s.is_running()) {
+                    let answer = redis_cli(
+                        sentinel.port(),
+                        &["SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER],
+                    )?;
+                    named.push(answer.lines().nth(1).and_then(|p| p.parse::<u16>().ok()));
+                }
+                let Some(Some(first)) = named.first().copied() else {
+                    return Ok(false);
+                };
+                let agreed = first != old && named.iter().all(|n| *n == Some(first));
+                if agreed && g.is_master(first)? {
+                    new = Some(first);
+                    return Ok(true);
+                }
+                Ok(false)
+            },
+        )?;
+        new.ok_or_else(|| Failure("no new master".into()))
+    }
+
+    /// Waits until every running replica has received everything the master has written so far
+    /// (its `slave_repl_offset` reached the master's `master_repl_offset`).
+    pub fn wait_replicated(&self) -> Result<(), Failure> {
+        let master = self.master_port()?;
+        let offset = |port: u16, field: &str| -> Result<Option<u64>, Failure> {
+            let info = redis_cli(port, &["INFO", "replication"])?;
+            Ok(info
+                .lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok()))
+        };
+        let target = offset(master, "master_repl_offset")?
+            .ok_or_else(|| Failure("the master shows no master_repl_offset".into()))?;
+        let replicas: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != master)
+            .map(PrivateServer::port)
+            .collect();
+        self.wait_until(Duration::from_secs(10), "the replicas to catch up", |_| {
+            for port in &replicas {
+                if offset(*port, "slave_repl_offset")?.is_none_or(|o| o < target) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    /// Every Sentinel knows both replicas and both other Sentinels, and the replicas are in sync.
+    fn ready(&self) -> Result<bool, Failure> {
+        for sentinel in &self.sentinels {
+            let answer = redis_cli(sentinel.port(), &["SENTINEL", "master", SENTINEL_MASTER])?;
+            let fields: Vec<&str> = answer.lines().collect();
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .position(|f| *f == name)
+                    .and_then(|i| fields.get(i + 1))
+                    .copied()
+            };
+            if field("num-slaves") != Some("2") || field("num-other-sentinels") != Some("2") {
+                return Ok(false);
+            }
+        }
+        for node in &self.nodes[1..] {
+            let info = redis_cli(node.port(), &["INFO", "replication"])?;
+            if !info.contains("master_link_status:up") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn wait_until(
+        &self,
+        within: Duration,
+        what: &str,
+        mut done: impl FnMut(&Self) -> Result<bool, Failure>,
+    ) -> Result<(), Failure> {
+        let start = Instant::now();
+        while !done(self)? {
+            if start.elapsed() > within {
+                return Err(Failure(format!(
+                    "waited {within:?} for {what}; the first Sentinel's log: {}",
+                    self.sentinels[0].log_tail()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+}
