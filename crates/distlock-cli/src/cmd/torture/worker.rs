@@ -130,10 +130,13 @@ async fn cycle(lock: &Lock, worker: u32, end_ns: u64, job: &Job, log: &EventLog,
         let (now, at_ns) = (std::time::Instant::now(), monotonic_ns());
         // The lease's end on the same clock as the events: the checker tells a store that
         // handed the lock on too soon from a holder that went on past its lease.
-        let valid_until_ns = guard.valid_until().map(|until| match until.checked_duration_since(now) {
-            Some(left) => at_ns + left.as_nanos() as u64,
-            None => at_ns.saturating_sub(now.duration_since(until).as_nanos() as u64),
-        });
+        let valid_until_ns =
+            guard
+                .valid_until()
+                .map(|until| match until.checked_duration_since(now) {
+                    Some(left) => at_ns + left.as_nanos() as u64,
+                    None => at_ns.saturating_sub(now.duration_since(until).as_nanos() as u64),
+                });
         log.write(&Event::Releasing {
             at_ns,
             worker,

@@ -100,9 +100,7 @@ pub(crate) fn from_etcd(what: &str) -> impl FnOnce(etcd_client::Error) -> Error 
                 tonic_code::Unknown if passing(status.message()) => ErrorKind::Connection,
                 // "etcdserver: too many requests": the server applies behind what it committed
                 // (a loaded disk) and asks clients to slow down; a retry with backoff does.
-                tonic_code::ResourceExhausted if passing(status.message()) => {
-                    ErrorKind::Connection
-                }
+                tonic_code::ResourceExhausted if passing(status.message()) => ErrorKind::Connection,
                 _ => ErrorKind::Backend,
             },
             _ => ErrorKind::Backend,
