@@ -48,6 +48,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // rediss:// (redis-rs' TLS) uses rustls' process-wide crypto provider, which the library
+    // leaves to the application to choose. Nothing else has installed one this early.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DISTLOCK_LOG")

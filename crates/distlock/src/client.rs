@@ -117,8 +117,11 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
 /// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made
 /// from it. Clones share connections, the watchdogs and the in-process wake-ups.
 ///
-/// ```no_run
-/// # async fn demo() -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # std::env::set_current_dir(dir.path()).unwrap(); // ./locks.db: in a temporary directory
 /// let client = distlock::connect("sqlite:./locks.db").await?;
 /// let guard = client.lock("report:daily").acquire().await?;
 /// // … the work only one instance may do …
@@ -144,7 +147,9 @@ impl Drop for LastClient {
 }
 
 impl Client {
-    /// A client over a backend built by hand (tests, custom stores).
+    /// A client over a backend built by hand (tests, custom stores). Not covered by semver
+    /// (see the crate's Stability section).
+    #[doc(hidden)]
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
         Client::with_exit_wait(backend, crate::core::DEFAULT_EXIT_WAIT)
     }
@@ -180,7 +185,9 @@ impl Client {
 
     /// The store's atomic steps themselves, below locks and guards: for the conformance suite
     /// (which checks each backend's contract directly) and for wrapping a backend. Calls made
-    /// here bypass this client's guards, watchdogs and re-entry counts.
+    /// here bypass this client's guards, watchdogs and re-entry counts. Not covered by semver
+    /// (see the crate's Stability section).
+    #[doc(hidden)]
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.engine.backend
     }
@@ -220,6 +227,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// // Not run by the doctests: it needs a store with semaphores (Redis, etcd, ZooKeeper, …).
     /// let permit = client.semaphore("pool", 4).acquire().await?;
     /// // Another service asking 5 of "pool" now gets ErrorKind::InvalidInput:
     /// // "semaphore \"pool\" has 4 permits, and this caller asks for 5: …"
@@ -241,6 +249,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// // Not run by the doctests: it needs a store with semaphores (Redis, etcd, ZooKeeper, …).
     /// let had = client.set_semaphore_permits("pool", 8).await?;
     /// let permit = client.semaphore("pool", 8).acquire().await?; // every caller asks 8 now
     /// # Ok(()) }
@@ -301,8 +310,11 @@ impl Client {
     /// waited for; empty if none is): holdings with their fencing tokens, who took them and
     /// when, lease left, waiters where the store keeps them. See [`crate::status`].
     ///
-    /// ```no_run
-    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> distlock::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
     /// for lock in client.status("order:42").await? {
     ///     for h in &lock.holdings {
     ///         let who = h.holder.as_ref().map(|w| format!("pid {} on {}", w.pid, w.host));

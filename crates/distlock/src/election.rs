@@ -45,6 +45,7 @@ pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_secs(10);
 
 /// A leader as seen in the store: what it proclaimed, in which term.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leader {
     /// What the leader proclaimed (an address, an instance id, …).
     pub value: String,
@@ -62,23 +63,27 @@ impl fmt::Display for Leader {
 /// One leader election, by name. Made by [`Client::election`]; nothing is sent to the store
 /// until it is used.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// # async fn lead(_term: u64) -> distlock::Result<()> { Ok(()) }
 /// let election = client.election("scheduler");
 /// let leadership = election.campaign("node-a:8080").await?; // waits to become leader
+///
+/// // Any client can follow the leaders without campaigning (the current one comes first):
+/// use futures_util::StreamExt;
+/// let mut leaders = Box::pin(client.election("scheduler").observe().await?);
+/// if let Some(leader) = leaders.next().await {
+///     println!("leader: {}", leader?);                        // node-a:8080 (term …)
+/// }
+///
 /// tokio::select! {
 ///     done = lead(leadership.term().get()) => done?,          // fence writes with the term
 ///     lost = leadership.lost() => return Err(lost),           // deposed: stop leading now
 /// }
 /// leadership.resign().await?;                                 // hand over at once
-///
-/// // Any client can follow the leaders without campaigning:
-/// use futures_util::StreamExt;
-/// let mut leaders = Box::pin(client.election("scheduler").observe().await?);
-/// while let Some(leader) = leaders.next().await {
-///     println!("leader: {}", leader?);
-/// }
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -247,8 +252,11 @@ impl Election {
     /// The current leader, if any: the latest record when it has a value and has not lapsed (its
     /// leader resigned, or stopped refreshing it for a lease: crashed, paused, cut off).
     ///
-    /// ```no_run
-    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> distlock::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
     /// match client.election("scheduler").leader().await? {
     ///     Some(leader) => println!("{} leads in term {}", leader.value, leader.term),
     ///     None => println!("no leader"),
@@ -375,8 +383,11 @@ async fn refresh(
 /// [`Guard`] releases): queued on the runtime, not immediate, and if the runtime is gone the
 /// record lapses and the lock frees within one lease.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// use distlock::ErrorKind;
 ///
 /// let leadership = client.election("primary").campaign("db-1:5432").await?;

@@ -66,8 +66,11 @@ impl ErrorKind {
 /// `{:#}`, or walking [`source`](StdError::source)) then shows each cause once. `Display` never
 /// shows a password: URLs are redacted before they reach a message.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// use distlock::ErrorKind;
 /// use std::time::Duration;
 ///

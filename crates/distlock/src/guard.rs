@@ -20,8 +20,11 @@ use crate::types::{FencingToken, LockKind, LockName};
 /// releases in the background instead: the release is queued on the runtime, not immediate, and
 /// if the runtime is gone the store frees the lock when the lease ends.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// # async fn write_with(_token: u64) -> distlock::Result<()> { Ok(()) }
 /// let guard = client.lock("payment:981").acquire().await?;
 /// tokio::select! {

@@ -21,14 +21,19 @@ use crate::types::LockName;
 /// reaches 0. Once at 0 it can be set again (a new round): a waiter that had not yet seen the
 /// 0 of the previous round then waits for the new one.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// use std::time::Duration;
 ///
 /// let latch = client.latch("deploy:42:migrations");
 /// latch.try_set_count(3).await?;                     // false if a round is already running
 /// // … in each of three workers, once its part is done:
+/// # for _worker in 0..3 {
 /// latch.count_down().await?;
+/// # }
 /// // … in any process that must wait for all three:
 /// latch.wait_timeout(Duration::from_secs(60)).await?; // ErrorKind::Timeout after a minute
 /// # Ok(()) }

@@ -15,8 +15,11 @@ use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 
 /// A named lock, not yet taken. Configure it (lease, renewal, owner), then acquire.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// use std::time::Duration;
 ///
 /// let lock = client.lock("stock:sku-42").lease(Duration::from_secs(10));
@@ -317,8 +320,11 @@ impl Lock {
 /// {a, b} and {b, a} cannot deadlock. If one cannot be taken, the ones already taken are
 /// released before the call returns.
 ///
-/// ```no_run
-/// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> distlock::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
 /// let both = client.multi_lock(["account:7", "account:3"]).acquire().await?;
 /// let tokens = both.fencing_tokens(); // in name order: account:3, account:7
 /// both.release().await?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 ///
 /// ```no_run
 /// # async fn demo() -> distlock::Result<()> {
+/// // Not run by the doctests: it needs a Redis server (the timeouts matter for network stores).
 /// use std::time::Duration;
 /// let options = distlock::Options::default()
 ///     .connect_timeout(Duration::from_millis(500))

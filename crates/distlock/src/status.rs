@@ -38,12 +38,14 @@ impl Holder {
     /// The record a backend stores beside a holding this process takes: `pid`, host and
     /// process name separated by tabs (which neither name can contain once cleaned), at most
     /// `10 + 2 × MAX_HOLDER_FIELD + 2` bytes.
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn this_process_record() -> &'static str {
         &this_process().1
     }
 
     /// Reads a record made by [`this_process_record`](Holder::this_process_record); `None` for
     /// anything else (a holding taken by a version that recorded nothing).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn from_record(record: &str) -> Option<Holder> {
         let mut fields = record.splitn(3, '\t');
         let pid = fields.next()?.parse().ok()?;
@@ -104,6 +106,7 @@ pub struct Holding {
 
 impl Holding {
     /// A holding with `token` (for backends building their answers).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn new(token: FencingToken) -> Self {
         Holding {
             token,
@@ -113,13 +116,15 @@ impl Holding {
         }
     }
 
-    /// With the holder record a backend stored (see [`Holder::from_record`]).
+    /// With the holder record a backend stored (see `Holder::from_record`).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn holder_record(mut self, record: Option<&str>) -> Self {
         self.holder = record.and_then(Holder::from_record);
         self
     }
 
     /// Taken at `unix_ms`, milliseconds since the Unix epoch.
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn since_unix_ms(mut self, unix_ms: Option<i64>) -> Self {
         self.since = unix_ms
             .and_then(|ms| u64::try_from(ms).ok())
@@ -128,6 +133,7 @@ impl Holding {
     }
 
     /// With `ms` milliseconds of lease left (negative: none).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn lease_left_ms(mut self, ms: i64) -> Self {
         self.lease_left = Some(Duration::from_millis(ms.max(0) as u64));
         self
@@ -155,6 +161,7 @@ pub struct LockStatus {
 
 impl LockStatus {
     /// The status of `name` of flavour `kind`, with nothing held yet (for backends).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn new(name: impl Into<String>, kind: LockKind) -> Self {
         LockStatus {
             name: name.into(),
@@ -199,6 +206,7 @@ pub struct ForcedRelease {
 
 impl ForcedRelease {
     /// What a forced release removed and the token it advanced the counter to (for backends).
+    #[doc(hidden)] // for backends: not covered by semver
     pub fn new(removed: Vec<Holding>, fence: FencingToken) -> Self {
         ForcedRelease { removed, fence }
     }

@@ -163,11 +163,17 @@ impl fmt::Debug for OwnerToken {
 /// seen and refuses writes that carry a smaller one. That closes the gap a lease cannot: a holder
 /// paused past its lease can no longer overwrite the work of the holder after it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(pub(crate) u64);
 
 impl FencingToken {
+    /// The token whose number is `value`: one read back from where a resource stored it, to
+    /// compare with a guard's.
+    pub const fn new(value: u64) -> Self {
+        FencingToken(value)
+    }
+
     /// The token as a number.
-    pub fn get(self) -> u64 {
+    pub const fn get(self) -> u64 {
         self.0
     }
 }

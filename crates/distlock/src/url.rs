@@ -248,6 +248,7 @@ fn redact_parameter(pair: &str) -> String {
 
 /// One `host[:port]` of a URL's authority.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostPort {
     /// A name, an IPv4 address, or an IPv6 literal in brackets (`[::1]`).
     pub host: String,
@@ -259,6 +260,7 @@ pub struct HostPort {
 /// Redlock, ZooKeeper ensembles, etcd clusters). The user-info is left to the driver, which
 /// gets the URL itself.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Authority {
     /// The servers, in the order given.
     pub hosts: Vec<HostPort>,
@@ -327,6 +329,7 @@ pub fn with_hosts(url: &str, hosts: &str) -> Option<String> {
 
 /// A URL with distlock's own parameters ([`OWN_PARAMETERS`]) taken off: what they say, and the
 /// URL the driver gets (everything else, in order).
+#[non_exhaustive]
 pub struct Split<'a> {
     /// distlock's parameters, as given.
     pub own: Vec<(&'a str, &'a str)>,

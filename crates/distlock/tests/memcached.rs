@@ -463,7 +463,7 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
     let record = LockName::new(&name)?;
     let backend = ctx.client.backend();
     let ttl = Duration::from_secs(5);
-    let (leader, deposed) = (FencingToken(1_000), FencingToken(999));
+    let (leader, deposed) = (FencingToken::new(1_000), FencingToken::new(999));
     check!(
         backend
             .elect_write(&record, deposed, Some("old"), ttl)
@@ -579,7 +579,7 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
     const WRITES: usize = 50;
     let name = ctx.unique_name("race");
     let record = LockName::new(&name)?;
-    let term = FencingToken(7);
+    let term = FencingToken::new(7);
     let ttl = Duration::from_secs(5);
     let backend = ctx.client.backend();
     check!(

@@ -46,7 +46,7 @@ async fn older_token_is_refused_after_a_newer_write() {
         format!("{resource}:h"),
         format!("{resource}:n"),
     );
-    let (t1, t2) = (FencingToken(41), FencingToken(42));
+    let (t1, t2) = (FencingToken::new(41), FencingToken::new(42));
 
     fence
         .set(&mut conn, &resource, t2, &value, "t2")
@@ -91,7 +91,7 @@ async fn equal_token_is_refused_the_second_time() {
     let fence = RedisFence::new();
     let resource = unique("equal");
     let hash = format!("{resource}:h");
-    let token = FencingToken(7);
+    let token = FencingToken::new(7);
     assert_eq!(
         fence
             .hset(&mut conn, &resource, token, &hash, "f", 1)
@@ -112,7 +112,7 @@ async fn equal_token_is_refused_the_second_time() {
         .incr_by(
             &mut conn,
             &resource,
-            FencingToken(8),
+            FencingToken::new(8),
             &format!("{resource}:s"),
             1,
         )
@@ -145,7 +145,7 @@ async fn concurrent_writers_with_increasing_tokens_all_land_in_order() {
         writers.push(tokio::spawn(async move {
             let mut turn = next.lock().await;
             *turn += 1;
-            let token = FencingToken(*turn);
+            let token = FencingToken::new(*turn);
             // Sent before the turn passes: the multiplexed connection keeps the order.
             let write = fence.incr_by(&mut conn, &resource, token, &counter, 1);
             let n = write.await.unwrap();
@@ -165,7 +165,7 @@ async fn concurrent_writers_with_increasing_tokens_all_land_in_order() {
     let mut conn = conn;
     assert_eq!(
         fence.last_token(&mut conn, &resource).await.unwrap(),
-        Some(FencingToken(WRITERS))
+        Some(FencingToken::new(WRITERS))
     );
     let _: () = conn
         .del(&[fence.key(&resource).unwrap(), counter])

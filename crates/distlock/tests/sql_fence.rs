@@ -31,7 +31,7 @@ macro_rules! fence_cases {
                 let fence = SqlFence::<Db>::install(&pool).await.unwrap();
                 let table = db::unique_table("fence");
                 create_log(&pool, &table).await;
-                let (t1, t2) = (FencingToken(41), FencingToken(42));
+                let (t1, t2) = (FencingToken::new(41), FencingToken::new(42));
 
                 let mut tx2 = pool.begin().await.unwrap();
                 fence.check(&mut tx2, &table, t2).await.unwrap();
@@ -55,7 +55,7 @@ macro_rules! fence_cases {
                 let Some(pool) = $pool else { return };
                 let fence = SqlFence::<Db>::install(&pool).await.unwrap();
                 let resource = db::unique_table("equal");
-                let token = FencingToken(7);
+                let token = FencingToken::new(7);
                 let mut tx = pool.begin().await.unwrap();
                 fence.check(&mut tx, &resource, token).await.unwrap();
                 tx.commit().await.unwrap();
@@ -65,7 +65,7 @@ macro_rules! fence_cases {
                 tx.rollback().await.unwrap();
                 // A rolled-back check raises nothing: the next token still gets in.
                 let mut tx = pool.begin().await.unwrap();
-                fence.check(&mut tx, &resource, FencingToken(8)).await.unwrap();
+                fence.check(&mut tx, &resource, FencingToken::new(8)).await.unwrap();
                 tx.commit().await.unwrap();
             }
 
@@ -85,7 +85,7 @@ macro_rules! fence_cases {
                     writers.push(tokio::spawn(async move {
                         let mut turn = next.lock().await;
                         *turn += 1;
-                        let token = FencingToken(*turn);
+                        let token = FencingToken::new(*turn);
                         let mut tx = pool.begin().await.unwrap();
                         fence.check(&mut tx, &table, token).await.unwrap();
                         insert(&mut tx, &table, token, "w").await;
@@ -120,7 +120,7 @@ macro_rules! fence_cases {
                             let resource = format!("{prefix}/{round}/{w}");
                             let mut tx = pool.begin().await.unwrap();
                             fence
-                                .check(&mut tx, &resource, FencingToken(round + 1))
+                                .check(&mut tx, &resource, FencingToken::new(round + 1))
                                 .await
                                 .map_err(|e| format!("{resource}: {e}"))?;
                             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -133,7 +133,7 @@ macro_rules! fence_cases {
                     w.await.unwrap().unwrap();
                 }
                 let last = fence.last_token(&pool, &format!("{prefix}/24/0")).await.unwrap();
-                assert_eq!(last, Some(FencingToken(25)));
+                assert_eq!(last, Some(FencingToken::new(25)));
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,9 +154,9 @@ macro_rules! fence_cases {
                         .bind(t as i64)
                         .bind(t as i64)
                 };
-                fence.update(&pool, write(20, 2), "row1", FencingToken(2)).await.unwrap();
+                fence.update(&pool, write(20, 2), "row1", FencingToken::new(2)).await.unwrap();
                 let refused = fence
-                    .update(&pool, write(10, 1), "row1", FencingToken(1))
+                    .update(&pool, write(10, 1), "row1", FencingToken::new(1))
                     .await
                     .unwrap_err();
                 assert_eq!(refused.kind(), ErrorKind::StaleToken, "{refused}");

@@ -17,11 +17,7 @@ const INCREMENTS: usize = 20;
 const CHILD_ENV: &str = "DISTLOCK_OPTIMISTIC_CHILD";
 
 /// Patient enough that 24 writers on one row never run out of attempts.
-const RETRY: Retry = Retry {
-    attempts: 10_000,
-    base: Duration::from_millis(1),
-    cap: Duration::from_millis(20),
-};
+const RETRY: Retry = Retry::new(10_000, Duration::from_millis(1), Duration::from_millis(20));
 
 /// One writer: `INCREMENTS` read-compute-write cycles. Returns the conflicts it retried.
 macro_rules! writer {

@@ -121,14 +121,14 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
     // waiter (a write about the lock moves the row first).
     check!(
         backend
-            .extend(&first, distlock::FencingToken(t1))
+            .extend(&first, distlock::FencingToken::new(t1))
             .await?
             .is_none(),
         "the first holder renewed a lock it had handed over"
     );
     check!(
         !backend
-            .release(&first, Some(distlock::FencingToken(t1)))
+            .release(&first, Some(distlock::FencingToken::new(t1)))
             .await?,
         "the first holder released a lock it had handed over"
     );
@@ -144,14 +144,14 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
 
     check!(
         backend
-            .extend(&second, distlock::FencingToken(t2))
+            .extend(&second, distlock::FencingToken::new(t2))
             .await?
             .is_some(),
         "the waiter could not renew its holding"
     );
     check!(
         backend
-            .release(&second, Some(distlock::FencingToken(t2)))
+            .release(&second, Some(distlock::FencingToken::new(t2)))
             .await?,
         "the waiter could not release its holding"
     );
@@ -213,7 +213,7 @@ async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
     // The forced-out holder releases: nothing of it is in the file any more.
     check!(
         !backend
-            .release(&second, Some(distlock::FencingToken(t2)))
+            .release(&second, Some(distlock::FencingToken::new(t2)))
             .await?,
         "the forced-out holder's release was accepted"
     );
@@ -279,7 +279,7 @@ async fn nearly_over_is_written(ctx: Ctx) -> Outcome {
     );
     check!(
         backend
-            .release(&second, Some(distlock::FencingToken(token)))
+            .release(&second, Some(distlock::FencingToken::new(token)))
             .await?,
         "the waiter could not release"
     );

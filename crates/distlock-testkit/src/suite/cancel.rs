@@ -174,7 +174,7 @@ pub(super) async fn cut_writes_leave_no_transaction_open(ctx: Ctx) -> Outcome {
     for round in 0..200u64 {
         let polls = 1 + round % 6;
         let budget = Duration::from_micros((round * 37) % 1500);
-        let term = distlock::FencingToken(round + 1);
+        let term = distlock::FencingToken::new(round + 1);
         let write = backend.elect_write(&record, term, Some("cut"), Duration::from_secs(30));
         let mut cut_now = poll_then_drop(write, polls, budget).await.is_none();
         if latches {

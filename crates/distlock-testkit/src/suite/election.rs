@@ -284,7 +284,7 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
     check!(next.term() > term, "term {} after {term}", next.term());
     // A newer term written under it (as a newer leader would): its proclaim is stale.
     let record = LockName::new(&name)?;
-    let newer = FencingToken(next.term().get() + 1000);
+    let newer = FencingToken::new(next.term().get() + 1000);
     check!(
         ctx.client
             .backend()

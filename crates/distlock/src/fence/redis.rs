@@ -3,6 +3,7 @@
 //!
 //! ```no_run
 //! # async fn demo(guard: distlock::Guard) -> distlock::Result<()> {
+//! // Not run by the doctests: it needs a Redis server.
 //! use distlock::fence::RedisFence;
 //!
 //! // Your own connection, from the redis crate distlock's `redis` feature uses (redis 1.x).

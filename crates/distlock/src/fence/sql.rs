@@ -4,6 +4,7 @@
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
 //! # async fn demo(pool: sqlx::PgPool, guard: distlock::Guard) -> distlock::Result<()> {
+//! // Not run by the doctests: it needs a PostgreSQL server.
 //! use distlock::fence::SqlFence;
 //!
 //! let fence = SqlFence::<sqlx::Postgres>::install(&pool).await?; // once: creates the table

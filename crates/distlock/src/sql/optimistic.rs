@@ -10,6 +10,7 @@
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! // Not run by the doctests: it needs a PostgreSQL server.
 //! use distlock::sql::optimistic::{Cas, Retry, retry_on_conflict};
 //! use sqlx::Row;
 //!
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 /// What one attempt of the read-compute-write came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Cas<T> {
     /// The write went through (or there was nothing to write): stop with this value.
     Done(T),
@@ -46,6 +48,7 @@ pub enum Cas<T> {
 
 /// How often and how patiently to try again.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Retry {
     /// Attempts in all, the first included (at least 1).
     pub attempts: u32,
@@ -67,6 +70,16 @@ impl Default for Retry {
 }
 
 impl Retry {
+    /// `attempts` in all (the first included), pausing with full jitter from `base`, doubled
+    /// for each further retry, up to `cap`.
+    pub const fn new(attempts: u32, base: Duration, cap: Duration) -> Self {
+        Retry {
+            attempts,
+            base,
+            cap,
+        }
+    }
+
     fn pause(&self, retry: u32) -> Duration {
         let step = self
             .base
@@ -79,6 +92,7 @@ impl Retry {
 
 /// A committed attempt: its value and how many conflicts came before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Committed<T> {
     /// What the successful attempt returned.
     pub value: T,
@@ -88,6 +102,7 @@ pub struct Committed<T> {
 
 /// Why [`retry_on_conflict`] gave up.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum OptimisticError<E> {
     /// Every attempt conflicted.
     Exhausted {

@@ -10,6 +10,7 @@
 //! ```no_run
 //! # #[cfg(feature = "postgres")]
 //! # async fn demo(pool: sqlx::PgPool) -> distlock::Result<()> {
+//! // Not run by the doctests: it needs a PostgreSQL server.
 //! use distlock::sql::RowLock;
 //!
 //! let mut tx = pool.lock_row("product:42").await?;

@@ -18,6 +18,30 @@ use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 
+/// Refuses TLS until the application has chosen rustls' process-wide crypto provider.
+///
+/// redis-rs (1.8) builds its rustls `ClientConfig` itself, with `ClientConfig::builder()`, which
+/// takes the process-wide default provider, and offers no way to pass a config or a provider
+/// (`Client::build_with_tls` takes certificates only). Choosing that default belongs to the
+/// application, so the library does not install one; and left to itself, rustls would install
+/// one from its crate features, or panic when both ring and aws-lc-rs are built in. Checking
+/// first turns both into this error, which says what to do.
+fn tls_provider_installed(shown_url: &str) -> Result<()> {
+    if rustls::crypto::CryptoProvider::get_default().is_some() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "{shown_url}: TLS needs rustls' process-wide crypto provider, which the application \
+             chooses: install one before connecting, e.g. \
+             `rustls::crypto::ring::default_provider().install_default()` (rustls 0.23, feature \
+             \"ring\") or `rustls::crypto::aws_lc_rs::default_provider().install_default()`"
+        ),
+    )
+    .with_backend(NAME))
+}
+
 /// One server, shared by a client's backend and its waiters.
 ///
 /// Commands from every task share one pipelined connection, so many acquires share writes
@@ -53,9 +77,7 @@ impl Server {
         }
         let config = config::parse(url)?;
         if config.tls {
-            // redis-rs leaves rustls without a crypto provider; another part of the program
-            // may have installed one already, which is fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            tls_provider_installed(&config.shown)?;
         }
         let client = ::redis::Client::open(config.info).map_err(|e| {
             Error::new(
@@ -372,4 +394,22 @@ pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
     Error::new(kind, what.to_string())
         .with_backend(NAME)
         .with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ErrorKind;
+
+    /// Nothing in the library's unit tests installs a provider, so this process has none: a
+    /// `rediss://` connect must say so, before any connection attempt, rather than install one.
+    #[tokio::test]
+    async fn tls_without_the_applications_provider_is_refused() {
+        let err = crate::connect("rediss://:s3cret@127.0.0.1:1")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+        assert!(err.to_string().contains("install_default()"), "{err}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+    }
 }

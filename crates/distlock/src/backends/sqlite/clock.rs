@@ -5,6 +5,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since boot.
+#[cfg(unix)]
 pub(super) fn boottime_ms() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -18,6 +19,17 @@ pub(super) fn boottime_ms() -> i64 {
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     debug_assert_eq!(rc, 0, "clock_gettime failed");
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// Elsewhere (Windows), no clock shared by processes and never set is within std's reach: the
+/// wall clock, in milliseconds. Setting the clock then moves every lease's end with it (back:
+/// leases last longer; forward: they end early), which docs.md lists among what breaks it.
+#[cfg(not(unix))]
+pub(super) fn boottime_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// This boot's identity. Without /proc (not Linux) a constant: leases then survive a reboot

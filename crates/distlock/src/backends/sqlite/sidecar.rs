@@ -1,7 +1,7 @@
 //! The file next to the database (`PATH-distlock`) that makes waiting event-driven between the
 //! processes of one machine:
 //!
-//! * its `flock` is the writers' queue: a process takes it before `BEGIN IMMEDIATE`, so writers
+//! * its file lock (`File::lock`: `flock` on Unix, `LockFileEx` on Windows) is the writers' queue: a process takes it before `BEGIN IMMEDIATE`, so writers
 //!   wait for each other in the kernel and wake the moment the previous one unlocks, instead of
 //!   sleeping in SQLite's busy handler (1, 2, 5 … 100 ms naps). The kernel drops the lock of a
 //!   process that dies, SIGKILL included;
@@ -15,8 +15,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// How many release counters the file holds. Names share a counter by hash: a shared counter
@@ -27,6 +25,8 @@ pub(super) const SLOTS: usize = 1024;
 #[derive(Debug)]
 pub(super) struct Sidecar {
     file: File,
+    // The path and the counters are for inotify's notices (Linux).
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     path: PathBuf,
 }
 
@@ -45,6 +45,7 @@ impl Sidecar {
         Ok(Sidecar { file, path })
     }
 
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     pub(super) fn path(&self) -> &Path {
         &self.path
     }
@@ -54,13 +55,13 @@ impl Sidecar {
     /// dead holder's lock goes with its last file descriptor.
     pub(super) fn lock_writers(&self) -> io::Result<WritersLock<'_>> {
         loop {
-            // SAFETY: flock on a descriptor this struct owns; no memory is passed.
-            if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(WritersLock { sidecar: self });
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            // std's exclusive lock is flock(LOCK_EX) on Unix: held per open file, so two
+            // connections of one process queue too, and dropped by the kernel with a dead
+            // process's descriptors. A signal may interrupt the wait: wait again.
+            match self.file.lock() {
+                Ok(()) => return Ok(WritersLock { sidecar: self }),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -69,7 +70,7 @@ impl Sidecar {
     pub(super) fn counter(&self, slot: usize) -> io::Result<u64> {
         let mut counter = [0u8; 8];
         // A file shorter than the slot reads as zero (the slot was never bumped).
-        let n = self.file.read_at(&mut counter, (slot * 8) as u64)?;
+        let n = read_at(&self.file, &mut counter, (slot * 8) as u64)?;
         if n < 8 {
             counter = [0; 8];
         }
@@ -77,11 +78,12 @@ impl Sidecar {
     }
 
     /// Every release counter; a file shorter than [`SLOTS`] counters reads as zeros past its end.
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     pub(super) fn counters(&self) -> io::Result<Vec<u64>> {
         let mut bytes = vec![0u8; SLOTS * 8];
         let mut filled = 0;
         while filled < bytes.len() {
-            match self.file.read_at(&mut bytes[filled..], filled as u64) {
+            match read_at(&self.file, &mut bytes[filled..], filled as u64) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -105,18 +107,50 @@ impl WritersLock<'_> {
     /// may be free. Only while holding the writers' lock, so two bumps never overwrite each other.
     pub(super) fn bump(&self, slot: usize) -> io::Result<()> {
         let next = self.sidecar.counter(slot)?.wrapping_add(1);
-        self.sidecar
-            .file
-            .write_all_at(&next.to_le_bytes(), (slot * 8) as u64)
+        write_all_at(&self.sidecar.file, &next.to_le_bytes(), (slot * 8) as u64)
     }
 }
 
 impl Drop for WritersLock<'_> {
     fn drop(&mut self) {
-        // SAFETY: as in lock_writers. Closing the file would unlock too; an error here leaves
-        // nothing to do.
-        unsafe { libc::flock(self.sidecar.file.as_raw_fd(), libc::LOCK_UN) };
+        // Closing the file would unlock too; an error here leaves nothing to do.
+        let _ = self.sidecar.file.unlock();
     }
+}
+
+/// Reads at `offset` without moving the file's cursor (Unix `pread`).
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+/// Writes all of `buf` at `offset` (Unix `pwrite`).
+#[cfg(unix)]
+fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+}
+
+/// Reads at `offset` (Windows moves the cursor too, which nothing here relies on).
+#[cfg(windows)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+/// Writes all of `buf` at `offset`.
+#[cfg(windows)]
+fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_write(file, buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The release counter a lock name maps to: FNV-1a, the same in every process and build (std's

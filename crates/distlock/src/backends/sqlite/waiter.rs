@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use tokio::sync::oneshot;
 
 use super::handover::{Grant, Parked};
-use super::writer::{Failure, Op, Writer};
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use super::writer::Failure;
+use super::writer::{Op, Writer};
 use super::{err, release, take};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
