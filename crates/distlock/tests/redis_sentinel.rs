@@ -66,14 +66,14 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     let mut before = Vec::new();
     for _ in 0..3 {
         let guard = lock.acquire_timeout(Duration::from_secs(5)).await?;
-        before.push(guard.fencing_token().0);
+        before.push(guard.fencing_token().get());
         check!(
             guard.release().await?,
             "a release before the failover failed"
         );
     }
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    let held_token = held.fencing_token().0;
+    let held_token = held.fencing_token().get();
     before.push(held_token);
     let waiting = tokio::spawn({
         let lock = waiter.lock(&name).lease(LEASE);
@@ -130,9 +130,9 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
     let max_before = before.iter().copied().max().unwrap_or(0);
     check!(
-        taken.fencing_token().0 > max_before,
+        taken.fencing_token().get() > max_before,
         "{how:?}: the waiter's token {} is not above {max_before}",
-        taken.fencing_token().0
+        taken.fencing_token().get()
     );
     check!(taken.release().await?, "the waiter's release failed");
     eprintln!(
@@ -145,9 +145,9 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         for lock_name in [name.clone(), ctx.unique_name("after")] {
             let guard = take(client, &lock_name).await?;
             check!(
-                guard.fencing_token().0 > max_before,
+                guard.fencing_token().get() > max_before,
                 "{how:?}: a take after the failover drew token {}, not above {max_before}",
-                guard.fencing_token().0
+                guard.fencing_token().get()
             );
             check!(
                 guard.release().await?,
@@ -177,7 +177,7 @@ async fn take_not_replicated(ctx: Ctx) -> Outcome {
             .lock(&name)
             .acquire_timeout(Duration::from_secs(5))
             .await?;
-        let replicated = guard.fencing_token().0;
+        let replicated = guard.fencing_token().get();
         check!(
             guard.release().await?,
             "a release before the failover failed"
@@ -194,7 +194,7 @@ async fn take_not_replicated(ctx: Ctx) -> Outcome {
             .lease(lease)
             .acquire_timeout(Duration::from_secs(5))
             .await?;
-        let lost_token = held.fencing_token().0;
+        let lost_token = held.fencing_token().get();
         let new = blocking(|| -> Result<u16, Failure> {
             group.node(old)?.kill()?;
             group.pause_replicas(false)?;
@@ -214,15 +214,15 @@ async fn take_not_replicated(ctx: Ctx) -> Outcome {
             ));
         };
         check!(
-            taken.fencing_token().0 > lost_token,
+            taken.fencing_token().get() > lost_token,
             "the second holder's token {} is not above the lost take's {lost_token} (the one \
              before it, replicated: {replicated})",
-            taken.fencing_token().0
+            taken.fencing_token().get()
         );
         tokio::time::timeout(lease * 2, held.lost())
             .await
             .map_err(|_| Failure("the first holder was never told it lost the lock".into()))?;
-        let after = taken.fencing_token().0;
+        let after = taken.fencing_token().get();
         check!(taken.release().await?, "the second holder's release failed");
         eprintln!("tokens: replicated {replicated}, lost {lost_token}, after the failover {after}");
     }
