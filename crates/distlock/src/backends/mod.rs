@@ -6,6 +6,9 @@ pub(crate) mod sqlx_error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sqlx_tx;
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub(crate) mod flavour_rules;
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

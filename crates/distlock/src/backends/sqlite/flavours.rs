@@ -18,83 +18,13 @@
 //! synchronizer ([`slot`]) after the commit, so waiters in every process wake by inotify. In-
 //! memory hand-over (`handover.rs`) is for the plain lock only.
 
-use std::time::Duration;
-
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::clock;
 use super::inspect::Row;
 use super::sidecar::slot_of;
-use crate::types::LockKind;
 
-/// How long a waiter's place lasts without the waiter asking again: the longest a crashed
-/// waiter holds up the ones behind it.
-pub(super) const WAITER_TTL_MS: i64 = 6_000;
-
-/// Which holding of which synchronizer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Side {
-    Fair,
-    Read,
-    Write,
-    Permit,
-}
-
-impl Side {
-    /// The side a flavour holds; `None` for the plain lock (its own table, `distlock_locks`).
-    pub(super) fn of(kind: LockKind) -> Option<Side> {
-        match kind {
-            LockKind::Fair => Some(Side::Fair),
-            LockKind::Read => Some(Side::Read),
-            LockKind::Write => Some(Side::Write),
-            LockKind::Permit { .. } => Some(Side::Permit),
-            _ => None,
-        }
-    }
-
-    /// The synchronizer the side belongs to (the table's `family`).
-    pub(super) fn family(self) -> &'static str {
-        match self {
-            Side::Fair => "fair",
-            Side::Read | Side::Write => "rw",
-            Side::Permit => "sem",
-        }
-    }
-
-    fn column(self) -> &'static str {
-        match self {
-            Side::Fair => "fair",
-            Side::Read => "read",
-            Side::Write => "write",
-            Side::Permit => "permit",
-        }
-    }
-
-    fn from_column(side: &str) -> Option<Side> {
-        match side {
-            "fair" => Some(Side::Fair),
-            "read" => Some(Side::Read),
-            "write" => Some(Side::Write),
-            "permit" => Some(Side::Permit),
-            _ => None,
-        }
-    }
-
-    /// The flavour of the side, as status shows it (a semaphore with its kept size).
-    pub(super) fn kind(self, permits: u32) -> LockKind {
-        match self {
-            Side::Fair => LockKind::Fair,
-            Side::Read => LockKind::Read,
-            Side::Write => LockKind::Write,
-            Side::Permit => LockKind::Permit { permits },
-        }
-    }
-
-    /// Whether the side's waiters keep a place in the file.
-    fn queues(self) -> bool {
-        matches!(self, Side::Fair | Side::Write)
-    }
-}
+pub(super) use crate::backends::flavour_rules::{Side, WAITER_TTL_MS};
 
 /// The sidecar counter a synchronizer's waiters listen on: a name no plain lock has (the hash
 /// input carries a control character, which lock names cannot), so their releases do not wake
@@ -594,9 +524,4 @@ fn status(
         sizes,
         waiters,
     })
-}
-
-/// How long `left_ms` is, as a retry bound (at least 1 ms).
-pub(super) fn retry_after(left_ms: i64) -> Duration {
-    Duration::from_millis(left_ms.max(1) as u64)
 }

@@ -41,6 +41,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use self::flavours::{FlavourAnswer, FlavourOp, Side};
+use crate::backends::flavour_rules::{self, Outcome};
 use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
@@ -183,45 +184,27 @@ fn take_op(req: &LockRequest, side: Side, queue: bool) -> FlavourOp {
         owner: req.owner.as_str().to_string(),
         lease_ms: req.lease.as_millis() as i64,
         queue,
-        permits: match req.kind {
-            LockKind::Permit { permits } => permits,
-            _ => 0,
-        },
+        permits: flavour_rules::asked_permits(req),
         follows_resize: req.follows_resize,
     }
 }
 
 /// The attempt a take's answer stands for.
 fn take_answer(answer: FlavourAnswer, req: &LockRequest) -> Result<Attempt> {
-    match answer {
-        FlavourAnswer::Taken(token) => Ok(Attempt::leased(FencingToken(token as u64), req)),
-        FlavourAnswer::Held { left_ms, .. } => Ok(Attempt::Held {
-            retry_after: Some(flavours::retry_after(left_ms)),
-        }),
-        FlavourAnswer::SizeDiffers(kept) => Err(permits_differ(
-            NAME,
-            &req.name,
-            u32::try_from(kept).unwrap_or(u32::MAX),
-            match req.kind {
-                LockKind::Permit { permits } => permits,
-                _ => 0,
-            },
-        )),
-        FlavourAnswer::Upgrade => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "lock {:?}: this owner holds the read lock; release it before taking the write \
-                 lock (upgrading could deadlock two readers)",
-                req.name
-            ),
-        )
-        .with_backend(NAME)),
-        other => Err(Error::new(
-            ErrorKind::Backend,
-            format!("taking the lock: unexpected answer {other:?}"),
-        )
-        .with_backend(NAME)),
-    }
+    let outcome = match answer {
+        FlavourAnswer::Taken(token) => Outcome::Taken(token),
+        FlavourAnswer::Held { left_ms, .. } => Outcome::Held(left_ms),
+        FlavourAnswer::SizeDiffers(kept) => Outcome::SizeDiffers(kept),
+        FlavourAnswer::Upgrade => Outcome::Upgrade,
+        other => {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("taking the lock: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME));
+        }
+    };
+    flavour_rules::attempt(NAME, outcome, req)
 }
 
 /// The side of `kind`, or the error for a kind this backend does not know.
@@ -660,11 +643,7 @@ fn flavour_status(
             .push(holding_of(row));
     }
     for (name, family, count) in waiters {
-        let kind = if family == Side::Fair.family() {
-            LockKind::Fair
-        } else {
-            LockKind::Write
-        };
+        let kind = Side::waiting_kind(&family);
         match found.iter_mut().find(|s| s.name == name && s.kind == kind) {
             Some(status) => status.waiters = Some(count as u64),
             None => {
