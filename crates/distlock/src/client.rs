@@ -277,7 +277,7 @@ impl Client {
         }
         let kind = LockKind::Permit { permits };
         if !self.engine.backend.supports(kind) {
-            return Err(Error::unsupported(self.engine.backend.name(), kind));
+            return Err(self.engine.backend.refusal(kind));
         }
         self.engine.backend.set_permits(&name, permits).await
     }
@@ -327,7 +327,7 @@ impl Client {
     pub async fn force_release(&self, name: &str, kind: LockKind) -> Result<ForcedRelease> {
         let name = LockName::new(name)?;
         if !self.engine.backend.supports(kind) {
-            return Err(Error::unsupported(self.engine.backend.name(), kind));
+            return Err(self.engine.backend.refusal(kind));
         }
         self.engine.backend.force_release(&name, kind).await
     }

@@ -18,6 +18,7 @@
 
 use crate::backend::{Attempt, LockRequest, permits_differ};
 use crate::error::{Error, ErrorKind, Result};
+use crate::status::{Holding, LockStatus};
 use crate::types::{FencingToken, LockKind};
 
 /// How long a waiter's place lasts without the waiter asking again: the longest a crashed
@@ -263,6 +264,51 @@ pub(crate) fn attempt(backend: &'static str, outcome: Outcome, req: &LockRequest
         )
         .with_backend(backend)),
     }
+}
+
+/// One live holding as a status shows it.
+pub(crate) struct Shown {
+    pub(crate) side: Side,
+    pub(crate) name: String,
+    pub(crate) holding: Holding,
+    /// The synchronizer's last fencing token.
+    pub(crate) last_token: Option<i64>,
+    /// A semaphore's kept size (0 if unknown).
+    pub(crate) permits: u32,
+}
+
+/// The status entries of the fair locks, read-write locks and semaphores found: one per name
+/// and side held (`shown` comes ordered by name and side), and one per name and flavour waited
+/// for (`waiters`: name, family, count of fair-lock waiters or waiting writers).
+pub(crate) fn statuses(shown: Vec<Shown>, waiters: Vec<(String, String, i64)>) -> Vec<LockStatus> {
+    let mut found: Vec<LockStatus> = Vec::new();
+    for row in shown {
+        let kind = row.side.kind(row.permits);
+        let same = found
+            .last()
+            .is_some_and(|last| last.name == row.name && last.kind == kind);
+        if !same {
+            let mut status = LockStatus::new(row.name.clone(), kind);
+            status.last_token = row.last_token.map(|t| FencingToken(t.max(0) as u64));
+            found.push(status);
+        }
+        if let Some(last) = found.last_mut() {
+            last.holdings.push(row.holding);
+        }
+    }
+    for (name, family, count) in waiters {
+        let kind = Side::waiting_kind(&family);
+        let count = u64::try_from(count).unwrap_or(0);
+        match found.iter_mut().find(|s| s.name == name && s.kind == kind) {
+            Some(status) => status.waiters = Some(count),
+            None => {
+                let mut status = LockStatus::new(name, kind);
+                status.waiters = Some(count);
+                found.push(status);
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]

@@ -544,7 +544,22 @@ impl Backend for SqliteBackend {
                 holdings,
                 sizes,
                 waiters,
-            } => found.extend(flavour_status(holdings, &sizes, waiters)),
+            } => {
+                let shown = holdings
+                    .into_iter()
+                    .map(|(side, row)| flavour_rules::Shown {
+                        side,
+                        name: row.name.clone(),
+                        last_token: row.last_token,
+                        permits: sizes
+                            .iter()
+                            .find(|(name, _)| *name == row.name)
+                            .map_or(0, |(_, size)| u32::try_from(*size).unwrap_or(0)),
+                        holding: holding_of(row),
+                    })
+                    .collect();
+                found.extend(flavour_rules::statuses(shown, waiters))
+            }
             other => {
                 return Err(Error::new(
                     ErrorKind::Backend,
@@ -611,47 +626,4 @@ fn holding_of(row: inspect::Row) -> Holding {
         .holder_record(row.holder.as_deref())
         .since_unix_ms(row.since_ms)
         .lease_left_ms(row.lease_left_ms)
-}
-
-/// The status entries of the fair locks, read-write locks and semaphores found: one per name
-/// and side held (rows come ordered by name and side), and one per name and flavour waited for
-/// (fair-lock waiters, waiting writers).
-fn flavour_status(
-    holdings: Vec<(Side, inspect::Row)>,
-    sizes: &[(String, i64)],
-    waiters: Vec<(String, String, i64)>,
-) -> Vec<LockStatus> {
-    let mut found: Vec<LockStatus> = Vec::new();
-    for (side, row) in holdings {
-        let permits = sizes
-            .iter()
-            .find(|(name, _)| *name == row.name)
-            .map_or(0, |(_, size)| u32::try_from(*size).unwrap_or(0));
-        let kind = side.kind(permits);
-        let same = found
-            .last()
-            .is_some_and(|last| last.name == row.name && last.kind == kind);
-        if !same {
-            let mut status = LockStatus::new(row.name.clone(), kind);
-            status.last_token = row.last_token.map(|t| FencingToken(t as u64));
-            found.push(status);
-        }
-        found
-            .last_mut()
-            .expect("pushed above")
-            .holdings
-            .push(holding_of(row));
-    }
-    for (name, family, count) in waiters {
-        let kind = Side::waiting_kind(&family);
-        match found.iter_mut().find(|s| s.name == name && s.kind == kind) {
-            Some(status) => status.waiters = Some(count as u64),
-            None => {
-                let mut status = LockStatus::new(name, kind);
-                status.waiters = Some(count as u64);
-                found.push(status);
-            }
-        }
-    }
-    found
 }
