@@ -205,6 +205,45 @@ pub(crate) fn decide(
     }
 }
 
+/// A synchronizer as a read without locks shows it (the SQL stores' "peek" before a take).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[derive(Debug, Default)]
+pub(crate) struct Peek {
+    pub(crate) holdings: Vec<Held>,
+    pub(crate) line: Vec<Place>,
+    /// Whether the synchronizer's row exists, and a semaphore's kept size.
+    pub(crate) row: Option<Option<i64>>,
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+impl Peek {
+    /// The answer a take can give from the peek alone, without its locking transaction: "held",
+    /// when the rules say blocked and the take would write nothing (no place in line to join or
+    /// keep alive: a waiter's own place still has more than half its life). Anything else
+    /// (a take, a keep, a place to write, a size to check) goes to the locked step.
+    pub(crate) fn blocked(&self, req: &LockRequest, side: Side, queue: bool) -> Option<i64> {
+        let owner = req.owner.as_str();
+        let size = match side {
+            Side::Permit => {
+                let kept = self.row??;
+                semaphore_size(Some(kept), asked_permits(req), req.follows_resize).ok()?
+            }
+            _ => 0,
+        };
+        match decide(side, owner, &self.holdings, &self.line, size, queue) {
+            Decision::Blocked { left_ms, join } => {
+                let placed = || {
+                    self.line
+                        .iter()
+                        .any(|p| p.owner == owner && p.left_ms > WAITER_TTL_MS / 2)
+                };
+                (!join || placed()).then_some(left_ms)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What one take answered the caller.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -264,6 +303,21 @@ pub(crate) fn attempt(backend: &'static str, outcome: Outcome, req: &LockRequest
         )
         .with_backend(backend)),
     }
+}
+
+/// The refusal of a fair lock, read-write lock or semaphore by a SQL store in `?lock=session`
+/// mode ([`ErrorKind::Unsupported`]), naming the setting that has them.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn session_refusal(backend: &'static str, kind: LockKind) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "the {backend} backend does not support {kind} with ?lock=session (a session lock \
+             is an exclusive lock of one connection); use ?lock=lease, the default, which has \
+             fair locks, read-write locks and semaphores"
+        ),
+    )
+    .with_backend(backend)
 }
 
 /// One live holding as a status shows it.

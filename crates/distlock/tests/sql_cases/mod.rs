@@ -7,7 +7,8 @@ pub mod db;
 use std::time::Duration;
 
 use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
+use distlock_testkit::cases;
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 pub const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/distlock_test";
 pub const MYSQL_DEFAULT: &str = "mysql://root@127.0.0.1:3306/distlock_test";
@@ -20,8 +21,33 @@ pub fn url(var: &str, default: &str) -> String {
 /// The URL parameter that makes a SQL store's locks session locks.
 pub const SESSION: &str = "lock=session";
 
-pub fn postgres_lease(suite: Suite) -> Suite {
+/// Every flavour of the suite, and the cases of the read-write lock, the semaphore and the fair
+/// lock: what a lease-mode SQL store carries.
+fn every_flavour(suite: Suite) -> Suite {
     suite
+        .flavours(Flavour::every())
+        .case(
+            "readers_share_writers_exclude",
+            cases::readers_share_writers_exclude,
+        )
+        .case(
+            "waiting_writer_holds_back_new_readers",
+            cases::writer_preference,
+        )
+        .case("read_to_write_upgrade_is_refused", cases::upgrade_is_refused)
+        .case("semaphore_counts_permits", cases::semaphore_counts_permits)
+        .case(
+            "fair_lock_serves_in_arrival_order",
+            cases::fair_serves_in_arrival_order,
+        )
+        // A waiter's place lasts 6 s without it asking again (flavour_rules.rs).
+        .case("fair_killed_waiter_lapses", |ctx| {
+            cases::fair_killed_waiter_lapses(ctx, Duration::from_secs(15))
+        })
+}
+
+pub fn postgres_lease(suite: Suite) -> Suite {
+    every_flavour(suite)
         .private_store(start_postgres)
         .case("release_wakes_waiters_by_notify", release_wakes_waiters)
         .case("old_tables_get_holder_columns", pg_old_tables_migrate)
@@ -94,7 +120,7 @@ async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<us
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    suite
+    every_flavour(suite)
         .private_store(start_mariadb)
         .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
         .tokens_cases(Sql::Mysql)

@@ -18,7 +18,7 @@ use super::notify::Releases;
 use super::{NAME, err};
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::flavour_rules::{
-    self, Decision, Held, Outcome, Place, Shown, Side, WAITER_TTL_MS,
+    self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
 use crate::backends::sql_flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
@@ -58,6 +58,37 @@ async fn next_token(tx: &mut Tx, side: Side, name: &str) -> Result<i64> {
         .fetch_one(&mut **tx)
         .await
         .map_err(err("drawing a fencing token"))
+}
+
+/// The synchronizer as the snapshot of one statement shows it, locking nothing.
+async fn peek(pool: &PgPool, side: Side, name: &str) -> Result<Peek> {
+    let rows = sqlx::query(include_str!("sql/flavour_peek.sql"))
+        .bind(side.family())
+        .bind(name)
+        .fetch_all(pool)
+        .await
+        .map_err(err("taking the lock"))?;
+    let mut peek = Peek::default();
+    for row in &rows {
+        match row.get::<&str, _>(0) {
+            "h" => peek.holdings.extend(
+                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(
+                    |side| Held {
+                        side,
+                        owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                        token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
+                        left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+                    },
+                ),
+            ),
+            "w" => peek.line.push(Place {
+                owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+            }),
+            _ => peek.row = Some(row.get::<Option<i64>, _>(3)),
+        }
+    }
+    Ok(peek)
 }
 
 /// One take, in its own transaction.
@@ -192,6 +223,14 @@ async fn take(pool: PgPool, req: LockRequest, side: Side, queue: bool) -> Result
 impl PgFlavours {
     /// A take of `req`'s side (`queue`: a waiter keeping its place in line).
     pub(super) async fn take_side(&self, req: &LockRequest, side: Side, queue: bool) -> Result<Attempt> {
+        // A crowd of woken waiters reads first, and only one that may get in (or must write its
+        // place) queues on the row lock.
+        let seen = peek(&self.pool, side, req.name.as_str()).await?;
+        if let Some(left_ms) = seen.blocked(req, side, queue) {
+            return Ok(Attempt::Held {
+                retry_after: Some(std::time::Duration::from_millis(left_ms.max(1) as u64)),
+            });
+        }
         let (pool, owned) = (self.pool.clone(), req.clone());
         let outcome = sqlx_tx::finished(take(pool, owned, side, queue)).await?;
         flavour_rules::attempt(NAME, outcome, req)

@@ -25,7 +25,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
 };
-use crate::backends::flavour_rules::Side;
+use crate::backends::flavour_rules::{self, Side};
 use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::session::Sessions;
 use crate::backends::sql_inspect;
@@ -181,15 +181,7 @@ impl Backend for PostgresBackend {
 
     fn refusal(&self, kind: LockKind) -> Error {
         if self.sessions.is_some() && kind.is_any_flavour() {
-            return Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "the postgres backend does not support {kind} with ?lock=session (advisory \
-                     locks are exclusive locks of one connection); use ?lock=lease, the default, \
-                     which has fair locks, read-write locks and semaphores"
-                ),
-            )
-            .with_backend(NAME);
+            return flavour_rules::session_refusal(NAME, kind);
         }
         Error::unsupported(NAME, kind)
     }
