@@ -16,7 +16,7 @@ use super::sync::{DEADLOCK_RETRIES, is_deadlock};
 use super::{NAME, err};
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::flavour_rules::{
-    self, Decision, Held, Outcome, Place, Shown, Side, WAITER_TTL_MS,
+    self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
 use crate::backends::sql_flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
@@ -80,6 +80,43 @@ async fn next_token(
         .execute(&mut *tx)
         .await?;
     Ok(done.last_insert_id() as i64)
+}
+
+/// The synchronizer as one plain read shows it, locking nothing.
+async fn peek(pool: &MySqlPool, side: Side, name: &[u8]) -> Result<Peek> {
+    let family = side.family();
+    let rows = sqlx::query(include_str!("sql/flavour_peek.sql"))
+        .bind(family)
+        .bind(name)
+        .bind(family)
+        .bind(name)
+        .bind(family)
+        .bind(name)
+        .fetch_all(pool)
+        .await
+        .map_err(err("taking the lock"))?;
+    let mut peek = Peek::default();
+    for row in &rows {
+        let what: String = row.get(0);
+        match what.as_str() {
+            "h" => peek.holdings.extend(
+                Side::from_column(&row.get::<Option<String>, _>(1).unwrap_or_default()).map(
+                    |side| Held {
+                        side,
+                        owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                        token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
+                        left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+                    },
+                ),
+            ),
+            "w" => peek.line.push(Place {
+                owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+            }),
+            _ => peek.row = Some(row.get::<Option<i64>, _>(3)),
+        }
+    }
+    Ok(peek)
 }
 
 /// One take, in its own transaction (`None`: the row had to be created first; run again).
@@ -217,6 +254,14 @@ impl MysqlFlavours {
         side: Side,
         queue: bool,
     ) -> Result<Attempt> {
+        // Polling waiters read first, and only one that may get in (or must write its place)
+        // queues on the row lock.
+        let seen = peek(&self.pool, side, req.name.as_str().as_bytes()).await?;
+        if let Some(left_ms) = seen.blocked(req, side, queue) {
+            return Ok(Attempt::Held {
+                retry_after: Some(std::time::Duration::from_millis(left_ms.max(1) as u64)),
+            });
+        }
         let (pool, owned) = (self.pool.clone(), req.clone());
         let outcome = sqlx_tx::finished(async move {
             retried("taking the lock", || async {
