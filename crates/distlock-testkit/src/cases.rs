@@ -240,9 +240,11 @@ pub async fn fair_killed_waiter_lapses(ctx: Ctx, within: Duration) -> Outcome {
         let lock = ctx.connect().await?.fair_lock(&name);
         tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(60)).await })
     };
-    eventually(Duration::from_secs(5), "the next waiter in line", || async {
-        Ok(fair_waiters(&ctx.client, &name).await? == 2)
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the next waiter in line",
+        || async { Ok(fair_waiters(&ctx.client, &name).await? == 2) },
+    )
     .await?;
     let released = tokio::time::Instant::now();
     check!(holder.release().await?, "the holder lost its lock");

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use distlock::LockKind;
 use distlock::backend::Attempt;
-use distlock_testkit::child::{ChildProcess, Role, Spec};
 use distlock_testkit::cases;
+use distlock_testkit::child::{ChildProcess, Role, Spec};
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, mutex_request};
 
 fn main() -> std::process::ExitCode {
@@ -40,7 +40,10 @@ fn main() -> std::process::ExitCode {
         .case("sqlite::fair_killed_waiter_lapses", |ctx| {
             cases::fair_killed_waiter_lapses(ctx, Duration::from_secs(15))
         })
-        .case("sqlite::client_supports_every_flavour", supports_every_flavour)
+        .case(
+            "sqlite::client_supports_every_flavour",
+            supports_every_flavour,
+        )
         .case("sqlite::processes_create_one_file_at_once", create_at_once)
         .case(
             "sqlite::hand_over_in_memory_keeps_exclusion_and_fencing",

@@ -185,9 +185,7 @@ pub(crate) fn decide(
         }
         Side::Permit => {
             let held = others(Side::Permit).count() as i64;
-            (held >= size)
-                .then(|| others(Side::Permit).min())
-                .flatten()
+            (held >= size).then(|| others(Side::Permit).min()).flatten()
         }
     };
     match blocked {
@@ -281,7 +279,11 @@ pub(crate) fn asked_permits(req: &LockRequest) -> u32 {
 }
 
 /// The attempt an outcome stands for, or the caller's typed error.
-pub(crate) fn attempt(backend: &'static str, outcome: Outcome, req: &LockRequest) -> Result<Attempt> {
+pub(crate) fn attempt(
+    backend: &'static str,
+    outcome: Outcome,
+    req: &LockRequest,
+) -> Result<Attempt> {
     match outcome {
         Outcome::Taken(token) => Ok(Attempt::leased(FencingToken(token.max(0) as u64), req)),
         Outcome::Held(left_ms) => Ok(Attempt::Held {
@@ -414,8 +416,14 @@ mod tests {
 
     #[test]
     fn readers_share_writers_exclude_and_waiting_writers_hold_readers_back() {
-        let readers = [held(Side::Read, "r1", 1, 900), held(Side::Read, "r2", 2, 500)];
-        assert_eq!(decide(Side::Read, "r3", &readers, &[], 0, false), Decision::Take);
+        let readers = [
+            held(Side::Read, "r1", 1, 900),
+            held(Side::Read, "r2", 2, 500),
+        ];
+        assert_eq!(
+            decide(Side::Read, "r3", &readers, &[], 0, false),
+            Decision::Take
+        );
         assert_eq!(
             decide(Side::Write, "w", &readers, &[], 0, true),
             Decision::Blocked {
@@ -452,8 +460,14 @@ mod tests {
 
     #[test]
     fn semaphores_count_to_their_size() {
-        let two = [held(Side::Permit, "a", 1, 300), held(Side::Permit, "b", 2, 200)];
-        assert_eq!(decide(Side::Permit, "c", &two, &[], 3, false), Decision::Take);
+        let two = [
+            held(Side::Permit, "a", 1, 300),
+            held(Side::Permit, "b", 2, 200),
+        ];
+        assert_eq!(
+            decide(Side::Permit, "c", &two, &[], 3, false),
+            Decision::Take
+        );
         assert_eq!(
             decide(Side::Permit, "c", &two, &[], 2, false),
             Decision::Blocked {

@@ -12,9 +12,9 @@ pub(crate) mod flavour_rules;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sql_flavour_waiter;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_flavour_waiter;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_inspect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

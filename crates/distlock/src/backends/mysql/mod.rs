@@ -24,8 +24,8 @@ use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, permits_differ,
 };
 use crate::backends::flavour_rules::{self, Side};
-use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::session::Sessions;
+use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::backends::sqlx_tx;

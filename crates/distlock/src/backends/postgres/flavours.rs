@@ -72,14 +72,14 @@ async fn peek(pool: &PgPool, side: Side, name: &str) -> Result<Peek> {
     for row in &rows {
         match row.get::<&str, _>(0) {
             "h" => peek.holdings.extend(
-                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(
-                    |side| Held {
+                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(|side| {
+                    Held {
                         side,
                         owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
                         token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
                         left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-                    },
-                ),
+                    }
+                }),
             ),
             "w" => peek.line.push(Place {
                 owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
@@ -222,7 +222,12 @@ async fn take(pool: PgPool, req: LockRequest, side: Side, queue: bool) -> Result
 
 impl PgFlavours {
     /// A take of `req`'s side (`queue`: a waiter keeping its place in line).
-    pub(super) async fn take_side(&self, req: &LockRequest, side: Side, queue: bool) -> Result<Attempt> {
+    pub(super) async fn take_side(
+        &self,
+        req: &LockRequest,
+        side: Side,
+        queue: bool,
+    ) -> Result<Attempt> {
         // A crowd of woken waiters reads first, and only one that may get in (or must write its
         // place) queues on the row lock.
         let seen = peek(&self.pool, side, req.name.as_str()).await?;
@@ -236,7 +241,12 @@ impl PgFlavours {
         flavour_rules::attempt(NAME, outcome, req)
     }
 
-    pub(super) async fn extend(&self, req: &LockRequest, side: Side, token: FencingToken) -> Result<bool> {
+    pub(super) async fn extend(
+        &self,
+        req: &LockRequest,
+        side: Side,
+        token: FencingToken,
+    ) -> Result<bool> {
         let done = sqlx::query(include_str!("sql/flavour_extend.sql"))
             .bind(side.family())
             .bind(req.name.as_str())

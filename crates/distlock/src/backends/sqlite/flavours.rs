@@ -445,10 +445,9 @@ fn others(
     owner: &str,
 ) -> rusqlite::Result<(i64, Option<i64>)> {
     conn.prepare_cached(include_str!("sql/flavour_others.sql"))?
-        .query_row(
-            params![side.family(), name, side.column(), owner],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
+        .query_row(params![side.family(), name, side.column(), owner], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
 }
 
 /// How many waiters other than `owner` are in line, and when the first place lapses.

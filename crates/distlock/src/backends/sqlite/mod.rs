@@ -41,13 +41,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use self::flavours::{FlavourAnswer, FlavourOp, Side};
-use crate::backends::flavour_rules::{self, Outcome};
 use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
 };
+use crate::backends::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
@@ -293,10 +293,7 @@ impl Backend for SqliteBackend {
         }
         // A one-off attempt never joins a queue (the waiter does).
         let op = take_op(req, side_of(req.kind)?, false);
-        take_answer(
-            flavour_run(&self.writer, op, "taking the lock").await?,
-            req,
-        )
+        take_answer(flavour_run(&self.writer, op, "taking the lock").await?, req)
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
