@@ -389,7 +389,7 @@ impl MysqlFlavours {
                     .fetch_all(&mut *tx)
                     .await?
                     .iter()
-                    .map(|row| sql_inspect::removed_holding(row))
+                    .map(sql_inspect::removed_holding)
                     .collect::<std::result::Result<Vec<_>, _>>()?
                     .into_iter()
                     .flatten()

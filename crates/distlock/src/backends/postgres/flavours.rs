@@ -349,7 +349,7 @@ impl PgFlavours {
                 .await
                 .map_err(err(what))?
                 .iter()
-                .map(|row| sql_inspect::removed_holding(row))
+                .map(sql_inspect::removed_holding)
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(err(what))?
                 .into_iter()
