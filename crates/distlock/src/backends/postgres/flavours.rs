@@ -60,6 +60,35 @@ async fn next_token(tx: &mut Tx, side: Side, name: &str) -> Result<i64> {
         .map_err(err("drawing a fencing token"))
 }
 
+/// Reads rows of `flavour_peek.sql` or `flavour_state.sql`: holdings ('h'), places in line by
+/// seq ('w'), the synchronizer's row ('s'); answers them and the count of an 'x' row (places
+/// dropped).
+fn parse_state(rows: &[sqlx::postgres::PgRow]) -> (Peek, i64) {
+    let mut peek = Peek::default();
+    let mut dropped = 0;
+    for row in rows {
+        match row.get::<&str, _>(0) {
+            "h" => peek.holdings.extend(
+                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(
+                    |side| Held {
+                        side,
+                        owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                        token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
+                        left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+                    },
+                ),
+            ),
+            "w" => peek.line.push(Place {
+                owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
+                left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
+            }),
+            "x" => dropped = row.get::<Option<i64>, _>(3).unwrap_or_default(),
+            _ => peek.row = Some(row.get::<Option<i64>, _>(3)),
+        }
+    }
+    (peek, dropped)
+}
+
 /// The synchronizer as the snapshot of one statement shows it, locking nothing.
 async fn peek(pool: &PgPool, side: Side, name: &str) -> Result<Peek> {
     let rows = sqlx::query(include_str!("sql/flavour_peek.sql"))
@@ -68,27 +97,7 @@ async fn peek(pool: &PgPool, side: Side, name: &str) -> Result<Peek> {
         .fetch_all(pool)
         .await
         .map_err(err("taking the lock"))?;
-    let mut peek = Peek::default();
-    for row in &rows {
-        match row.get::<&str, _>(0) {
-            "h" => peek.holdings.extend(
-                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(|side| {
-                    Held {
-                        side,
-                        owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
-                        token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
-                        left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-                    }
-                }),
-            ),
-            "w" => peek.line.push(Place {
-                owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
-                left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-            }),
-            _ => peek.row = Some(row.get::<Option<i64>, _>(3)),
-        }
-    }
-    Ok(peek)
+    Ok(parse_state(&rows).0)
 }
 
 /// One take, in its own transaction.
@@ -119,41 +128,13 @@ async fn take(pool: PgPool, req: LockRequest, side: Side, queue: bool) -> Result
                 .map_err(err(what))?;
         }
     }
-    let purged = sqlx::query(include_str!("sql/flavour_purge.sql"))
+    let rows = sqlx::query(include_str!("sql/flavour_state.sql"))
         .bind(family)
         .bind(name)
-        .fetch_one(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
         .map_err(err(what))?;
-    let lapsed_places: i64 = purged.get(1);
-    let holdings = sqlx::query(include_str!("sql/flavour_holdings.sql"))
-        .bind(family)
-        .bind(name)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(err(what))?
-        .iter()
-        .filter_map(|row| {
-            Some(Held {
-                side: Side::from_column(row.get::<&str, _>(0))?,
-                owner: row.get(1),
-                token: row.get(2),
-                left_ms: row.get(3),
-            })
-        })
-        .collect::<Vec<_>>();
-    let line = sqlx::query(include_str!("sql/waiter_line.sql"))
-        .bind(family)
-        .bind(name)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(err(what))?
-        .iter()
-        .map(|row| Place {
-            owner: row.get(0),
-            left_ms: row.get(1),
-        })
-        .collect::<Vec<_>>();
+    let (Peek { holdings, line, .. }, lapsed_places) = parse_state(&rows);
     let lease_ms = req.lease.as_millis() as i64;
     let outcome = match flavour_rules::decide(side, owner, &holdings, &line, size, queue) {
         Decision::Keep(token) => {
@@ -170,25 +151,14 @@ async fn take(pool: PgPool, req: LockRequest, side: Side, queue: bool) -> Result
             Outcome::Taken(token)
         }
         Decision::Take => {
-            if side.queues() {
-                sqlx::query(include_str!("sql/waiter_delete.sql"))
-                    .bind(family)
-                    .bind(name)
-                    .bind(owner)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err(what))?;
-            }
-            let token = next_token(&mut tx, side, name).await?;
-            sqlx::query(include_str!("sql/flavour_insert.sql"))
+            let token = sqlx::query_scalar(include_str!("sql/flavour_take.sql"))
                 .bind(family)
                 .bind(name)
                 .bind(side.column())
                 .bind(owner)
-                .bind(token)
                 .bind(lease_ms)
                 .bind(Holder::this_process_record())
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(err(what))?;
             Outcome::Taken(token)
@@ -288,19 +258,13 @@ impl PgFlavours {
             let side = Side::Permit;
             let mut tx = pool.begin().await.map_err(err(what))?;
             let (_, permits) = lock_row(&mut tx, side, &name).await?;
-            sqlx::query(include_str!("sql/flavour_purge.sql"))
-                .bind(side.family())
-                .bind(&name)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            let held = sqlx::query(include_str!("sql/flavour_holdings.sql"))
+            let rows = sqlx::query(include_str!("sql/flavour_state.sql"))
                 .bind(side.family())
                 .bind(&name)
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(err(what))?
-                .len();
+                .map_err(err(what))?;
+            let held = parse_state(&rows).0.holdings.len();
             tx.commit().await.map_err(err(what))?;
             Ok((permits.map(i64::from), held as i64))
         })
