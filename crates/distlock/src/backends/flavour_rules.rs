@@ -316,7 +316,7 @@ pub(crate) fn session_refusal(backend: &'static str, kind: LockKind) -> Error {
         format!(
             "the {backend} backend does not support {kind} with ?lock=session (a session lock \
              is an exclusive lock of one connection); use ?lock=lease, the default, which has \
-             fair locks, read-write locks and semaphores"
+             read-write locks and semaphores (and fair locks, on postgres)"
         ),
     )
     .with_backend(backend)

@@ -69,14 +69,14 @@ fn parse_state(rows: &[sqlx::postgres::PgRow]) -> (Peek, i64) {
     for row in rows {
         match row.get::<&str, _>(0) {
             "h" => peek.holdings.extend(
-                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(
-                    |side| Held {
+                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(|side| {
+                    Held {
                         side,
                         owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
                         token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
                         left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-                    },
-                ),
+                    }
+                }),
             ),
             "w" => peek.line.push(Place {
                 owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
