@@ -168,3 +168,98 @@ pub async fn semaphore_counts_permits(ctx: Ctx) -> Outcome {
     );
     Ok(())
 }
+
+/// The number of waiters the store shows in line for the fair lock `name`.
+async fn fair_waiters(client: &distlock::Client, name: &str) -> Result<u64, Failure> {
+    Ok(client
+        .status(name)
+        .await?
+        .iter()
+        .filter(|s| s.kind == distlock::LockKind::Fair)
+        .find_map(|s| s.waiters)
+        .unwrap_or(0))
+}
+
+/// A fair lock serves waiters of five clients in the order they came (each arrives only once
+/// the one before is in line, as the store's status shows).
+pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
+    use std::sync::{Arc, Mutex};
+    let name = ctx.unique_name("fair");
+    let holder = ctx.client.fair_lock(&name).acquire().await?;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5u64 {
+        // Separate clients, so no in-process wake-up helps anyone jump the line.
+        let lock = ctx.connect().await?.fair_lock(&name);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
+            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await?;
+            Ok::<(), Failure>(())
+        }));
+        eventually(Duration::from_secs(5), "the waiter in line", || async {
+            Ok(fair_waiters(&ctx.client, &name).await? == i + 1)
+        })
+        .await?;
+    }
+    check!(holder.release().await?, "the holder lost its lock");
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .map_err(|_| Failure("a fair waiter never got the lock".into()))?
+            .map_err(|e| Failure(e.to_string()))??;
+    }
+    let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    check!(order == vec![0, 1, 2, 3, 4], "served in order {order:?}");
+    Ok(())
+}
+
+/// A fair waiter killed (SIGKILL) while first in line holds the one behind it up for the
+/// lifetime of its place at most, not forever: `within` is the store's bound plus slack.
+pub async fn fair_killed_waiter_lapses(ctx: Ctx, within: Duration) -> Outcome {
+    use crate::child::{ChildProcess, Role, Spec};
+    let name = ctx.unique_name("fair");
+    let holder = ctx.client.fair_lock(&name).acquire().await?;
+    let spec = Spec {
+        url: ctx.url.clone(),
+        flavour: "fair".into(),
+        role: Role::Hold {
+            name: name.clone(),
+            lease_ms: 30_000,
+        },
+    };
+    let child = ChildProcess::spawn(&spec)?;
+    eventually(Duration::from_secs(10), "the child in line", || async {
+        Ok(fair_waiters(&ctx.client, &name).await? == 1)
+    })
+    .await?;
+    child.signal(libc::SIGKILL)?;
+    let next = {
+        let lock = ctx.connect().await?.fair_lock(&name);
+        tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(60)).await })
+    };
+    eventually(
+        Duration::from_secs(5),
+        "the next waiter in line",
+        || async { Ok(fair_waiters(&ctx.client, &name).await? == 2) },
+    )
+    .await?;
+    let released = tokio::time::Instant::now();
+    check!(holder.release().await?, "the holder lost its lock");
+    let got = tokio::time::timeout(within, next)
+        .await
+        .map_err(|_| {
+            Failure(format!(
+                "the waiter behind a killed one had no lock {within:?} after the release"
+            ))
+        })?
+        .map_err(|e| Failure(e.to_string()))??;
+    eprintln!(
+        "the waiter behind a killed one got the lock {:?} after the release",
+        released.elapsed()
+    );
+    check!(got.release().await?, "the next holder lost its lock");
+    Ok(())
+}

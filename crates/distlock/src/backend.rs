@@ -405,6 +405,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         kind == LockKind::Mutex
     }
 
+    /// The error for a flavour this backend lacks ([`ErrorKind::Unsupported`]): the default
+    /// names the backend and the flavour; a backend whose other configuration has it says
+    /// which (e.g. the URL setting to use instead).
+    fn refusal(&self, kind: LockKind) -> Error {
+        Error::unsupported(self.name(), kind)
+    }
+
     /// Takes the lock, confirms the owner's own holding, or reports it held. See the contract.
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt>;
 

@@ -237,6 +237,26 @@ impl Client {
         Lock::new(self.clone(), name.as_ref(), LockKind::Permit { permits })
     }
 
+    /// Whether this client's store implements the flavour `kind` (the exclusive lock, the fair
+    /// lock, each side of the read-write lock, the semaphore): a lock of a flavour it lacks
+    /// answers [`ErrorKind::Unsupported`] at its first acquisition, so a program can choose
+    /// another flavour (or refuse the URL) up front instead. The table of docs/guarantees.md
+    /// says the same per store.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> distlock::Result<()> {
+    /// use distlock::LockKind;
+    /// let lock = if client.supports(LockKind::Fair) {
+    ///     client.fair_lock("queue")
+    /// } else {
+    ///     client.lock("queue")
+    /// };
+    /// # Ok(()) }
+    /// ```
+    pub fn supports(&self, kind: LockKind) -> bool {
+        self.engine.backend.supports(kind)
+    }
+
     /// Changes the size of the semaphore `name` to `permits`, for every caller: see
     /// [`semaphore`](Client::semaphore). Holders keep their permits: after a shrink, new takes
     /// wait until fewer than `permits` are held; after a growth, waiters get the new permits at
@@ -268,7 +288,7 @@ impl Client {
         }
         let kind = LockKind::Permit { permits };
         if !self.engine.backend.supports(kind) {
-            return Err(Error::unsupported(self.engine.backend.name(), kind));
+            return Err(self.engine.backend.refusal(kind));
         }
         self.engine.backend.set_permits(&name, permits).await
     }
@@ -342,7 +362,7 @@ impl Client {
     pub async fn force_release(&self, name: &str, kind: LockKind) -> Result<ForcedRelease> {
         let name = LockName::new(name)?;
         if !self.engine.backend.supports(kind) {
-            return Err(Error::unsupported(self.engine.backend.name(), kind));
+            return Err(self.engine.backend.refusal(kind));
         }
         self.engine.backend.force_release(&name, kind).await
     }

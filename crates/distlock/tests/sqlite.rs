@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use distlock::LockKind;
 use distlock::backend::Attempt;
+use distlock_testkit::cases;
 use distlock_testkit::child::{ChildProcess, Role, Spec};
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, mutex_request};
 
 fn main() -> std::process::ExitCode {
     // Removed when the run ends; child processes get the URL from their spec.
@@ -14,6 +15,35 @@ fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_SQLITE_URL")
         .unwrap_or_else(|_| format!("sqlite:{}", dir.path().join("locks.db").display()));
     Suite::new("sqlite", "SQLite file", url)
+        .flavours(Flavour::every())
+        .case(
+            "sqlite::readers_share_writers_exclude",
+            cases::readers_share_writers_exclude,
+        )
+        .case(
+            "sqlite::waiting_writer_holds_back_new_readers",
+            cases::writer_preference,
+        )
+        .case(
+            "sqlite::read_to_write_upgrade_is_refused",
+            cases::upgrade_is_refused,
+        )
+        .case(
+            "sqlite::semaphore_counts_permits",
+            cases::semaphore_counts_permits,
+        )
+        .case(
+            "sqlite::fair_lock_serves_in_arrival_order",
+            cases::fair_serves_in_arrival_order,
+        )
+        // The place of a waiter lasts 6 s without it asking again (flavours.rs).
+        .case("sqlite::fair_killed_waiter_lapses", |ctx| {
+            cases::fair_killed_waiter_lapses(ctx, Duration::from_secs(15))
+        })
+        .case(
+            "sqlite::client_supports_every_flavour",
+            supports_every_flavour,
+        )
         .case("sqlite::processes_create_one_file_at_once", create_at_once)
         .case(
             "sqlite::hand_over_in_memory_keeps_exclusion_and_fencing",
@@ -283,5 +313,22 @@ async fn nearly_over_is_written(ctx: Ctx) -> Outcome {
             .await?,
         "the waiter could not release"
     );
+    Ok(())
+}
+
+/// The embedded default carries every flavour, and says so at run time.
+async fn supports_every_flavour(ctx: Ctx) -> Outcome {
+    for kind in [
+        LockKind::Mutex,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Permit { permits: 3 },
+    ] {
+        check!(
+            ctx.client.supports(kind),
+            "Client::supports({kind:?}) is false on SQLite"
+        );
+    }
     Ok(())
 }

@@ -104,7 +104,7 @@ pub(super) async fn unsupported_flavours_are_typed(ctx: Ctx) -> Outcome {
     ];
     // Changing a semaphore's size works only where semaphores do.
     let resized = c.set_semaphore_permits(&name, 2).await;
-    if c.backend().supports(LockKind::Permit { permits: 2 }) {
+    if c.supports(LockKind::Permit { permits: 2 }) {
         check!(resized.is_ok(), "resizing a semaphore gave {resized:?}");
     } else {
         check!(
@@ -115,7 +115,7 @@ pub(super) async fn unsupported_flavours_are_typed(ctx: Ctx) -> Outcome {
     }
     for (kind, lock) in flavours {
         let outcome = lock.try_acquire().await;
-        if c.backend().supports(kind) {
+        if c.supports(kind) {
             let guard = outcome?;
             check!(guard.is_some(), "{kind:?} on a fresh name was not taken");
             if let Some(g) = guard {

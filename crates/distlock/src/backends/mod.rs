@@ -6,10 +6,15 @@ pub(crate) mod sqlx_error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sqlx_tx;
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub(crate) mod flavour_rules;
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_flavour_waiter;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_inspect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -69,7 +69,7 @@ pub(crate) async fn acquire(
 ) -> Result<Option<Arc<HeldLease>>> {
     let backend = &engine.backend;
     if !backend.supports(req.kind) {
-        return Err(Error::unsupported(backend.name(), req.kind));
+        return Err(backend.refusal(req.kind));
     }
     let caps = backend.capabilities();
     lease::settle(&caps, backend.name(), &mut req, terms)?;

@@ -6,8 +6,9 @@ pub mod db;
 
 use std::time::Duration;
 
+use distlock_testkit::cases;
 use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 pub const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/distlock_test";
 pub const MYSQL_DEFAULT: &str = "mysql://root@127.0.0.1:3306/distlock_test";
@@ -20,8 +21,44 @@ pub fn url(var: &str, default: &str) -> String {
 /// The URL parameter that makes a SQL store's locks session locks.
 pub const SESSION: &str = "lock=session";
 
-pub fn postgres_lease(suite: Suite) -> Suite {
+/// The flavours of the suite and the cases of the read-write lock and the semaphore, and with
+/// `fair`, of the fair lock: what a lease-mode SQL store carries.
+fn every_flavour(suite: Suite, fair: bool) -> Suite {
+    let flavours = Flavour::every()
+        .into_iter()
+        .filter(|f| fair || f.name != "fair")
+        .collect();
+    let suite = suite
+        .flavours(flavours)
+        .case(
+            "readers_share_writers_exclude",
+            cases::readers_share_writers_exclude,
+        )
+        .case(
+            "waiting_writer_holds_back_new_readers",
+            cases::writer_preference,
+        )
+        .case(
+            "read_to_write_upgrade_is_refused",
+            cases::upgrade_is_refused,
+        )
+        .case("semaphore_counts_permits", cases::semaphore_counts_permits);
+    if !fair {
+        return suite;
+    }
     suite
+        .case(
+            "fair_lock_serves_in_arrival_order",
+            cases::fair_serves_in_arrival_order,
+        )
+        // A waiter's place lasts 6 s without it asking again (flavour_rules.rs).
+        .case("fair_killed_waiter_lapses", |ctx| {
+            cases::fair_killed_waiter_lapses(ctx, Duration::from_secs(15))
+        })
+}
+
+pub fn postgres_lease(suite: Suite) -> Suite {
+    every_flavour(suite, true)
         .private_store(start_postgres)
         .case("release_wakes_waiters_by_notify", release_wakes_waiters)
         .case("old_tables_get_holder_columns", pg_old_tables_migrate)
@@ -74,9 +111,49 @@ async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
 
 pub fn postgres_session(suite: Suite) -> Suite {
     suite
+        .case(
+            "session_mode_refuses_flavours_naming_lease",
+            session_refuses_flavours,
+        )
         .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
         .end_sessions(end_postgres_sessions)
         .tokens_cases(Sql::Postgres)
+}
+
+/// `?lock=session` has only the exclusive lock: the other flavours, a resize and a forced
+/// release of them answer `Unsupported` naming `?lock=lease`, and `Client::supports` says so.
+async fn session_refuses_flavours(ctx: Ctx) -> Outcome {
+    use distlock::{ErrorKind, LockKind};
+    let name = ctx.unique_name("flavours");
+    let c = &ctx.client;
+    check!(c.supports(LockKind::Mutex), "the lock is not supported");
+    let names_lease = |e: &distlock::Error| {
+        e.kind() == ErrorKind::Unsupported && e.to_string().contains("?lock=lease")
+    };
+    for (kind, lock) in [
+        (LockKind::Fair, c.fair_lock(&name)),
+        (LockKind::Read, c.rw_lock(&name).read()),
+        (LockKind::Write, c.rw_lock(&name).write()),
+        (LockKind::Permit { permits: 2 }, c.semaphore(&name, 2)),
+    ] {
+        check!(!c.supports(kind), "Client::supports({kind:?}) is true");
+        let taken = lock.try_acquire().await;
+        check!(
+            matches!(&taken, Err(e) if names_lease(e)),
+            "{kind:?} answered {taken:?}"
+        );
+        let forced = c.force_release(&name, kind).await;
+        check!(
+            matches!(&forced, Err(e) if names_lease(e)),
+            "a forced release of {kind:?} answered {forced:?}"
+        );
+    }
+    let resized = c.set_semaphore_permits(&name, 3).await;
+    check!(
+        matches!(&resized, Err(e) if names_lease(e)),
+        "a resize answered {resized:?}"
+    );
+    Ok(())
 }
 
 /// Ends, from the server side, the PostgreSQL sessions of our connections from `client_ports`.
@@ -94,7 +171,8 @@ async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<us
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    suite
+    // MySQL refuses the fair lock (its docs.md); unsupported_flavours_are_typed checks that.
+    every_flavour(suite, false)
         .private_store(start_mariadb)
         .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
         .tokens_cases(Sql::Mysql)
@@ -102,6 +180,10 @@ pub fn mysql_lease(suite: Suite) -> Suite {
 
 pub fn mysql_session(suite: Suite) -> Suite {
     suite
+        .case(
+            "session_mode_refuses_flavours_naming_lease",
+            session_refuses_flavours,
+        )
         .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
         .end_sessions(end_mysql_sessions)
         .tokens_cases(Sql::Mysql)

@@ -9,21 +9,27 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod flavours;
 mod inspect;
 mod session;
 mod sync;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, permits_differ,
+};
+use crate::backends::flavour_rules::{self, Side};
 use crate::backends::session::Sessions;
+use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::backends::sqlx_tx;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
@@ -60,6 +66,7 @@ pub struct MysqlBackend {
     pool: MySqlPool,
     url: String,
     sessions: Option<Sessions<session::MySqlSessions>>,
+    flavours: Arc<flavours::MysqlFlavours>,
 }
 
 impl std::fmt::Debug for MysqlBackend {
@@ -104,6 +111,10 @@ impl MysqlBackend {
             .execute(&pool)
             .await
             .map_err(err("creating the election and latch tables"))?;
+        sqlx::raw_sql(include_str!("sql/schema_flavours.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the fair, read-write and semaphore tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
             LockMode::Session => Some(Sessions::new(
@@ -117,6 +128,7 @@ impl MysqlBackend {
             )),
         };
         Ok(MysqlBackend {
+            flavours: Arc::new(flavours::MysqlFlavours { pool: pool.clone() }),
             pool,
             url: cfg.url.redacted,
             sessions,
@@ -144,9 +156,39 @@ impl Backend for MysqlBackend {
         base.electing_and_latching().inspecting()
     }
 
+    fn supports(&self, kind: LockKind) -> bool {
+        // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no count.
+        // The fair lock is refused in lease mode too (see `refusal`).
+        match self.sessions {
+            Some(_) => kind == LockKind::Mutex,
+            None => kind.is_any_flavour() && kind != LockKind::Fair,
+        }
+    }
+
+    fn refusal(&self, kind: LockKind) -> Error {
+        if self.sessions.is_some() && kind.is_any_flavour() {
+            return flavour_rules::session_refusal(NAME, kind);
+        }
+        if kind == LockKind::Fair {
+            return Error::new(
+                ErrorKind::Unsupported,
+                "the mysql backend does not support fair locks: MySQL cannot notify, and its \
+                 polling waiters did not keep a first-come-first-served line of many processes \
+                 moving (the suite's exclusion_across_processes stalled); use the postgres or \
+                 sqlite backend, or a read-write lock or semaphore, which mysql has",
+            )
+            .with_backend(NAME);
+        }
+        Error::unsupported(NAME, kind)
+    }
+
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         if let Some(sessions) = &self.sessions {
             return sessions.try_take(req).await;
+        }
+        if let Some(side) = Side::of(req.kind) {
+            // A one-off attempt never joins a queue (the waiter does).
+            return self.flavours.take_side(req, side, false).await;
         }
         let done = sqlx::query(include_str!("sql/take.sql"))
             .bind(req.name.as_str().as_bytes())
@@ -172,6 +214,10 @@ impl Backend for MysqlBackend {
             let held = sessions.still_held(req, token).await?;
             return Ok(held.then_some(Duration::ZERO));
         }
+        if let Some(side) = Side::of(req.kind) {
+            let held = self.flavours.extend(req, side, token).await?;
+            return Ok(held.then(|| req.lease.duration()));
+        }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.lease.as_millis() * 1000)
             .bind(req.name.as_str().as_bytes())
@@ -188,6 +234,9 @@ impl Backend for MysqlBackend {
         if let Some(sessions) = &self.sessions {
             return sessions.release(req, token).await;
         }
+        if let Some(side) = Side::of(req.kind) {
+            return self.flavours.release(req, side, token).await;
+        }
         let token = token.map(FencingToken::get);
         let done = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str().as_bytes())
@@ -198,6 +247,49 @@ impl Backend for MysqlBackend {
             .await
             .map_err(err("releasing the lock"))?;
         Ok(done.rows_affected() == 1)
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        if self.sessions.is_some() {
+            return None;
+        }
+        let side = Side::of(req.kind)?;
+        Some(Box::new(SqlFlavourWaiter::new(
+            self.flavours.clone(),
+            req.clone(),
+            side,
+        )))
+    }
+
+    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "available_permits is only for semaphores",
+            )
+            .with_backend(NAME));
+        };
+        if self.sessions.is_some() {
+            return Err(self.refusal(req.kind));
+        }
+        let (size, held) = self.flavours.count(&req.name).await?;
+        let size = match size {
+            Some(size) if size != i64::from(permits) => {
+                let size = u32::try_from(size).unwrap_or(u32::MAX);
+                return Err(permits_differ(NAME, &req.name, size, permits));
+            }
+            Some(size) => u32::try_from(size).unwrap_or(u32::MAX),
+            // Never used: it would have the caller's size.
+            None => permits,
+        };
+        Ok(size.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        if self.sessions.is_some() {
+            return Err(self.refusal(LockKind::Permit { permits }));
+        }
+        self.flavours.set_permits(name, permits).await
     }
 
     async fn elect_write(
@@ -243,11 +335,22 @@ impl Backend for MysqlBackend {
     }
 
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
-        inspect::status(&self.pool, self.sessions.is_some(), which).await
+        let mut found = inspect::status(&self.pool, self.sessions.is_some(), which).await?;
+        if self.sessions.is_none() {
+            let (name, prefix) = crate::backends::sql_inspect::selection(NAME, which)?;
+            found.extend(self.flavours.status(name, prefix).await?);
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(found)
     }
 
-    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
-        // Only mutexes live in this store: the kind names nothing else.
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if let Some(side) = Side::of(kind) {
+            if self.sessions.is_some() {
+                return Err(self.refusal(kind));
+            }
+            return self.flavours.force_release(name, side).await;
+        }
         let (pool, sessions, name) = (self.pool.clone(), self.sessions.is_some(), name.clone());
         sqlx_tx::finished(async move { inspect::force_release(&pool, sessions, &name).await }).await
     }

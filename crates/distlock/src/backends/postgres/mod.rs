@@ -4,27 +4,35 @@
 //! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
 //! server's clock. Waiters of every lock on one client share one listening connection
 //! (`LISTEN distlock_released`); the release statement notifies in the same transaction.
+//! The fair lock, the read-write lock and the semaphore (lease mode only) are one transaction
+//! per step over their own tables (`flavours.rs`), judged by the rules the SQL stores share.
 //!
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod flavours;
 mod notify;
 mod session;
 mod sync;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Wakeups};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+};
+use crate::backends::flavour_rules::{self, Side};
 use crate::backends::session::Sessions;
+use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::backends::sqlx_tx;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
@@ -57,8 +65,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PostgresBackend {
     pool: PgPool,
     url: String,
-    releases: notify::Releases,
+    releases: Arc<notify::Releases>,
     sessions: Option<Sessions<session::PgSessions>>,
+    flavours: Arc<flavours::PgFlavours>,
 }
 
 impl std::fmt::Debug for PostgresBackend {
@@ -103,6 +112,10 @@ impl PostgresBackend {
             .execute(&pool)
             .await
             .map_err(err("creating the election and latch tables"))?;
+        sqlx::raw_sql(include_str!("sql/schema_flavours.sql"))
+            .execute(&pool)
+            .await
+            .map_err(err("creating the fair, read-write and semaphore tables"))?;
         let sessions = match cfg.url.mode {
             LockMode::Lease => None,
             LockMode::Session => Some(Sessions::new(
@@ -124,8 +137,13 @@ impl PostgresBackend {
                 options,
             )),
         };
+        let releases = Arc::new(notify::Releases::new(pool.clone()));
         Ok(PostgresBackend {
-            releases: notify::Releases::new(pool.clone()),
+            flavours: Arc::new(flavours::PgFlavours {
+                pool: pool.clone(),
+                releases: releases.clone(),
+            }),
+            releases,
             pool,
             url: cfg.url.redacted,
             sessions,
@@ -153,9 +171,28 @@ impl Backend for PostgresBackend {
         base.notifying().electing_and_latching().inspecting()
     }
 
+    fn supports(&self, kind: LockKind) -> bool {
+        // Advisory locks are exclusive locks of a connection: no queue, no shared side, no count.
+        match self.sessions {
+            Some(_) => kind == LockKind::Mutex,
+            None => kind.is_any_flavour(),
+        }
+    }
+
+    fn refusal(&self, kind: LockKind) -> Error {
+        if self.sessions.is_some() && kind.is_any_flavour() {
+            return flavour_rules::session_refusal(NAME, kind);
+        }
+        Error::unsupported(NAME, kind)
+    }
+
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         if let Some(sessions) = &self.sessions {
             return sessions.try_take(req).await;
+        }
+        if let Some(side) = Side::of(req.kind) {
+            // A one-off attempt never joins a queue (the waiter does).
+            return self.flavours.take_side(req, side, false).await;
         }
         let row = sqlx::query(include_str!("sql/take.sql"))
             .bind(req.name.as_str())
@@ -184,6 +221,10 @@ impl Backend for PostgresBackend {
             let held = sessions.still_held(req, token).await?;
             return Ok(held.then_some(Duration::ZERO));
         }
+        if let Some(side) = Side::of(req.kind) {
+            let held = self.flavours.extend(req, side, token).await?;
+            return Ok(held.then(|| req.lease.duration()));
+        }
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
@@ -199,6 +240,9 @@ impl Backend for PostgresBackend {
         if let Some(sessions) = &self.sessions {
             return sessions.release(req, token).await;
         }
+        if let Some(side) = Side::of(req.kind) {
+            return self.flavours.release(req, side, token).await;
+        }
         let freed = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
@@ -211,6 +255,49 @@ impl Backend for PostgresBackend {
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
         self.releases.watch(&req.name).await
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        if self.sessions.is_some() {
+            return None;
+        }
+        let side = Side::of(req.kind)?;
+        Some(Box::new(SqlFlavourWaiter::new(
+            self.flavours.clone(),
+            req.clone(),
+            side,
+        )))
+    }
+
+    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "available_permits is only for semaphores",
+            )
+            .with_backend(NAME));
+        };
+        if self.sessions.is_some() {
+            return Err(self.refusal(req.kind));
+        }
+        let (size, held) = self.flavours.count(&req.name).await?;
+        let size = match size {
+            Some(size) if size != i64::from(permits) => {
+                let size = u32::try_from(size).unwrap_or(u32::MAX);
+                return Err(permits_differ(NAME, &req.name, size, permits));
+            }
+            Some(size) => u32::try_from(size).unwrap_or(u32::MAX),
+            // Never used: it would have the caller's size.
+            None => permits,
+        };
+        Ok(size.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        if self.sessions.is_some() {
+            return Err(self.refusal(LockKind::Permit { permits }));
+        }
+        self.flavours.set_permits(name, permits).await
     }
 
     async fn elect_write(
@@ -279,14 +366,25 @@ impl Backend for PostgresBackend {
             .fetch_all(&self.pool)
             .await
             .map_err(err("reading the locks"))?;
-        rows.iter()
+        let mut found = rows
+            .iter()
             .map(sql_inspect::status_row)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(err("reading the locks"))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(err("reading the locks"))?;
+        if self.sessions.is_none() {
+            found.extend(self.flavours.status(name, prefix).await?);
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(found)
     }
 
-    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
-        // Only mutexes live in this store: the kind names nothing else.
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if let Some(side) = Side::of(kind) {
+            if self.sessions.is_some() {
+                return Err(self.refusal(kind));
+            }
+            return self.flavours.force_release(name, side).await;
+        }
         let statement = if self.sessions.is_some() {
             include_str!("sql/session_force_release.sql")
         } else {

@@ -14,6 +14,8 @@
 //!   kernel, its release counters are bumped by every release;
 //! * `notices.rs`: inotify on those counters, the waiters' notices;
 //! * `sync.rs`: election records and count-down latches (ops of the same writer);
+//! * `flavours.rs`: the fair lock, the read-write lock and the semaphore (ops of the same
+//!   writer), and `flavour_waiter.rs`, their waiter;
 //! * `inspect.rs`: status and forced release (ops of the same writer);
 //! * `clock.rs`: CLOCK_BOOTTIME and the boot id that leases are judged by;
 //! * `sql/`: the statements.
@@ -21,6 +23,8 @@
 #![doc = include_str!("docs.md")]
 
 mod clock;
+mod flavour_waiter;
+mod flavours;
 mod handover;
 mod inspect;
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -36,10 +40,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use self::flavours::{FlavourAnswer, FlavourOp, Side};
 use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+};
+use crate::backends::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
@@ -156,6 +164,54 @@ async fn take(writer: &Writer, req: &LockRequest) -> Result<Attempt> {
     }
 }
 
+/// Runs a fair-lock, read-write lock or semaphore step.
+async fn flavour_run(writer: &Writer, op: FlavourOp, what: &str) -> Result<FlavourAnswer> {
+    match writer.run(Op::Flavour(op)).await.map_err(err(what))? {
+        Answer::Flavour(answer) => Ok(answer),
+        other => Err(Error::new(
+            ErrorKind::Backend,
+            format!("{what}: unexpected answer {other:?}"),
+        )
+        .with_backend(NAME)),
+    }
+}
+
+/// The take of `req`'s side; `queue`: a blocked waiter keeps (or takes) its place in line.
+fn take_op(req: &LockRequest, side: Side, queue: bool) -> FlavourOp {
+    FlavourOp::Take {
+        side,
+        name: req.name.as_str().to_string(),
+        owner: req.owner.as_str().to_string(),
+        lease_ms: req.lease.as_millis() as i64,
+        queue,
+        permits: flavour_rules::asked_permits(req),
+        follows_resize: req.follows_resize,
+    }
+}
+
+/// The attempt a take's answer stands for.
+fn take_answer(answer: FlavourAnswer, req: &LockRequest) -> Result<Attempt> {
+    let outcome = match answer {
+        FlavourAnswer::Taken(token) => Outcome::Taken(token),
+        FlavourAnswer::Held { left_ms, .. } => Outcome::Held(left_ms),
+        FlavourAnswer::SizeDiffers(kept) => Outcome::SizeDiffers(kept),
+        FlavourAnswer::Upgrade => Outcome::Upgrade,
+        other => {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("taking the lock: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME));
+        }
+    };
+    flavour_rules::attempt(NAME, outcome, req)
+}
+
+/// The side of `kind`, or the error for a kind this backend does not know.
+fn side_of(kind: LockKind) -> Result<Side> {
+    Side::of(kind).ok_or_else(|| Error::unsupported(NAME, kind))
+}
+
 impl SqliteBackend {
     /// Runs an election or latch step.
     async fn sync(&self, op: SyncOp, what: &str) -> Result<SyncAnswer> {
@@ -227,11 +283,32 @@ impl Backend for SqliteBackend {
             .inspecting()
     }
 
+    fn supports(&self, kind: LockKind) -> bool {
+        kind.is_any_flavour()
+    }
+
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        take(&self.writer, req).await
+        if req.kind == LockKind::Mutex {
+            return take(&self.writer, req).await;
+        }
+        // A one-off attempt never joins a queue (the waiter does).
+        let op = take_op(req, side_of(req.kind)?, false);
+        take_answer(flavour_run(&self.writer, op, "taking the lock").await?, req)
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        if req.kind != LockKind::Mutex {
+            let op = FlavourOp::Extend {
+                side: side_of(req.kind)?,
+                name: req.name.as_str().to_string(),
+                owner: req.owner.as_str().to_string(),
+                token: token.get() as i64,
+                lease_ms: req.lease.as_millis() as i64,
+            };
+            let answer = flavour_run(&self.writer, op, "extending the lease").await?;
+            return Ok(matches!(answer, FlavourAnswer::Done { found: true, .. })
+                .then(|| req.lease.duration()));
+        }
         let op = Op::Extend {
             name: req.name.as_str().to_string(),
             owner: req.owner.as_str().to_string(),
@@ -247,7 +324,64 @@ impl Backend for SqliteBackend {
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        release(&self.writer, req, token).await
+        if req.kind == LockKind::Mutex {
+            return release(&self.writer, req, token).await;
+        }
+        let op = FlavourOp::Release {
+            side: side_of(req.kind)?,
+            name: req.name.as_str().to_string(),
+            owner: req.owner.as_str().to_string(),
+            token: token.map(|t| t.get() as i64),
+        };
+        let answer = flavour_run(&self.writer, op, "freeing the lock").await?;
+        Ok(matches!(answer, FlavourAnswer::Done { found: true, .. }))
+    }
+
+    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
+        let LockKind::Permit { permits } = req.kind else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "available_permits is only for semaphores",
+            )
+            .with_backend(NAME));
+        };
+        let op = FlavourOp::Count {
+            name: req.name.as_str().to_string(),
+            permits,
+        };
+        match flavour_run(&self.writer, op, "counting permits").await? {
+            FlavourAnswer::SizeDiffers(kept) => Err(permits_differ(
+                NAME,
+                &req.name,
+                u32::try_from(kept).unwrap_or(u32::MAX),
+                permits,
+            )),
+            // Never used: it would have the caller's size.
+            FlavourAnswer::Permits { size, held } => {
+                let size = size.map_or(permits, |s| u32::try_from(s).unwrap_or(u32::MAX));
+                Ok(size.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
+            }
+            other => Err(Error::new(
+                ErrorKind::Backend,
+                format!("counting permits: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME)),
+        }
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        let op = FlavourOp::SetPermits {
+            name: name.as_str().to_string(),
+            permits,
+        };
+        match flavour_run(&self.writer, op, "changing a semaphore's size").await? {
+            FlavourAnswer::Resized(had) => Ok(had.and_then(|had| u32::try_from(had).ok())),
+            other => Err(Error::new(
+                ErrorKind::Backend,
+                format!("changing a semaphore's size: unexpected answer {other:?}"),
+            )
+            .with_backend(NAME)),
+        }
     }
 
     async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
@@ -262,6 +396,15 @@ impl Backend for SqliteBackend {
     }
 
     fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        if let Some(side) = Side::of(req.kind) {
+            return Some(Box::new(flavour_waiter::FlavourWaiter::new(
+                self.writer.clone(),
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                self.notices.clone(),
+                req.clone(),
+                side,
+            )));
+        }
         Some(Box::new(waiter::SqliteWaiter::new(
             self.writer.clone(),
             #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -354,25 +497,23 @@ impl Backend for SqliteBackend {
     }
 
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
-        let op = match which {
-            Selection::Name(name) => Op::Status {
-                name: Some(name.as_str().to_string()),
-                prefix: String::new(),
-            },
-            Selection::Prefix(prefix) => Op::Status {
-                name: None,
-                prefix: prefix.clone(),
-            },
+        let (name, prefix) = match which {
+            Selection::Name(name) => (Some(name.as_str().to_string()), String::new()),
+            Selection::Prefix(prefix) => (None, prefix.clone()),
             #[allow(unreachable_patterns)]
             _ => return Err(Error::unsupported(NAME, "this selection")),
         };
-        match self
+        let op = Op::Status {
+            name: name.clone(),
+            prefix: prefix.clone(),
+        };
+        let mut found = match self
             .writer
             .run(op)
             .await
             .map_err(err("reading the locks"))?
         {
-            Answer::Status(rows) => Ok(rows
+            Answer::Status(rows) => rows
                 .into_iter()
                 .map(|row| {
                     let mut status = LockStatus::new(row.name, LockKind::Mutex);
@@ -385,16 +526,67 @@ impl Backend for SqliteBackend {
                     );
                     status
                 })
-                .collect()),
-            other => Err(Error::new(
-                ErrorKind::Backend,
-                format!("reading the locks: unexpected answer {other:?}"),
-            )
-            .with_backend(NAME)),
+                .collect::<Vec<_>>(),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    format!("reading the locks: unexpected answer {other:?}"),
+                )
+                .with_backend(NAME));
+            }
+        };
+        let op = FlavourOp::Status { name, prefix };
+        match flavour_run(&self.writer, op, "reading the locks").await? {
+            FlavourAnswer::Status {
+                holdings,
+                sizes,
+                waiters,
+            } => {
+                let shown = holdings
+                    .into_iter()
+                    .map(|(side, row)| flavour_rules::Shown {
+                        side,
+                        name: row.name.clone(),
+                        last_token: row.last_token,
+                        permits: sizes
+                            .iter()
+                            .find(|(name, _)| *name == row.name)
+                            .map_or(0, |(_, size)| u32::try_from(*size).unwrap_or(0)),
+                        holding: holding_of(row),
+                    })
+                    .collect();
+                found.extend(flavour_rules::statuses(shown, waiters))
+            }
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    format!("reading the locks: unexpected answer {other:?}"),
+                )
+                .with_backend(NAME));
+            }
         }
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(found)
     }
 
-    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
+    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        if kind != LockKind::Mutex {
+            let op = FlavourOp::Force {
+                side: side_of(kind)?,
+                name: name.as_str().to_string(),
+            };
+            return match flavour_run(&self.writer, op, "releasing the lock by force").await? {
+                FlavourAnswer::Forced { removed, fence } => Ok(ForcedRelease::new(
+                    removed.into_iter().map(holding_of).collect(),
+                    FencingToken(fence as u64),
+                )),
+                other => Err(Error::new(
+                    ErrorKind::Backend,
+                    format!("releasing the lock by force: unexpected answer {other:?}"),
+                )
+                .with_backend(NAME)),
+            };
+        }
         let op = Op::ForceRelease {
             name: name.as_str().to_string(),
         };
@@ -423,4 +615,12 @@ impl Backend for SqliteBackend {
             .with_backend(NAME)),
         }
     }
+}
+
+/// A holding as status and forced release show it.
+fn holding_of(row: inspect::Row) -> Holding {
+    Holding::new(FencingToken(row.token as u64))
+        .holder_record(row.holder.as_deref())
+        .since_unix_ms(row.since_ms)
+        .lease_left_ms(row.lease_left_ms)
 }

@@ -28,6 +28,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
 use super::clock;
+use super::flavours::{FlavourAnswer, FlavourOp};
 use super::handover::{Grant, Holding, Local, Parked, RESERVED, Turn, lock};
 use super::inspect::{self, Row};
 use super::sidecar::{Sidecar, WritersLock, slot_of};
@@ -71,6 +72,8 @@ pub(super) enum Op {
     },
     /// Remove the lock whoever holds it and advance its fencing counter.
     ForceRelease { name: String },
+    /// A step on a fair lock, read-write lock or semaphore (`flavours.rs`).
+    Flavour(FlavourOp),
 }
 
 /// What the writer sends once a batch has committed and the writers' lock is given back.
@@ -111,6 +114,8 @@ pub(super) enum Answer {
     Status(Vec<Row>),
     /// What a forced release removed, and the fencing token it advanced the counter to.
     Forced { removed: Option<Row>, fence: i64 },
+    /// What a fair-lock, read-write lock or semaphore step answered.
+    Flavour(FlavourAnswer),
 }
 
 /// Why an op did not run; turned into distlock's error by the backend.
@@ -343,6 +348,11 @@ impl WriterThread {
                 freed.push(slot_of(name));
             }
             if let (Op::Sync(op), Ok(Answer::Sync(answer))) = (&job.op, &answer)
+                && let Some(slot) = op.notifies(answer)
+            {
+                freed.push(slot);
+            }
+            if let (Op::Flavour(op), Ok(Answer::Flavour(answer))) = (&job.op, &answer)
                 && let Some(slot) = op.notifies(answer)
             {
                 freed.push(slot);
@@ -584,6 +594,7 @@ fn ops_name(op: &Op) -> String {
         | Op::ForceRelease { name } => name.clone(),
         Op::Status { name, prefix } => name.clone().unwrap_or_else(|| prefix.clone()),
         Op::Sync(op) => op.name().to_string(),
+        Op::Flavour(op) => op.name().to_string(),
     }
 }
 
@@ -666,6 +677,7 @@ fn apply(conn: &Connection, boot_id: &str, op: &Op) -> rusqlite::Result<Answer> 
         }
         Op::ForceRelease { name } => inspect::force_release(conn, boot_id, name)
             .map(|(removed, fence)| Answer::Forced { removed, fence }),
+        Op::Flavour(op) => super::flavours::apply(conn, boot_id, op).map(Answer::Flavour),
     }
 }
 
@@ -720,5 +732,6 @@ pub(super) fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Conn
         conn.execute_batch(include_str!("sql/schema_holder.sql"))?;
     }
     conn.execute_batch(include_str!("sql/schema_sync.sql"))?;
+    conn.execute_batch(include_str!("sql/schema_flavours.sql"))?;
     Ok(conn)
 }
