@@ -11,8 +11,8 @@
 use async_trait::async_trait;
 
 use super::flavours::{FlavourOp, Side};
-use super::writer::{Failure, Writer};
-use super::{err, flavour_run, take_answer};
+use super::writer::Writer;
+use super::{flavour_run, take_answer};
 use crate::backend::{Attempt, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
 
@@ -72,9 +72,9 @@ impl Waiter for FlavourWaiter {
         next_notice(&mut self.wakeups, || async move {
             #[cfg(any(target_os = "linux", target_os = "android"))]
             if let Some(notices) = notices {
-                return notices
-                    .watch(slot)
-                    .map_err(|e| err("listening for releases")(Failure::Io(e)));
+                return notices.watch(slot).map_err(|e| {
+                    super::err("listening for releases")(super::writer::Failure::Io(e))
+                });
             }
             let _ = slot;
             Ok(Box::pin(futures_util::stream::pending()) as Wakeups)
