@@ -37,12 +37,18 @@ jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable !
 # long one at the end; binaries not listed run after them, in name order.
 weight() {
   case "$1" in
-    etcd) echo 400 ;;
-    zookeeper) echo 270 ;;
-    redis) echo 120 ;;
-    redis_sentinel) echo 150 ;;
+    etcd) echo 430 ;;
+    zookeeper) echo 420 ;;
+    postgres) echo 415 ;;
+    mysql) echo 220 ;;
+    torture) echo 180 ;;
+    redis_sentinel) echo 160 ;;
+    postgres_session) echo 155 ;;
     secrets) echo 140 ;;
-    torture) echo 90 ;;
+    sqlite) echo 137 ;;
+    redis) echo 134 ;;
+    redlock) echo 117 ;;
+    memcached) echo 96 ;;
     *) echo 0 ;;
   esac
 }
