@@ -343,6 +343,13 @@ pub trait Waiter: Send + 'static {
     /// The waiter gives up: removes its place in the store. Not called after `poll` answered
     /// `Acquired`.
     async fn leave(&mut self) -> Result<()>;
+    /// Whether [`changed`](Waiter::changed) resolves on every change that may let this waiter
+    /// in although the store does not notify (the backend watches for it), so the core sleeps
+    /// until a change or the lease left instead of polling on its own timer. Stores that notify
+    /// say so in [`Capabilities::notifies`].
+    fn watched(&self) -> bool {
+        false
+    }
 }
 
 /// [`Waiter::changed`] for waiters woken by a stream of notices: the first call starts listening

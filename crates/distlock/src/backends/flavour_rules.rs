@@ -240,6 +240,38 @@ impl Peek {
             _ => None,
         }
     }
+
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// Whether a waiter in line of `req` could take now (a watcher of a store that cannot
+    /// notify wakes only those): for a fair lock, the head of the line once it is free.
+    pub(crate) fn lets_in(&self, req: &LockRequest, side: Side) -> bool {
+        let size = match (side, self.row) {
+            (Side::Permit, Some(Some(kept))) => kept,
+            (Side::Permit, _) => i64::from(asked_permits(req)),
+            _ => 0,
+        };
+        let owner = req.owner.as_str();
+        !matches!(
+            decide(side, owner, &self.holdings, &self.line, size, true),
+            Decision::Blocked { .. }
+        )
+    }
+
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    /// A digest of the holdings, the line and the size, without the times left (which change
+    /// at every read): it changes whenever a take might answer differently.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for held in &self.holdings {
+            (held.side.column(), &held.owner, held.token).hash(&mut hasher);
+        }
+        for place in &self.line {
+            place.owner.hash(&mut hasher);
+        }
+        self.row.hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 /// What one take answered the caller.
@@ -316,7 +348,7 @@ pub(crate) fn session_refusal(backend: &'static str, kind: LockKind) -> Error {
         format!(
             "the {backend} backend does not support {kind} with ?lock=session (a session lock \
              is an exclusive lock of one connection); use ?lock=lease, the default, which has \
-             read-write locks and semaphores (and fair locks, on postgres)"
+             fair locks, read-write locks and semaphores"
         ),
     )
     .with_backend(backend)

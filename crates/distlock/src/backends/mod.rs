@@ -9,6 +9,8 @@ pub(crate) mod sqlx_tx;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub(crate) mod flavour_rules;
 
+#[cfg(feature = "mysql")]
+pub(crate) mod poll_watch;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -25,6 +25,11 @@ pub(crate) trait FlavourSteps: Send + Sync + 'static {
     async fn leave(&self, req: &LockRequest, side: Side) -> Result<()>;
     /// Starts listening for the synchronizer's notices (releases, leavers, resizes).
     async fn watch(&self, req: &LockRequest, side: Side) -> Result<Wakeups>;
+    /// Whether `watch` wakes on every change although the store does not notify (see
+    /// [`Waiter::watched`]).
+    fn watched(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) struct SqlFlavourWaiter {
@@ -63,6 +68,10 @@ impl Waiter for SqlFlavourWaiter {
     async fn changed(&mut self) -> Result<()> {
         let (steps, req, side) = (&self.steps, &self.req, self.side);
         next_notice(&mut self.wakeups, || steps.watch(req, side)).await
+    }
+
+    fn watched(&self) -> bool {
+        self.steps.watched()
     }
 
     async fn leave(&mut self) -> Result<()> {

@@ -74,7 +74,7 @@ pub(crate) async fn acquire(
     let caps = backend.capabilities();
     lease::settle(&caps, backend.name(), &mut req, terms)?;
     let renew = terms.renew;
-    let waiter = backend.waiter(&req).unwrap_or_else(|| {
+    let waiter: Box<dyn Waiter> = backend.waiter(&req).unwrap_or_else(|| {
         Box::new(PollingWaiter {
             backend: backend.clone(),
             req: req.clone(),
@@ -83,6 +83,8 @@ pub(crate) async fn acquire(
             wakeups: None,
         })
     });
+    // Whether a change wakes the waiter: if not, it polls on a short backoff.
+    let woken = caps.notifies || waiter.watched();
     let mut waiting = Waiting {
         engine: engine.clone(),
         req: req.clone(),
@@ -175,7 +177,7 @@ pub(crate) async fn acquire(
             return Ok(None);
         };
         let lease_left = retry_after.unwrap_or(req.lease.duration());
-        let mut nap = if caps.notifies {
+        let mut nap = if woken {
             lease_left
         } else {
             backoff.next().min(lease_left.max(Duration::from_millis(1)))

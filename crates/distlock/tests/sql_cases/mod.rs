@@ -171,8 +171,7 @@ async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<us
 }
 
 pub fn mysql_lease(suite: Suite) -> Suite {
-    // MySQL refuses the fair lock (its docs.md); unsupported_flavours_are_typed checks that.
-    every_flavour(suite, false)
+    every_flavour(suite, true)
         .private_store(start_mariadb)
         .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
         .tokens_cases(Sql::Mysql)

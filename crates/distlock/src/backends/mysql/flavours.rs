@@ -2,15 +2,18 @@
 //! `sql/schema_flavours.sql`). Each judging step is one transaction: lock the synchronizer's
 //! row (`flavour_lock.sql`, created beforehand outside the transaction so two steps never
 //! deadlock on it), drop lapsed holdings and places, read the rest, decide by the shared rules
-//! ([`flavour_rules::decide`]), write. MySQL cannot notify a client, so waiters poll (the core's
-//! bounded jittered backoff); a transaction InnoDB picks as a deadlock victim runs again.
+//! ([`flavour_rules::decide`]), write. MySQL cannot notify a client: each client watches a
+//! synchronizer its waiters wait for with one poller ([`PollWatch`]), which wakes them when its
+//! holdings or line change; a transaction InnoDB picks as a deadlock victim runs again.
 //!
 //! Every transaction runs whole in a task of its own ([`sqlx_tx::finished`]), so a caller that
 //! is dropped mid-step never leaves a transaction open on a pooled connection.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::Row;
-use sqlx::mysql::{MySqlConnection, MySqlPool};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 
 use super::sync::{DEADLOCK_RETRIES, is_deadlock};
 use super::{NAME, err};
@@ -18,6 +21,7 @@ use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::flavour_rules::{
     self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
+use crate::backends::poll_watch::PollWatch;
 use crate::backends::sql_flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
 use crate::backends::sqlx_tx;
@@ -28,6 +32,8 @@ use crate::types::{FencingToken, LockName};
 /// The steps, over the backend's pool.
 pub(super) struct MysqlFlavours {
     pub(super) pool: MySqlPool,
+    /// This client's watches of the synchronizers its waiters wait for.
+    pub(super) watches: PollWatch<Peek>,
 }
 
 /// Runs `step` (one transaction) again while InnoDB picks it as a deadlock victim.
@@ -82,10 +88,10 @@ async fn next_token(
     Ok(done.last_insert_id() as i64)
 }
 
-/// The synchronizer as one plain read shows it, locking nothing.
-async fn peek(pool: &MySqlPool, side: Side, name: &[u8]) -> Result<Peek> {
+/// The synchronizer's rows as one plain read shows them, locking nothing (`flavour_peek.sql`).
+async fn peek_rows(pool: &MySqlPool, side: Side, name: &[u8]) -> Result<Vec<MySqlRow>> {
     let family = side.family();
-    let rows = sqlx::query(include_str!("sql/flavour_peek.sql"))
+    sqlx::query(include_str!("sql/flavour_peek.sql"))
         .bind(family)
         .bind(name)
         .bind(family)
@@ -94,7 +100,12 @@ async fn peek(pool: &MySqlPool, side: Side, name: &[u8]) -> Result<Peek> {
         .bind(name)
         .fetch_all(pool)
         .await
-        .map_err(err("taking the lock"))?;
+        .map_err(err("taking the lock"))
+}
+
+/// The synchronizer as one plain read shows it, locking nothing.
+async fn peek(pool: &MySqlPool, side: Side, name: &[u8]) -> Result<Peek> {
+    let rows = peek_rows(pool, side, name).await?;
     let mut peek = Peek::default();
     for row in &rows {
         let what: String = row.get(0);
@@ -472,8 +483,24 @@ impl FlavourSteps for MysqlFlavours {
         Ok(())
     }
 
-    async fn watch(&self, _req: &LockRequest, _side: Side) -> Result<Wakeups> {
-        // No notices: the core polls.
-        Ok(Box::pin(futures_util::stream::pending()))
+    async fn watch(&self, req: &LockRequest, side: Side) -> Result<Wakeups> {
+        // MySQL cannot notify: one poller per synchronizer in this client watches for all of
+        // its waiters there, and wakes the ones a change lets in.
+        let (pool, name) = (self.pool.clone(), req.name.as_str().as_bytes().to_vec());
+        let key = format!("{}:{}", side.family(), req.name.as_str());
+        let read = Arc::new(move || {
+            let (pool, name) = (pool.clone(), name.clone());
+            Box::pin(async move {
+                let seen = peek(&pool, side, &name).await?;
+                Ok((seen.fingerprint(), seen))
+            }) as _
+        });
+        let req = req.clone();
+        let wants = Box::new(move |seen: &Peek| seen.lets_in(&req, side));
+        Ok(self.watches.subscribe(key, read, wants))
+    }
+
+    fn watched(&self) -> bool {
+        true
     }
 }

@@ -128,7 +128,10 @@ impl MysqlBackend {
             )),
         };
         Ok(MysqlBackend {
-            flavours: Arc::new(flavours::MysqlFlavours { pool: pool.clone() }),
+            flavours: Arc::new(flavours::MysqlFlavours {
+                pool: pool.clone(),
+                watches: Default::default(),
+            }),
             pool,
             url: cfg.url.redacted,
             sessions,
@@ -158,26 +161,15 @@ impl Backend for MysqlBackend {
 
     fn supports(&self, kind: LockKind) -> bool {
         // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no count.
-        // The fair lock is refused in lease mode too (see `refusal`).
         match self.sessions {
             Some(_) => kind == LockKind::Mutex,
-            None => kind.is_any_flavour() && kind != LockKind::Fair,
+            None => kind.is_any_flavour(),
         }
     }
 
     fn refusal(&self, kind: LockKind) -> Error {
         if self.sessions.is_some() && kind.is_any_flavour() {
             return flavour_rules::session_refusal(NAME, kind);
-        }
-        if kind == LockKind::Fair {
-            return Error::new(
-                ErrorKind::Unsupported,
-                "the mysql backend does not support fair locks: MySQL cannot notify, and its \
-                 polling waiters did not keep a first-come-first-served line of many processes \
-                 moving (the suite's exclusion_across_processes stalled); use the postgres or \
-                 sqlite backend, or a read-write lock or semaphore, which mysql has",
-            )
-            .with_backend(NAME);
         }
         Error::unsupported(NAME, kind)
     }
