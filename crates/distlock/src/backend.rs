@@ -34,6 +34,28 @@ use crate::types::{FencingToken, Lease, LockKind, LockName, OwnerToken};
 /// A future that resolves once: "the store ended the session that held the lock".
 pub type Signal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// A semaphore as its store counts it ([`Backend::count_permits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PermitCount {
+    /// The size the store keeps; `None` if the semaphore was never used.
+    pub size: Option<u32>,
+    /// The permits taken: live holdings, and where waiters hold places among the holders
+    /// (ZooKeeper's nodes, etcd's keys), those too.
+    pub taken: u32,
+}
+
+impl PermitCount {
+    /// The permits free for a caller asking for a semaphore of `asked` permits, or
+    /// [`permits_differ`] if the store keeps another size. 0 while more are held than a shrink
+    /// left; a semaphore never used would have the caller's size.
+    pub fn free(self, backend: &'static str, name: &LockName, asked: u32) -> Result<u32> {
+        match self.size {
+            Some(size) if size != asked => Err(permits_differ(backend, name, size, asked)),
+            size => Ok(size.unwrap_or(asked).saturating_sub(self.taken)),
+        }
+    }
+}
+
 /// A stream with one item per "the lock may be free now" notice from the store. Dropping it
 /// stops listening.
 pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send + 'static>>;
@@ -454,8 +476,11 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
-    /// Free permits of the semaphore `req` names (`req.kind` is [`LockKind::Permit`]).
-    async fn available_permits(&self, _req: &LockRequest) -> Result<u32> {
+    /// The semaphore `req` names as the store counts it (`req.kind` is [`LockKind::Permit`]):
+    /// the size it keeps and the permits taken. The core answers
+    /// [`Lock::available_permits`](crate::Lock::available_permits) from it, by one rule for
+    /// every store.
+    async fn count_permits(&self, _req: &LockRequest) -> Result<PermitCount> {
         Err(Error::unsupported(self.name(), "counting permits"))
     }
 

@@ -304,13 +304,15 @@ impl Lock {
     /// another size than the semaphore's gets [`ErrorKind::InvalidInput`], as a take does.
     pub async fn available_permits(&self) -> Result<u32> {
         let req = self.request()?;
-        if !matches!(req.kind, LockKind::Permit { .. }) {
+        let LockKind::Permit { permits } = req.kind else {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 "available_permits is only for semaphores",
             ));
-        }
-        self.client.engine.backend.available_permits(&req).await
+        };
+        let backend = &self.client.engine.backend;
+        let count = backend.count_permits(&req).await?;
+        count.free(backend.name(), &req.name, permits)
     }
 }
 

@@ -35,7 +35,7 @@ use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
 use crate::backends::text_records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
@@ -441,10 +441,7 @@ impl Backend for EtcdBackend {
         kind.is_any_flavour()
     }
 
-    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Err(Error::new(ErrorKind::InvalidInput, "not a semaphore").with_backend(NAME));
-        };
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let keys = LockKeys::new(&self.inner.config.prefix, &req.name, req.kind);
         let count = etcd_client::GetOptions::new()
             .with_prefix()
@@ -464,20 +461,15 @@ impl Backend for EtcdBackend {
             Some(etcd_client::TxnOpResponse::Get(get)) => waiter::size_of(get.kvs().first())?,
             _ => None,
         };
-        let size = match size {
-            Some(size) if size != permits => {
-                return Err(permits_differ(NAME, &req.name, size, permits));
-            }
-            Some(size) => size,
-            // Never used: it would have the caller's size.
-            None => permits,
-        };
         let taken = match ops.next() {
             Some(etcd_client::TxnOpResponse::Get(get)) => get.count(),
             _ => 0,
         };
         // Waiters have keys too: permits are free only when no key is beyond them.
-        Ok(size.saturating_sub(u32::try_from(taken).unwrap_or(u32::MAX)))
+        Ok(PermitCount {
+            size,
+            taken: u32::try_from(taken).unwrap_or(u32::MAX),
+        })
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {

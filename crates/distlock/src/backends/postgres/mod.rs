@@ -23,7 +23,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
 use crate::backends::flavour_rules::{self, Side};
 use crate::backends::session::Sessions;
@@ -32,7 +32,7 @@ use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
 use crate::backends::sqlx_error::from_sqlx;
 use crate::backends::sqlx_tx;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
@@ -269,28 +269,15 @@ impl Backend for PostgresBackend {
         )))
     }
 
-    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "available_permits is only for semaphores",
-            )
-            .with_backend(NAME));
-        };
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         if self.sessions.is_some() {
             return Err(self.refusal(req.kind));
         }
-        let (size, held) = self.flavours.count(&req.name).await?;
-        let size = match size {
-            Some(size) if size != i64::from(permits) => {
-                let size = u32::try_from(size).unwrap_or(u32::MAX);
-                return Err(permits_differ(NAME, &req.name, size, permits));
-            }
-            Some(size) => u32::try_from(size).unwrap_or(u32::MAX),
-            // Never used: it would have the caller's size.
-            None => permits,
-        };
-        Ok(size.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
+        let (size, taken) = self.flavours.count(&req.name).await?;
+        Ok(PermitCount {
+            size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
+            taken: u32::try_from(taken).unwrap_or(u32::MAX),
+        })
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {

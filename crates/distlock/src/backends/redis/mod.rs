@@ -38,7 +38,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    permits_differ,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -261,24 +262,9 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
-    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "available_permits is only for semaphores",
-            )
-            .with_backend(NAME));
-        };
-        let (size, held) = sem_count(&self.server, &req.name).await?;
-        let size = match size {
-            Some(size) if size != permits => {
-                return Err(permits_differ(NAME, &req.name, size, permits));
-            }
-            Some(size) => size,
-            // Never used: it would have the caller's size.
-            None => permits,
-        };
-        Ok(size.saturating_sub(held))
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
+        let (size, taken) = sem_count(&self.server, &req.name).await?;
+        Ok(PermitCount { size, taken })
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {

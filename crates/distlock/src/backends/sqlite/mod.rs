@@ -45,7 +45,7 @@ use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
 use crate::backends::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
@@ -337,30 +337,15 @@ impl Backend for SqliteBackend {
         Ok(matches!(answer, FlavourAnswer::Done { found: true, .. }))
     }
 
-    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "available_permits is only for semaphores",
-            )
-            .with_backend(NAME));
-        };
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let op = FlavourOp::Count {
             name: req.name.as_str().to_string(),
-            permits,
         };
         match flavour_run(&self.writer, op, "counting permits").await? {
-            FlavourAnswer::SizeDiffers(kept) => Err(permits_differ(
-                NAME,
-                &req.name,
-                u32::try_from(kept).unwrap_or(u32::MAX),
-                permits,
-            )),
-            // Never used: it would have the caller's size.
-            FlavourAnswer::Permits { size, held } => {
-                let size = size.map_or(permits, |s| u32::try_from(s).unwrap_or(u32::MAX));
-                Ok(size.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX)))
-            }
+            FlavourAnswer::Permits { size, held } => Ok(PermitCount {
+                size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
+                taken: u32::try_from(held).unwrap_or(u32::MAX),
+            }),
             other => Err(Error::new(
                 ErrorKind::Backend,
                 format!("counting permits: unexpected answer {other:?}"),

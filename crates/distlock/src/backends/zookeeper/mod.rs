@@ -30,7 +30,7 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 use self::session::{Session, Sessions, on_session};
 use self::waiter::ZkWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -254,25 +254,17 @@ impl Backend for ZooKeeperBackend {
         kind.is_any_flavour()
     }
 
-    async fn available_permits(&self, req: &LockRequest) -> Result<u32> {
-        let LockKind::Permit { permits } = req.kind else {
-            return Err(Error::new(ErrorKind::InvalidInput, "not a semaphore").with_backend(NAME));
-        };
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let nodes = nodes::LockNodes::new(&self.inner.config.prefix, &req.name, req.kind);
         let session = self.inner.sessions.get().await?;
         let size_node = nodes.size_node().unwrap_or_default();
         let (children, size) =
             size::children_and_size(&self.inner, &session, nodes.parent(), size_node).await?;
-        let size = match size {
-            Some(size) if size.permits != permits => {
-                return Err(permits_differ(NAME, &req.name, size.permits, permits));
-            }
-            Some(size) => size.permits,
-            // Never used: it would have the caller's size.
-            None => permits,
-        };
         // Waiters have nodes too: permits are free only when no node is beyond them.
-        Ok(size.saturating_sub(u32::try_from(children.len()).unwrap_or(u32::MAX)))
+        Ok(PermitCount {
+            size: size.map(|size| size.permits),
+            taken: u32::try_from(children.len()).unwrap_or(u32::MAX),
+        })
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
