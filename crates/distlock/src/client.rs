@@ -70,6 +70,19 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
 }
 
 /// The client of `url`, whose scheme is `scheme`.
+// A build without any backend never reads `url`: every scheme is refused.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "memcached"
+    )),
+    allow(unused_variables)
+)]
 async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
     let backend: Result<Arc<dyn Backend>> = match scheme {
         #[cfg(feature = "sqlite")]
