@@ -169,6 +169,16 @@ async fn api_and_metrics_report_a_held_lock() {
             "/metrics lacks {line:?}:\n{metrics}"
         );
     }
+    // Every metric shown is described (# HELP) for whoever reads the scrape.
+    for name in metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = name.split_whitespace().next().unwrap_or_default();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "{name} has no # HELP:\n{metrics}"
+        );
+    }
 
     guard.release().await.expect("release");
     assert!(
@@ -366,6 +376,7 @@ fn bad_arguments_are_usage_errors() {
     for (args, says) in [
         (&["--listen", "localhost"][..], "--listen"),
         (&["--listen", "127.0.0.1:99999"][..], "--listen"),
+        (&["--listen", ":7380"][..], "--listen"),
         (&["--refresh", "soon"][..], "--refresh"),
         (&["--refresh", "10ms"][..], "--refresh"),
         (&["--max-connections", "0"][..], "--max-connections"),
@@ -394,6 +405,39 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("user:***@127.0.0.1:1"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
+}
+
+/// `--listen` takes a host name as well as an IP address: `localhost` binds its loopback
+/// address.
+#[test]
+fn it_listens_on_a_host_name() {
+    let store = common::sqlite();
+    let mut child = serve_command(&store.url)
+        .args(["--listen", "localhost:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn distlock serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read serve's stdout");
+    let server = Server {
+        child,
+        base: line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("serve printed {line:?}, not its address"))
+            .trim_end_matches('/')
+            .to_string(),
+    };
+    assert!(
+        server.base.starts_with("http://127.0.0.1:") || server.base.starts_with("http://[::1]:"),
+        "{}",
+        server.base
+    );
+    assert_eq!(server.locks()["backend"], "sqlite");
 }
 
 #[test]
