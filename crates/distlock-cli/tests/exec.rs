@@ -902,6 +902,35 @@ fn a_shell_string_runs_under_the_lock() {
     );
 }
 
+/// A store without a flavour refuses it: exit 64 and a line saying so, and COMMAND does not run
+/// (memcached has neither fair locks, read-write locks nor semaphores; docs/guarantees.md).
+#[test]
+fn a_store_without_the_flavour_refuses_it() {
+    let Some(store) = common::servers("exec flavours on memcached")
+        .into_iter()
+        .find(|s| s.name == "memcached")
+    else {
+        return;
+    };
+    for (flags, flavour) in [
+        (&["--fair"][..], "fair locks"),
+        (&["--shared"], "read locks"),
+        (&["--write"], "write locks"),
+        (&["--limit", "2"], "semaphores"),
+    ] {
+        let mut args = flags.to_vec();
+        args.extend(["x", "--", "echo", "ran"]);
+        let out = exec_on(&store.url, &args).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 64, "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains("does not support") && stderr.contains(flavour),
+            "{flags:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{flags:?}: COMMAND ran");
+    }
+}
+
 #[test]
 fn flavours_exclude_each_other_as_flags() {
     let s = Scratch::new();

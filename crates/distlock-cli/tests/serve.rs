@@ -50,10 +50,17 @@ impl Server {
 
     /// [`Server::start`] in the working directory `dir` (for relative `sqlite:` URLs).
     fn start_in(dir: &Path, url: &str, extra: &[&str]) -> Server {
-        let mut child = serve_command(url)
+        let mut command = serve_command(url);
+        command
             .current_dir(dir)
             .args(["--listen", "127.0.0.1:0", "--refresh", "200ms"])
-            .args(extra)
+            .args(extra);
+        Server::spawn(command)
+    }
+
+    /// Spawns `command` (a `distlock serve`), and waits for its `listening on` line.
+    fn spawn(mut command: Command) -> Server {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -412,26 +419,9 @@ fn bad_arguments_are_usage_errors() {
 #[test]
 fn it_listens_on_a_host_name() {
     let store = common::sqlite();
-    let mut child = serve_command(&store.url)
-        .args(["--listen", "localhost:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn distlock serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read serve's stdout");
-    let server = Server {
-        child,
-        base: line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("serve printed {line:?}, not its address"))
-            .trim_end_matches('/')
-            .to_string(),
-    };
+    let mut command = serve_command(&store.url);
+    command.args(["--listen", "localhost:0"]);
+    let server = Server::spawn(command);
     assert!(
         server.base.starts_with("http://127.0.0.1:") || server.base.starts_with("http://[::1]:"),
         "{}",

@@ -39,6 +39,18 @@ fn read(snapshot: metrics_util::debugging::Snapshot) -> HashMap<(String, String,
         .collect()
 }
 
+/// Runs `work` on a current-thread runtime with `recorder` as the thread's recorder: the
+/// watchdog's tasks run on this thread too, so every metric lands in it.
+fn with_recorder(recorder: &dyn metrics::Recorder, work: impl std::future::Future<Output = ()>) {
+    metrics::with_local_recorder(recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work)
+    });
+}
+
 #[test]
 fn counters_move_as_locks_are_used() {
     let dir = tempfile::tempdir().unwrap();
@@ -52,61 +64,55 @@ fn counters_move_as_locks_are_used() {
             "other".into()
         }
     });
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    with_recorder(&recorder, async {
+        let client = distlock::connect(&url).await.unwrap();
+        let other = distlock::connect(&url).await.unwrap();
+        // Two acquisitions with a release between: 2 acquired, 2 hold times, 2 waits.
+        for _ in 0..2 {
+            let guard = client.lock("payment:7").acquire().await.unwrap();
+            assert!(guard.release().await.unwrap());
+        }
+        // Held by another client: a timeout, and a try that finds it held.
+        let held = client
+            .lock("payment:8")
+            .lease(Duration::from_millis(300))
+            .acquire()
+            .await
             .unwrap();
-        rt.block_on(async {
-            let client = distlock::connect(&url).await.unwrap();
-            let other = distlock::connect(&url).await.unwrap();
-            // Two acquisitions with a release between: 2 acquired, 2 hold times, 2 waits.
-            for _ in 0..2 {
-                let guard = client.lock("payment:7").acquire().await.unwrap();
-                assert!(guard.release().await.unwrap());
-            }
-            // Held by another client: a timeout, and a try that finds it held.
-            let held = client
+        let timed_out = other
+            .lock("payment:8")
+            .acquire_timeout(Duration::from_millis(50))
+            .await;
+        assert!(timed_out.unwrap_err().is_timeout());
+        assert!(
+            other
                 .lock("payment:8")
-                .lease(Duration::from_millis(300))
-                .acquire()
+                .try_acquire()
                 .await
-                .unwrap();
-            let timed_out = other
-                .lock("payment:8")
-                .acquire_timeout(Duration::from_millis(50))
-                .await;
-            assert!(timed_out.unwrap_err().is_timeout());
-            assert!(
-                other
-                    .lock("payment:8")
-                    .try_acquire()
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
-            // The watchdog renews every 100 ms; a forced release makes the next renewal fail
-            // to find it: lost.
-            tokio::time::sleep(Duration::from_millis(350)).await;
-            let forced = other
-                .force_release("payment:8", distlock::LockKind::Mutex)
-                .await
-                .unwrap();
-            assert_eq!(forced.removed.len(), 1);
-            let lost = tokio::time::timeout(Duration::from_secs(2), held.lost()).await;
-            assert!(lost.is_ok(), "the forced-out holder never learned it");
-            assert!(!held.release().await.unwrap());
-            // A bad name is refused before any acquisition starts: not counted.
-            assert!(client.lock("").acquire().await.is_err());
-            // A semaphore asked with another size than its own: an error the store answers.
-            let permit = client.semaphore("job-2", 2).acquire().await.unwrap();
-            let refused = other.semaphore("job-2", 3).try_acquire().await.unwrap_err();
-            assert_eq!(refused.kind(), distlock::ErrorKind::InvalidInput);
-            assert!(permit.release().await.unwrap());
-            let _ = client.lock("job-1").try_acquire().await.unwrap();
-            client.shutdown().await;
-            other.shutdown().await;
-        });
+                .unwrap()
+                .is_none()
+        );
+        // The watchdog renews every 100 ms; a forced release makes the next renewal fail
+        // to find it: lost.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let forced = other
+            .force_release("payment:8", distlock::LockKind::Mutex)
+            .await
+            .unwrap();
+        assert_eq!(forced.removed.len(), 1);
+        let lost = tokio::time::timeout(Duration::from_secs(2), held.lost()).await;
+        assert!(lost.is_ok(), "the forced-out holder never learned it");
+        assert!(!held.release().await.unwrap());
+        // A bad name is refused before any acquisition starts: not counted.
+        assert!(client.lock("").acquire().await.is_err());
+        // A semaphore asked with another size than its own: an error the store answers.
+        let permit = client.semaphore("job-2", 2).acquire().await.unwrap();
+        let refused = other.semaphore("job-2", 3).try_acquire().await.unwrap_err();
+        assert_eq!(refused.kind(), distlock::ErrorKind::InvalidInput);
+        assert!(permit.release().await.unwrap());
+        let _ = client.lock("job-1").try_acquire().await.unwrap();
+        client.shutdown().await;
+        other.shutdown().await;
     });
     let seen = read(snapshotter.snapshot());
     let labelled = |name: &str, class: &str, result: &str| {
@@ -159,41 +165,35 @@ fn every_metric_is_described() {
     let url = format!("sqlite:{}", dir.path().join("m.db").display());
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    with_recorder(&recorder, async {
+        let client = distlock::connect(&url).await.unwrap();
+        let held = client
+            .lock("job:1")
+            .lease(Duration::from_millis(300))
+            .acquire()
+            .await
             .unwrap();
-        rt.block_on(async {
-            let client = distlock::connect(&url).await.unwrap();
-            let held = client
-                .lock("job:1")
-                .lease(Duration::from_millis(300))
-                .acquire()
-                .await
-                .unwrap();
-            assert!(client.lock("job:1").try_acquire().await.unwrap().is_none());
-            let timed_out = client
-                .lock("job:1")
-                .acquire_timeout(Duration::from_millis(150))
-                .await;
-            assert!(timed_out.unwrap_err().is_timeout());
-            let permit = client.semaphore("job:2", 2).acquire().await.unwrap();
-            let refused = client.semaphore("job:2", 3).acquire().await;
-            assert_eq!(
-                refused.unwrap_err().kind(),
-                distlock::ErrorKind::InvalidInput
-            );
-            assert!(permit.release().await.unwrap());
-            client
-                .force_release("job:1", distlock::LockKind::Mutex)
-                .await
-                .unwrap();
-            let lost = tokio::time::timeout(Duration::from_secs(2), held.lost()).await;
-            assert!(lost.is_ok(), "the forced-out holder never learned it");
-            drop(held);
-            client.shutdown().await;
-        });
+        assert!(client.lock("job:1").try_acquire().await.unwrap().is_none());
+        let timed_out = client
+            .lock("job:1")
+            .acquire_timeout(Duration::from_millis(150))
+            .await;
+        assert!(timed_out.unwrap_err().is_timeout());
+        let permit = client.semaphore("job:2", 2).acquire().await.unwrap();
+        let refused = client.semaphore("job:2", 3).acquire().await;
+        assert_eq!(
+            refused.unwrap_err().kind(),
+            distlock::ErrorKind::InvalidInput
+        );
+        assert!(permit.release().await.unwrap());
+        client
+            .force_release("job:1", distlock::LockKind::Mutex)
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(Duration::from_secs(2), held.lost()).await;
+        assert!(lost.is_ok(), "the forced-out holder never learned it");
+        drop(held);
+        client.shutdown().await;
     });
     let text = handle.render();
     let described: Vec<&str> = text
