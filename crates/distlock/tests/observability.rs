@@ -1,8 +1,8 @@
 //! What an operator sees of distlock: a `tracing` span for every store operation a user
 //! triggers (with the backend, the lock's name and the fencing token where known, never the
 //! owner token), and the `serde` form of what a status, a forced release and an election
-//! report. Over the embedded SQLite store: spans are opened by the core and the user API, the
-//! same for every backend.
+//! report. Over the embedded SQLite store (and SQLite as a fenced resource): spans are opened
+//! by the core and the user API, the same for every backend.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -157,6 +157,19 @@ fn every_public_operation_opens_a_span() {
         assert_eq!(latch.count().await.unwrap(), 1);
         assert_eq!(latch.count_down().await.unwrap(), 0);
         latch.wait_timeout(Duration::from_secs(1)).await.unwrap();
+        // A fenced write on the resource's own database: accepted, then a stale one refused.
+        let db = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let fence = distlock::fence::SqlFence::<sqlx::Sqlite>::install(&db)
+            .await
+            .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        fence
+            .check(&mut tx, "stock", FencingToken::new(5))
+            .await
+            .unwrap();
+        let stale = fence.check(&mut tx, "stock", FencingToken::new(3)).await;
+        assert!(stale.unwrap_err().is_stale_token());
+        tx.commit().await.unwrap();
         client.flush().await;
         other.shutdown().await;
         client.shutdown().await;
@@ -180,6 +193,7 @@ fn every_public_operation_opens_a_span() {
         "distlock.resign",
         "distlock.latch",
         "distlock.flush",
+        "distlock.fence_check",
     ] {
         let seen = spans.named(name);
         assert!(!seen.is_empty(), "no {name} span among {all:#?}");
@@ -191,11 +205,22 @@ fn every_public_operation_opens_a_span() {
             );
         }
     }
+    let checks: Vec<_> = spans
+        .named("distlock.fence_check")
+        .iter()
+        .map(|s| (s.fields["resource"].clone(), s.fields["token"].clone()))
+        .collect();
+    assert_eq!(
+        checks,
+        [("stock".into(), "5".into()), ("stock".into(), "3".into())]
+    );
     // Each span says which lock, election or latch it is about.
     for span in all.iter().filter(|s| s.name.starts_with("distlock.")) {
-        let about = ["lock", "locks", "election", "latch", "prefix", "url"]
-            .iter()
-            .any(|f| span.fields.contains_key(*f));
+        let about = [
+            "lock", "locks", "election", "latch", "prefix", "url", "resource",
+        ]
+        .iter()
+        .any(|f| span.fields.contains_key(*f));
         assert!(
             about || span.name == "distlock.flush",
             "{span:?} names nothing"
