@@ -19,7 +19,21 @@ pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 /// Distributed locks for scripts, cron jobs and services.
 #[derive(Parser, Debug)]
-#[command(name = "distlock", version, about, long_about = None)]
+#[command(
+    name = "distlock",
+    version,
+    about,
+    long_about = None,
+    after_help = "Environment:\n  \
+        DISTLOCK_URL   the store of every subcommand not given --url [default: \
+        sqlite:distlock.db in the working directory]\n  \
+        DISTLOCK_LOG   what to log on stderr, as a tracing filter: error, warn, info, debug, \
+        distlock=trace, … [default: error]\n\
+        COMMAND run by `exec` gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN; by `elect`, \
+        DISTLOCK_ELECTION, DISTLOCK_LEADER_VALUE and DISTLOCK_TERM.\n\
+        Exit status (every subcommand): 64 for invalid arguments, 69 if the store cannot be \
+        reached or fails, 75 if a lock is held by another; see each subcommand's --help."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,6 +59,10 @@ enum Command {
     Torture(cmd::torture::TortureArgs),
     /// Serve a live lock status page, its JSON (/api/locks) and Prometheus metrics (/metrics).
     Serve(cmd::serve::ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions(cmd::help::CompletionsArgs),
+    /// Print the manual page (roff) of distlock or of one subcommand on stdout.
+    Man(cmd::help::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +101,8 @@ fn main() -> ExitCode {
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Torture(args) => cmd::torture::run(args).await,
             Command::Serve(args) => cmd::serve::run(args).await,
+            Command::Completions(args) => cmd::help::completions::<Cli>(args),
+            Command::Man(args) => cmd::help::man::<Cli>(args),
         }
     })
 }

@@ -665,3 +665,355 @@ fn with_param(url: &str, key: &str, value: &str) -> String {
     params.push(format!("{key}={value}"));
     format!("{base}?{}", params.join("&"))
 }
+
+// ---- The flavours (--shared, --write, --limit, --fair), -E and -c: issue #29, item 4 ----------
+
+/// The stores these cases run on: the embedded default and Redis (a server store whose fair
+/// lock, read-write lock and semaphore are kept by Lua scripts). Which store refuses which
+/// flavour is the table of docs/guarantees.md (Redlock, and SQL session locks, refuse all three;
+/// MySQL refuses the fair lock).
+fn mode_stores(what: &str) -> Vec<common::Store> {
+    let mut stores = vec![common::sqlite()];
+    stores.extend(
+        common::servers(what)
+            .into_iter()
+            .filter(|s| s.name == "redis"),
+    );
+    stores
+}
+
+/// `distlock exec --url URL ARGS…` with no DISTLOCK_URL from the environment.
+fn exec_on(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["exec", "--url", url]).args(args);
+    cmd.env_remove("DISTLOCK_URL");
+    cmd
+}
+
+/// Starts `exec FLAGS NAME` whose command writes `ready` and then sleeps; returns once it runs.
+fn hold(store: &common::Store, flags: &[&str], name: &str, ready: &Path) -> Child {
+    let script = format!("echo $$ > {}; exec sleep 30", ready.display());
+    let mut args = flags.to_vec();
+    args.extend([name, "--", "sh", "-c", &script]);
+    let mut holder = exec_on(&store.url, &args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holder");
+    wait_until_ran(&mut holder, ready, store.name);
+    holder
+}
+
+/// Ends a holder started by [`hold`]: SIGTERM is forwarded to its command, which ends, and
+/// the lock is released.
+fn stop(mut holder: Child) {
+    signal(holder.id(), libc::SIGTERM);
+    wait_with_timeout(&mut holder, Duration::from_secs(10));
+}
+
+/// Runs `exec FLAGS --no-wait NAME -- true` and answers its exit status.
+fn try_exec(store: &common::Store, flags: &[&str], name: &str) -> (i32, String) {
+    let mut args = flags.to_vec();
+    args.extend(["--no-wait", name, "--", "true"]);
+    let out = exec_on(&store.url, &args).output().expect("run");
+    (
+        code(&out),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn shared_holders_run_together_and_a_writer_is_excluded() {
+    for store in mode_stores("exec --shared") {
+        let scratch = Scratch::new();
+        let name = format!("rw-{}", common::unique());
+        let reader = hold(&store, &["--shared"], &name, &scratch.path("r1"));
+        // A second reader at the same time: admitted.
+        let second = hold(&store, &["--shared"], &name, &scratch.path("r2"));
+        // A writer: refused while readers hold it.
+        let (status, stderr) = try_exec(&store, &["--write"], &name);
+        assert_eq!(
+            status, 75,
+            "{}: a writer got in with readers: {stderr}",
+            store.name
+        );
+        stop(second);
+        let (status, _) = try_exec(&store, &["--write"], &name);
+        assert_eq!(status, 75, "{}: a writer got in with a reader", store.name);
+        stop(reader);
+        // No reader left: the writer gets it, and readers are refused while it holds.
+        let writer = hold(&store, &["--write"], &name, &scratch.path("w"));
+        let (status, _) = try_exec(&store, &["--shared"], &name);
+        assert_eq!(status, 75, "{}: a reader got in with a writer", store.name);
+        stop(writer);
+        let (status, stderr) = try_exec(&store, &["--shared"], &name);
+        assert_eq!(status, 0, "{}: {stderr}", store.name);
+    }
+}
+
+#[test]
+fn a_limit_admits_n_holders_and_refuses_another_size() {
+    for store in mode_stores("exec --limit") {
+        let scratch = Scratch::new();
+        let name = format!("pool-{}", common::unique());
+        let first = hold(&store, &["--limit", "2"], &name, &scratch.path("p1"));
+        let second = hold(&store, &["--limit", "2"], &name, &scratch.path("p2"));
+        let (status, stderr) = try_exec(&store, &["--limit", "2"], &name);
+        assert_eq!(status, 75, "{}: a third permit of 2: {stderr}", store.name);
+        // A third that waits runs as soon as one of the two ends.
+        let ran = scratch.path("third");
+        let script = format!("echo ran > {}", ran.display());
+        let mut third = exec_on(
+            &store.url,
+            &["--limit", "2", &name, "--", "sh", "-c", &script],
+        )
+        .spawn()
+        .expect("spawn");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !ran.exists(),
+            "{}: the third ran beside two holders",
+            store.name
+        );
+        stop(first);
+        let status = wait_with_timeout(&mut third, Duration::from_secs(10));
+        assert!(status.success(), "{}: {status}", store.name);
+        assert!(ran.exists(), "{}", store.name);
+        // The semaphore has 2 permits: asking 3 of it is refused (64), naming both sizes.
+        let (status, stderr) = try_exec(&store, &["--limit", "3"], &name);
+        assert_eq!(status, 64, "{}: {stderr}", store.name);
+        assert!(
+            stderr.contains('2') && stderr.contains('3') && stderr.lines().count() == 1,
+            "{}: {stderr}",
+            store.name
+        );
+        stop(second);
+    }
+    let scratch = Scratch::new();
+    let out = scratch.run(&["--limit", "0", "x", "--", "true"]);
+    assert_eq!(code(&out), 64, "{out:?}");
+}
+
+#[test]
+fn fair_waiters_run_in_the_order_they_came() {
+    const WAITERS: usize = 5;
+    for store in mode_stores("exec --fair") {
+        let scratch = Scratch::new();
+        let name = format!("fair-{}", common::unique());
+        let order = scratch.path("order");
+        let holder = hold(&store, &["--fair"], &name, &scratch.path("h"));
+        let mut waiters = Vec::new();
+        for i in 0..WAITERS {
+            let script = format!("echo {i} >> {}", order.display());
+            let waiter = exec_on(&store.url, &["--fair", &name, "--", "sh", "-c", &script])
+                .spawn()
+                .expect("spawn waiter");
+            waiters.push(waiter);
+            // The next comes only once this one is in the queue (the store counts it).
+            let queued = common::eventually(Duration::from_secs(10), || {
+                waiting(&store, &name) == Some(i as u64 + 1)
+            });
+            assert!(queued, "{}: waiter {i} never queued", store.name);
+        }
+        stop(holder);
+        for mut waiter in waiters {
+            let status = wait_with_timeout(&mut waiter, Duration::from_secs(20));
+            assert!(status.success(), "{}: {status}", store.name);
+        }
+        let ran: Vec<usize> = std::fs::read_to_string(&order)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(ran, (0..WAITERS).collect::<Vec<_>>(), "{}", store.name);
+    }
+}
+
+/// How many wait for the fair lock `name`, as `distlock status --json` says.
+fn waiting(store: &common::Store, name: &str) -> Option<u64> {
+    let out = Command::new(BIN)
+        .args(["status", "--json", "--url", &store.url, name])
+        .output()
+        .expect("status");
+    let locks: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    locks.as_array()?.iter().find(|l| l["kind"] == "fair")?["waiters"].as_u64()
+}
+
+#[test]
+fn a_conflict_exits_with_the_code_asked() {
+    let s = Scratch::new();
+    let (mut holder, _) = s.spawn_holder(&[], "sleep 30");
+    for (args, expected) in [
+        (&["-E", "3", "--no-wait"][..], 3),
+        (&["--conflict-exit-code", "0", "--no-wait"][..], 0),
+        (&["--conflict-exit-code", "9", "--wait", "100ms"][..], 9),
+        (&["--no-wait"][..], 75),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["job", "--", "echo", "ran"]);
+        let out = s.run(&all);
+        assert_eq!(code(&out), expected, "{args:?}: {out:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: the command ran without the lock"
+        );
+    }
+    holder.kill().ok();
+    holder.wait().ok();
+    // Only a conflict: a store that cannot be reached is still 69, a bad argument 64.
+    let out = Command::new(BIN)
+        .args([
+            "exec",
+            "--url",
+            "postgres://u@127.0.0.1:1/x",
+            "-E",
+            "3",
+            "x",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 69, "{out:?}");
+    let out = s.run(&["-E", "300", "job", "--", "true"]);
+    assert_eq!(code(&out), 64, "{out:?}");
+}
+
+#[test]
+fn a_shell_string_runs_under_the_lock() {
+    let s = Scratch::new();
+    let out = s.run(&[
+        "job",
+        "-c",
+        "echo \"$DISTLOCK_LOCK_NAME\" | tr a-z A-Z; exit 3",
+    ]);
+    assert_eq!(code(&out), 3, "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "JOB\n");
+    // The lock was released: a --no-wait takes it.
+    let out = s.run(&["--no-wait", "job", "--command", "true"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    // Both forms, or neither: a usage error naming what is wrong.
+    let out = s.run(&["job", "-c", "true", "--", "true"]);
+    assert_eq!(code(&out), 64, "{out:?}");
+    let out = s.run(&["job"]);
+    assert_eq!(code(&out), 64, "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("COMMAND"),
+        "{out:?}"
+    );
+}
+
+/// A store without a flavour refuses it: exit 64 and a line saying so, and COMMAND does not run
+/// (memcached has neither fair locks, read-write locks nor semaphores; docs/guarantees.md).
+#[test]
+fn a_store_without_the_flavour_refuses_it() {
+    let Some(store) = common::servers("exec flavours on memcached")
+        .into_iter()
+        .find(|s| s.name == "memcached")
+    else {
+        return;
+    };
+    for (flags, flavour) in [
+        (&["--fair"][..], "fair locks"),
+        (&["--shared"], "read locks"),
+        (&["--write"], "write locks"),
+        (&["--limit", "2"], "semaphores"),
+    ] {
+        let mut args = flags.to_vec();
+        args.extend(["x", "--", "echo", "ran"]);
+        let out = exec_on(&store.url, &args).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 64, "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains("does not support") && stderr.contains(flavour),
+            "{flags:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{flags:?}: COMMAND ran");
+    }
+}
+
+#[test]
+fn flavours_exclude_each_other_as_flags() {
+    let s = Scratch::new();
+    for args in [
+        &["--shared", "--write"][..],
+        &["--shared", "--limit", "2"][..],
+        &["--fair", "--write"][..],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["job", "--", "true"]);
+        let out = s.run(&all);
+        assert_eq!(code(&out), 64, "{args:?}: {out:?}");
+    }
+}
+
+// ---- The command line itself: completions, manual pages, the environment in --help ---------
+
+#[test]
+fn completions_and_manual_pages_are_generated() {
+    for (shell, mark) in [
+        ("bash", "complete"),
+        ("zsh", "#compdef distlock"),
+        ("fish", "complete -c distlock"),
+        ("elvish", "distlock"),
+        ("powershell", "distlock"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{shell}: {out:?}");
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(mark), "{shell}: {script}");
+        // The flags of exec are in it, the new ones too.
+        assert!(script.contains("conflict-exit-code"), "{shell}");
+    }
+    let out = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 64, "{out:?}");
+
+    let out = Command::new(BIN).arg("man").output().unwrap();
+    assert_eq!(code(&out), 0, "{out:?}");
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH distlock 1"),
+        "{page}"
+    );
+    assert!(
+        page.contains("DISTLOCK_LOG"),
+        "the page lacks the environment"
+    );
+    let out = Command::new(BIN).args(["man", "exec"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{out:?}");
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        page.contains(".TH distlock\\-exec 1") || page.contains("distlock-exec"),
+        "{page}"
+    );
+    assert!(page.contains("shared"), "{page}");
+    let out = Command::new(BIN).args(["man", "nosuch"]).output().unwrap();
+    assert_eq!(code(&out), 64, "{out:?}");
+}
+
+#[test]
+fn help_names_every_environment_variable() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(code(&out), 0);
+    let help = String::from_utf8(out.stdout).unwrap();
+    for var in ["DISTLOCK_URL", "DISTLOCK_LOG", "DISTLOCK_FENCING_TOKEN"] {
+        assert!(help.contains(var), "--help lacks {var}:\n{help}");
+    }
+    let out = Command::new(BIN).args(["exec", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for text in [
+        "DISTLOCK_URL",
+        "--shared",
+        "--limit",
+        "--fair",
+        "--conflict-exit-code",
+        "-c",
+    ] {
+        assert!(help.contains(text), "exec --help lacks {text}:\n{help}");
+    }
+}

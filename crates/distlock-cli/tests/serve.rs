@@ -50,10 +50,17 @@ impl Server {
 
     /// [`Server::start`] in the working directory `dir` (for relative `sqlite:` URLs).
     fn start_in(dir: &Path, url: &str, extra: &[&str]) -> Server {
-        let mut child = serve_command(url)
+        let mut command = serve_command(url);
+        command
             .current_dir(dir)
             .args(["--listen", "127.0.0.1:0", "--refresh", "200ms"])
-            .args(extra)
+            .args(extra);
+        Server::spawn(command)
+    }
+
+    /// Spawns `command` (a `distlock serve`), and waits for its `listening on` line.
+    fn spawn(mut command: Command) -> Server {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -167,6 +174,16 @@ async fn api_and_metrics_report_a_held_lock() {
         assert!(
             metrics.lines().any(|l| l == line),
             "/metrics lacks {line:?}:\n{metrics}"
+        );
+    }
+    // Every metric shown is described (# HELP) for whoever reads the scrape.
+    for name in metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = name.split_whitespace().next().unwrap_or_default();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(&format!("# HELP {name} "))),
+            "{name} has no # HELP:\n{metrics}"
         );
     }
 
@@ -366,6 +383,7 @@ fn bad_arguments_are_usage_errors() {
     for (args, says) in [
         (&["--listen", "localhost"][..], "--listen"),
         (&["--listen", "127.0.0.1:99999"][..], "--listen"),
+        (&["--listen", ":7380"][..], "--listen"),
         (&["--refresh", "soon"][..], "--refresh"),
         (&["--refresh", "10ms"][..], "--refresh"),
         (&["--max-connections", "0"][..], "--max-connections"),
@@ -394,6 +412,22 @@ fn bad_arguments_are_usage_errors() {
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("user:***@127.0.0.1:1"), "{stderr}");
     assert!(!stderr.contains("hunter2"), "the password shows: {stderr}");
+}
+
+/// `--listen` takes a host name as well as an IP address: `localhost` binds its loopback
+/// address.
+#[test]
+fn it_listens_on_a_host_name() {
+    let store = common::sqlite();
+    let mut command = serve_command(&store.url);
+    command.args(["--listen", "localhost:0"]);
+    let server = Server::spawn(command);
+    assert!(
+        server.base.starts_with("http://127.0.0.1:") || server.base.starts_with("http://[::1]:"),
+        "{}",
+        server.base
+    );
+    assert_eq!(server.locks()["backend"], "sqlite");
 }
 
 #[test]

@@ -31,6 +31,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::backend::Backend;
 use crate::core::Engine;
 use crate::election::Election;
@@ -58,6 +60,30 @@ pub async fn connect(url: &str) -> Result<Client> {
 pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
     let url = url.trim();
     let scheme = Scheme::of(url)?;
+    // The URL as every message shows it: without its password.
+    let span = tracing::debug_span!(
+        "distlock.connect",
+        backend = scheme.backend(),
+        url = %crate::url::redact(url),
+    );
+    open(url, scheme, options).instrument(span).await
+}
+
+/// The client of `url`, whose scheme is `scheme`.
+// A build without any backend never reads `url`: every scheme is refused.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "memcached"
+    )),
+    allow(unused_variables)
+)]
+async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
     let backend: Result<Arc<dyn Backend>> = match scheme {
         #[cfg(feature = "sqlite")]
         Scheme::Sqlite => Ok(Arc::new(
@@ -155,6 +181,8 @@ impl Client {
     }
 
     fn with_exit_wait(backend: Arc<dyn Backend>, exit_wait: std::time::Duration) -> Self {
+        // Described to the recorder installed now, for exporters that show help and units.
+        crate::metrics::describe();
         let engine = Arc::new(Engine::new(backend, exit_wait));
         Client {
             _last: Arc::new(LastClient(engine.clone())),
@@ -175,7 +203,8 @@ impl Client {
     /// Waits for the background work queued so far (see [`shutdown`](Client::shutdown)) while
     /// keeping the client.
     pub async fn flush(&self) {
-        self.engine.flush().await;
+        let span = tracing::debug_span!("distlock.flush", backend = self.backend_name());
+        self.engine.flush().instrument(span).await;
     }
 
     /// The backend's short name: `"sqlite"`, `"redis"`, …
@@ -290,7 +319,17 @@ impl Client {
         if !self.engine.backend.supports(kind) {
             return Err(self.engine.backend.refusal(kind));
         }
-        self.engine.backend.set_permits(&name, permits).await
+        let span = tracing::debug_span!(
+            "distlock.set_permits",
+            backend = self.backend_name(),
+            lock = %name,
+            permits,
+        );
+        self.engine
+            .backend
+            .set_permits(&name, permits)
+            .instrument(span)
+            .await
     }
 
     /// A leader election named `name` (see [`Election`]): campaign, observe, read the leader.
@@ -345,13 +384,19 @@ impl Client {
     /// ```
     pub async fn status(&self, name: &str) -> Result<Vec<LockStatus>> {
         let which = Selection::Name(LockName::new(name)?);
-        self.engine.backend.status(&which).await
+        let span = tracing::debug_span!(
+            "distlock.status",
+            backend = self.backend_name(),
+            lock = name
+        );
+        self.engine.backend.status(&which).instrument(span).await
     }
 
     /// [`status`](Client::status) of every lock whose name starts with `prefix` (`""`: all).
     pub async fn status_prefix(&self, prefix: &str) -> Result<Vec<LockStatus>> {
         let which = Selection::Prefix(prefix.to_string());
-        self.engine.backend.status(&which).await
+        let span = tracing::debug_span!("distlock.status", backend = self.backend_name(), prefix);
+        self.engine.backend.status(&which).instrument(span).await
     }
 
     /// Removes the lock `name` of flavour `kind` whoever holds it (every reader or permit of a
@@ -364,7 +409,22 @@ impl Client {
         if !self.engine.backend.supports(kind) {
             return Err(self.engine.backend.refusal(kind));
         }
-        self.engine.backend.force_release(&name, kind).await
+        // `token`: the fence the lock's counter was advanced to.
+        let span = tracing::debug_span!(
+            "distlock.force_release",
+            backend = self.backend_name(),
+            lock = %name,
+            kind = %kind.short_name(),
+            token = tracing::field::Empty,
+        );
+        let forced = self
+            .engine
+            .backend
+            .force_release(&name, kind)
+            .instrument(span.clone())
+            .await?;
+        span.record("token", forced.fence.get());
+        Ok(forced)
     }
 
     /// All of `names` or none, taken in a fixed order so that callers naming the same locks in

@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use futures_util::Stream;
 
+use tracing::Instrument;
+
 use crate::backend::{Backend, ElectionEntry};
 use crate::client::Client;
 use crate::core::changes::Changes;
@@ -43,8 +45,10 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 /// The lease of an election's lock (and its record) unless [`Election::lease`] says otherwise.
 pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_secs(10);
 
-/// A leader as seen in the store: what it proclaimed, in which term.
+/// A leader as seen in the store: what it proclaimed, in which term (with the `serde` feature:
+/// `{"value": …, "term": N}`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Leader {
     /// What the leader proclaimed (an address, an instance id, …).
@@ -165,6 +169,23 @@ impl Election {
     }
 
     async fn campaign_until(&self, value: String, wait: Option<Duration>) -> Result<Leadership> {
+        let span = tracing::debug_span!(
+            "distlock.campaign",
+            backend = self.client.backend_name(),
+            election = %self.name,
+            term = tracing::field::Empty,
+        );
+        let led = self
+            .run_campaign(value, wait)
+            .instrument(span.clone())
+            .await;
+        if let Ok(leadership) = &led {
+            span.record("term", leadership.term.get());
+        }
+        led
+    }
+
+    async fn run_campaign(&self, value: String, wait: Option<Duration>) -> Result<Leadership> {
         let record = self.record()?;
         check_value(&value)?;
         let lease = Lease::new(self.lease)?;
@@ -264,9 +285,18 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let record = self.record()?;
-        let entry = self.client.backend().elect_current(&record).await?;
-        Ok(entry.and_then(leader_of))
+        let span = tracing::debug_span!(
+            "distlock.leader",
+            backend = self.client.backend_name(),
+            election = %self.name,
+        );
+        async {
+            let record = self.record()?;
+            let entry = self.client.backend().elect_current(&record).await?;
+            Ok(entry.and_then(leader_of))
+        }
+        .instrument(span)
+        .await
     }
 
     /// Starts following the election: once this returns, the observer listens to the store and
@@ -286,10 +316,20 @@ impl Election {
     pub async fn observe(&self) -> Result<impl Stream<Item = Result<Leader>> + Send + 'static> {
         let record = self.record()?;
         let backend = self.client.backend().clone();
+        let span = tracing::debug_span!(
+            "distlock.observe",
+            backend = backend.name(),
+            election = %self.name,
+        );
         // Listen first, then read: a change between the two is not missed.
-        let wakeups = backend.watch_election(&record).await?;
+        let (wakeups, latest) = async {
+            let wakeups = backend.watch_election(&record).await?;
+            let latest = backend.elect_log(&record, None).await?;
+            Ok::<_, Error>((wakeups, latest))
+        }
+        .instrument(span)
+        .await?;
         let changes = Changes::new(wakeups, backend.capabilities().notifies);
-        let latest = backend.elect_log(&record, None).await?;
         let after = latest.last().map_or(0, |e| e.seq);
         let mut state = Observer {
             backend,
@@ -454,7 +494,16 @@ impl Leadership {
     ///
     /// If dropped before the store answers, the new value may or may not have been written.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<()> {
-        let value = value.into();
+        let span = tracing::debug_span!(
+            "distlock.proclaim",
+            backend = self.client.backend_name(),
+            election = %self.record,
+            term = self.term.get(),
+        );
+        self.write_value(value.into()).instrument(span).await
+    }
+
+    async fn write_value(&self, value: String) -> Result<()> {
         check_value(&value)?;
         if self.is_lost() {
             return Err(Error::new(
@@ -487,7 +536,17 @@ impl Leadership {
     /// # Cancel Safety
     ///
     /// If dropped before it finishes, the lock is released in the background.
-    pub async fn resign(mut self) -> Result<bool> {
+    pub async fn resign(self) -> Result<bool> {
+        let span = tracing::debug_span!(
+            "distlock.resign",
+            backend = self.client.backend_name(),
+            election = %self.record,
+            term = self.term.get(),
+        );
+        self.step_down().instrument(span).await
+    }
+
+    async fn step_down(mut self) -> Result<bool> {
         self.refresher.abort();
         let Some(guard) = self.guard.take() else {
             return Ok(false);

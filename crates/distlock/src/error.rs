@@ -41,6 +41,25 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind in `snake_case` (`timeout`, `not_held`, `no_quorum`, …): a bounded value for
+    /// metric labels and structured logs, stable across releases for the kinds that exist.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidName => "invalid_name",
+            ErrorKind::InvalidLease => "invalid_lease",
+            ErrorKind::InvalidUrl => "invalid_url",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::NotHeld => "not_held",
+            ErrorKind::LeaseLost => "lease_lost",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Backend => "backend",
+            ErrorKind::NoQuorum => "no_quorum",
+            ErrorKind::StaleToken => "stale_token",
+        }
+    }
+
     fn describe(self) -> &'static str {
         match self {
             ErrorKind::InvalidName => "invalid lock name",

@@ -4,6 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use crate::core::lease::HeldLease;
 use crate::core::{Engine, Finishing};
 use crate::error::{Error, ErrorKind, Result};
@@ -108,7 +110,13 @@ impl Guard {
     ///
     /// Dropping the future before it finishes adds no hold.
     pub async fn reenter(&self) -> Result<Guard> {
-        if self.engine.reenter(&self.lease).await? {
+        let span = tracing::debug_span!(
+            "distlock.reenter",
+            backend = self.engine.backend.name(),
+            lock = %self.name(),
+            token = self.fencing_token().get(),
+        );
+        if self.engine.reenter(&self.lease).instrument(span).await? {
             return Ok(Guard::new(self.engine.clone(), self.lease.clone()));
         }
         Err(Error::new(

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::Client;
 use crate::core::changes::Changes;
@@ -60,6 +61,17 @@ impl Latch {
         &self.name
     }
 
+    /// The span of one operation `op` on this latch (one span name, `distlock.latch`, with the
+    /// operation as a field).
+    fn span(&self, op: &'static str) -> tracing::Span {
+        tracing::debug_span!(
+            "distlock.latch",
+            backend = self.client.backend_name(),
+            latch = %self.name,
+            op,
+        )
+    }
+
     fn key(&self) -> Result<LockName> {
         let backend = self.client.backend();
         if !backend.capabilities().latches {
@@ -77,14 +89,18 @@ impl Latch {
     /// nothing changed, while a count is running. [`ErrorKind::InvalidInput`] for 0 or more than
     /// [`MAX_COUNT`](Latch::MAX_COUNT).
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
-        let key = self.key()?;
-        if count == 0 || count > Self::MAX_COUNT {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("a latch count is 1 ..= {}, got {count}", Self::MAX_COUNT),
-            ));
+        async {
+            let key = self.key()?;
+            if count == 0 || count > Self::MAX_COUNT {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("a latch count is 1 ..= {}, got {count}", Self::MAX_COUNT),
+                ));
+            }
+            self.client.backend().latch_set(&key, count).await
         }
-        self.client.backend().latch_set(&key, count).await
+        .instrument(self.span("set_count"))
+        .await
     }
 
     /// Counts down by one (never below 0) and answers the count after. The step that reaches 0
@@ -94,14 +110,22 @@ impl Latch {
     ///
     /// If dropped before the store answers, the count may or may not have gone down.
     pub async fn count_down(&self) -> Result<u64> {
-        let key = self.key()?;
-        self.client.backend().latch_count_down(&key).await
+        async {
+            let key = self.key()?;
+            self.client.backend().latch_count_down(&key).await
+        }
+        .instrument(self.span("count_down"))
+        .await
     }
 
     /// The count now (0 for a latch never set).
     pub async fn count(&self) -> Result<u64> {
-        let key = self.key()?;
-        self.client.backend().latch_count(&key).await
+        async {
+            let key = self.key()?;
+            self.client.backend().latch_count(&key).await
+        }
+        .instrument(self.span("count"))
+        .await
     }
 
     /// Waits until the count is 0 (at once if it is).
@@ -124,6 +148,12 @@ impl Latch {
     }
 
     async fn wait_until(&self, deadline: Option<(Instant, Duration)>) -> Result<()> {
+        self.wait_for_zero(deadline)
+            .instrument(self.span("wait"))
+            .await
+    }
+
+    async fn wait_for_zero(&self, deadline: Option<(Instant, Duration)>) -> Result<()> {
         let key = self.key()?;
         let backend = self.client.backend();
         // Listen first, then read: a count-down to 0 between the two is not missed.

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::LockRequest;
 use crate::client::Client;
@@ -127,7 +128,6 @@ impl Lock {
     }
 
     async fn take(&self, req: LockRequest, deadline: Deadline) -> Result<Option<Guard>> {
-        use tracing::Instrument;
         let engine = &self.client.engine;
         let labels = Labels::of(engine.backend.name(), &req.name);
         // The span carries the lock's name and, once granted, its fencing token; never the
@@ -136,9 +136,13 @@ impl Lock {
             "distlock.acquire",
             backend = engine.backend.name(),
             lock = %req.name,
-            kind = ?req.kind,
+            kind = %req.kind.short_name(),
             token = tracing::field::Empty,
+            result = tracing::field::Empty,
+            error = tracing::field::Empty,
         );
+        // Found held with no wait asked: contention, which is not a timeout.
+        let contended = matches!(deadline, Deadline::Now);
         let started = Instant::now();
         let waiting = labels.waiting();
         let terms = Terms {
@@ -149,16 +153,32 @@ impl Lock {
             .instrument(span.clone())
             .await;
         drop(waiting);
-        match &taken {
+        let result = match &taken {
             Ok(Some(lease)) => {
                 span.record("token", lease.token.get());
                 labels.acquired(started.elapsed());
+                "acquired"
+            }
+            Ok(None) if contended => {
+                labels.contended();
+                "contended"
             }
             // A wait that ran out before the store answered counts as a timeout too.
-            Ok(None) => labels.timed_out(),
-            Err(e) if e.is_timeout() => labels.timed_out(),
-            Err(e) => labels.failed(e),
-        }
+            Ok(None) => {
+                labels.timed_out();
+                "timeout"
+            }
+            Err(e) if e.is_timeout() => {
+                labels.timed_out();
+                "timeout"
+            }
+            Err(e) => {
+                labels.failed(e);
+                span.record("error", e.kind().as_str());
+                "error"
+            }
+        };
+        span.record("result", result);
         Ok(taken?.map(|lease| Guard::new(engine.clone(), lease)))
     }
 
@@ -289,7 +309,19 @@ impl Lock {
         };
         let mut req = self.request()?;
         req.owner = owner.clone();
-        if self.client.engine.release_by_owner(&req).await? {
+        let span = tracing::debug_span!(
+            "distlock.release",
+            backend = self.client.backend_name(),
+            lock = %req.name,
+            kind = %req.kind.short_name(),
+        );
+        if self
+            .client
+            .engine
+            .release_by_owner(&req)
+            .instrument(span)
+            .await?
+        {
             return Ok(());
         }
         Err(Error::new(
@@ -310,8 +342,14 @@ impl Lock {
                 "available_permits is only for semaphores",
             ));
         };
+        let span = tracing::debug_span!(
+            "distlock.available_permits",
+            backend = self.client.backend_name(),
+            lock = %req.name,
+            kind = %req.kind.short_name(),
+        );
         let backend = &self.client.engine.backend;
-        let count = backend.count_permits(&req).await?;
+        let count = backend.count_permits(&req).instrument(span).await?;
         count.free(backend.name(), &req.name, permits)
     }
 }
@@ -400,11 +438,18 @@ impl MultiLock {
 
     /// Waits for all the locks.
     pub async fn acquire(&self) -> Result<MultiGuard> {
-        self.take_all(None).await?.ok_or_else(unreachable_timeout)
+        self.take_all(None)
+            .instrument(self.span())
+            .await?
+            .ok_or_else(unreachable_timeout)
     }
 
     /// Takes all the locks if every one is free now; `Ok(None)` (holding none) otherwise.
     pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
+        self.try_take_all().instrument(self.span()).await
+    }
+
+    async fn try_take_all(&self) -> Result<Option<MultiGuard>> {
         let mut guards = Vec::new();
         for lock in self.locks()? {
             match lock.try_acquire().await {
@@ -426,7 +471,7 @@ impl MultiLock {
     /// A `wait` too long for the clock to represent waits without end.
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MultiGuard> {
         let deadline = Instant::now().checked_add(wait);
-        match self.take_all(deadline).await? {
+        match self.take_all(deadline).instrument(self.span()).await? {
             Some(g) => Ok(g),
             None => Err(Error::new(
                 ErrorKind::Timeout,
@@ -437,6 +482,16 @@ impl MultiLock {
                 ),
             )),
         }
+    }
+
+    /// The span of one acquisition of all the locks (each lock's own acquisition is a span
+    /// inside it).
+    fn span(&self) -> tracing::Span {
+        tracing::debug_span!(
+            "distlock.multi_acquire",
+            backend = self.client.backend_name(),
+            locks = ?self.names,
+        )
     }
 
     async fn take_all(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {

@@ -2,24 +2,27 @@
 //! application chooses the exporter (Prometheus, StatsD, …) by installing a recorder; without
 //! one, recording costs next to nothing and nothing is exported.
 //!
-//! | name | type | what |
-//! |---|---|---|
-//! | `distlock_acquisitions_total` | counter | locks acquired (a re-entry counts too) |
-//! | `distlock_acquire_timeouts_total` | counter | acquisitions that gave up at their deadline (`try_acquire` finding the lock held counts here) |
-//! | `distlock_acquire_errors_total` | counter | acquisitions that failed (label `error`: the [`ErrorKind`](crate::ErrorKind)) |
-//! | `distlock_wait_seconds` | histogram | from the call to the grant, acquisitions that got the lock |
-//! | `distlock_hold_seconds` | histogram | from the grant until the holding ended for this client (released or lost) |
-//! | `distlock_waiters` | gauge | acquisitions of this process waiting now |
-//! | `distlock_renewals_total` | counter | lease renewals the store confirmed |
-//! | `distlock_renewal_failures_total` | counter | renewals that failed (a store error; the holding may still be saved by the next) |
-//! | `distlock_lost_total` | counter | holdings lost while held (lease ended, store said no, session ended, forced out) |
+//! | name | type | unit | what |
+//! |---|---|---|---|
+//! | `distlock_acquires_total` | counter | acquisitions | acquisitions by `result`: `acquired` (a re-entry counts too), `contended` (`try_acquire` found the lock held: not a failure), `timeout` (a wait reached its deadline), `error` (the call failed) |
+//! | `distlock_acquire_errors_total` | counter | errors | acquisitions that failed, by `error`: the [`ErrorKind`](crate::ErrorKind) in `snake_case` ([`ErrorKind::as_str`](crate::ErrorKind::as_str): `connection`, `invalid_name`, …) |
+//! | `distlock_wait_seconds` | histogram | seconds | from the call to the grant, acquisitions that got the lock |
+//! | `distlock_hold_seconds` | histogram | seconds | from the grant until the holding ended for this client (released or lost) |
+//! | `distlock_waiters` | gauge | waiters | acquisitions of this process waiting now |
+//! | `distlock_renewals_total` | counter | renewals | lease renewals the store confirmed |
+//! | `distlock_renewal_failures_total` | counter | renewals | renewals that failed (a store error; the holding may still be saved by the next) |
+//! | `distlock_lost_total` | counter | holdings | holdings lost while held (lease ended, store said no, session ended, forced out) |
 //!
 //! Every metric carries `backend` (`sqlite`, `redis`, …) and `class`: the lock name mapped to a
 //! small set of classes, so that a million `order:<id>` locks make one time series, not a
 //! million. The default class is the part of the name before its first `:` or `/` when that
 //! part has no digit (`order:42` → `order`, `jobs/nightly` → `jobs`), and `other` for every
 //! other name; [`set_class`] replaces the mapping for the whole process (as the recorder is
-//! process-wide). Lock names themselves never become labels.
+//! process-wide). Lock names themselves never become labels; every label value is bounded and
+//! `snake_case`.
+//!
+//! Each metric is described (its help text and unit: Prometheus' `# HELP` lines) to the recorder
+//! installed when a client connects; [`describe`] does it again for a recorder installed later.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -60,6 +63,60 @@ fn default_class(name: &str) -> String {
     }
 }
 
+/// The values of the `result` label of `distlock_acquires_total`.
+const ACQUIRED: &str = "acquired";
+const CONTENDED: &str = "contended";
+const TIMEOUT: &str = "timeout";
+const ERROR: &str = "error";
+
+/// Describes every metric distlock records (help text and unit) to the process' recorder, for
+/// exporters that show them (Prometheus' `# HELP`). [`connect`](crate::connect) calls it; call it
+/// again after installing a recorder once clients already exist.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "distlock_acquires_total",
+        Unit::Count,
+        "Lock acquisitions by result: acquired, contended (try_acquire found it held), timeout, \
+         error"
+    );
+    describe_counter!(
+        "distlock_acquire_errors_total",
+        Unit::Count,
+        "Lock acquisitions that failed, by error kind"
+    );
+    describe_histogram!(
+        "distlock_wait_seconds",
+        Unit::Seconds,
+        "Time from an acquisition's call to its grant"
+    );
+    describe_histogram!(
+        "distlock_hold_seconds",
+        Unit::Seconds,
+        "Time from a grant until the holding was released or lost"
+    );
+    describe_gauge!(
+        "distlock_waiters",
+        Unit::Count,
+        "Acquisitions of this process waiting now"
+    );
+    describe_counter!(
+        "distlock_renewals_total",
+        Unit::Count,
+        "Lease renewals the store confirmed"
+    );
+    describe_counter!(
+        "distlock_renewal_failures_total",
+        Unit::Count,
+        "Lease renewals that failed (the next may still save the holding)"
+    );
+    describe_counter!(
+        "distlock_lost_total",
+        Unit::Count,
+        "Holdings lost while held (lease ended, taken away, session ended)"
+    );
+}
+
 /// The labels of one lock's metrics.
 #[derive(Clone, Debug)]
 pub(crate) struct Labels {
@@ -75,18 +132,27 @@ impl Labels {
         }
     }
 
+    fn result(&self, result: &'static str) {
+        metrics::counter!("distlock_acquires_total", "backend" => self.backend, "class" => self.class.clone(), "result" => result).increment(1);
+    }
+
     pub(crate) fn acquired(&self, waited: Duration) {
-        metrics::counter!("distlock_acquisitions_total", "backend" => self.backend, "class" => self.class.clone()).increment(1);
+        self.result(ACQUIRED);
         metrics::histogram!("distlock_wait_seconds", "backend" => self.backend, "class" => self.class.clone()).record(waited.as_secs_f64());
     }
 
+    /// `try_acquire` found the lock held: ordinary use, not a timeout.
+    pub(crate) fn contended(&self) {
+        self.result(CONTENDED);
+    }
+
     pub(crate) fn timed_out(&self) {
-        metrics::counter!("distlock_acquire_timeouts_total", "backend" => self.backend, "class" => self.class.clone()).increment(1);
+        self.result(TIMEOUT);
     }
 
     pub(crate) fn failed(&self, error: &crate::Error) {
-        let kind = format!("{:?}", error.kind());
-        metrics::counter!("distlock_acquire_errors_total", "backend" => self.backend, "class" => self.class.clone(), "error" => kind).increment(1);
+        self.result(ERROR);
+        metrics::counter!("distlock_acquire_errors_total", "backend" => self.backend, "class" => self.class.clone(), "error" => error.kind().as_str()).increment(1);
     }
 
     pub(crate) fn renewed(&self) {

@@ -7,6 +7,11 @@
 //! and when, beside the holding in the store, by backends that can store it (see each backend's
 //! `docs.md`). Re-entry is counted by the holding process, not in the store, so a status shows
 //! holdings, not re-entry counts.
+//!
+//! With the `serde` feature, [`LockStatus`], [`Holding`], [`Holder`] and [`ForcedRelease`]
+//! serialize in the shape `distlock status --json` prints: a kind as its
+//! [`short_name`](LockKind::short_name), tokens as numbers, `since` as `since_ms` (milliseconds
+//! since the Unix epoch) and `lease_left` as `lease_left_ms`, absent values as `null`.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -19,6 +24,7 @@ pub const MAX_HOLDER_FIELD: usize = 64;
 
 /// Who took a holding: the process, as it recorded itself at take.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The host name of the machine the holder ran on.
@@ -91,6 +97,7 @@ fn clean(name: &str) -> String {
 
 /// One holding of a lock as the store sees it.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holding {
     /// Its fencing token.
@@ -98,9 +105,11 @@ pub struct Holding {
     /// Who took it, if the store recorded it.
     pub holder: Option<Holder>,
     /// When it was taken (re-taking its own holding does not move it), if the store knows.
+    #[cfg_attr(feature = "serde", serde(rename = "since_ms", with = "unix_ms"))]
     pub since: Option<SystemTime>,
     /// How long its lease has left by the store's clock; `None` for holdings that are sessions
     /// (they last as long as the holder's connection or session).
+    #[cfg_attr(feature = "serde", serde(rename = "lease_left_ms", with = "millis"))]
     pub lease_left: Option<Duration>,
 }
 
@@ -142,6 +151,7 @@ impl Holding {
 
 /// One lock (of one flavour) as the store sees it.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct LockStatus {
     /// The lock's name.
@@ -195,6 +205,7 @@ impl Selection {
 
 /// What a forced release did.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct ForcedRelease {
     /// The holdings it removed (empty if the lock was free).
@@ -209,6 +220,51 @@ impl ForcedRelease {
     #[doc(hidden)] // for backends: not covered by semver
     pub fn new(removed: Vec<Holding>, fence: FencingToken) -> Self {
         ForcedRelease { removed, fence }
+    }
+}
+
+/// `Option<SystemTime>` as whole milliseconds since the Unix epoch (a time before it as `null`).
+#[cfg(feature = "serde")]
+mod unix_ms {
+    use std::time::{Duration, SystemTime};
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        time: &Option<SystemTime>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        time.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+            .serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        let ms = Option::<u64>::deserialize(deserializer)?;
+        Ok(ms.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)))
+    }
+}
+
+/// `Option<Duration>` as whole milliseconds.
+#[cfg(feature = "serde")]
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        left: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        left.map(|d| d.as_millis() as u64).serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_millis))
     }
 }
 

@@ -162,7 +162,14 @@ impl fmt::Debug for OwnerToken {
 /// Hand it to the resource the lock protects; the resource remembers the largest token it has
 /// seen and refuses writes that carry a smaller one. That closes the gap a lease cannot: a holder
 /// paused past its lease can no longer overwrite the work of the holder after it.
+///
+/// With the `serde` feature it is written as its number.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct FencingToken(pub(crate) u64);
 
 impl FencingToken {
@@ -216,6 +223,71 @@ impl LockKind {
                 | LockKind::Write
                 | LockKind::Permit { .. }
         )
+    }
+}
+
+impl LockKind {
+    /// Its short name, as the `distlock` command and the `serde` feature write it: `lock`,
+    /// `fair`, `read`, `write`, `semaphore/N` (`semaphore` where the store does not keep the
+    /// count: 0). [`str::parse`] reads it back.
+    pub fn short_name(self) -> String {
+        match self {
+            LockKind::Mutex => "lock".into(),
+            LockKind::Fair => "fair".into(),
+            LockKind::Read => "read".into(),
+            LockKind::Write => "write".into(),
+            LockKind::Permit { permits: 0 } => "semaphore".into(),
+            LockKind::Permit { permits } => format!("semaphore/{permits}"),
+        }
+    }
+}
+
+impl std::str::FromStr for LockKind {
+    type Err = Error;
+
+    /// Reads a [`short_name`](LockKind::short_name); [`ErrorKind::InvalidInput`] for
+    /// anything else.
+    fn from_str(name: &str) -> Result<Self> {
+        let kind = match name {
+            "lock" => LockKind::Mutex,
+            "fair" => LockKind::Fair,
+            "read" => LockKind::Read,
+            "write" => LockKind::Write,
+            "semaphore" => LockKind::Permit { permits: 0 },
+            other => match other.strip_prefix("semaphore/").map(str::parse) {
+                Some(Ok(permits)) => LockKind::Permit { permits },
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "{other:?} is not a kind of lock (lock, fair, read, write, \
+                             semaphore/N)"
+                        ),
+                    ));
+                }
+            },
+        };
+        Ok(kind)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for LockKind {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.short_name())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for LockKind {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -49,7 +49,8 @@ pub(crate) struct ElectArgs {
     after_help = "Prints VALUE<TAB>TERM of the current leader. Exit status: 0 with a leader; 1 \
                   without one; 69 if the store cannot be reached or fails; 64 for invalid arguments.\n\
                   With --watch: prints a line per new leader (and per new value a leader \
-                  proclaims), in term order, until interrupted."
+                  proclaims), in term order, until interrupted. With --json each line is \
+                  {\"term\": TERM, \"value\": VALUE} instead."
 )]
 pub(crate) struct LeaderArgs {
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
@@ -58,6 +59,9 @@ pub(crate) struct LeaderArgs {
     /// Follow the election: print every new leader as it is elected.
     #[arg(long)]
     watch: bool,
+    /// One JSON object per leader instead of VALUE<TAB>TERM.
+    #[arg(long)]
+    json: bool,
     /// The election's name.
     name: String,
 }
@@ -124,7 +128,7 @@ pub(crate) async fn run_leader(args: LeaderArgs) -> ExitCode {
     if !args.watch {
         return match election.leader().await {
             Ok(Some(leader)) => {
-                println!("{}\t{}", leader.value, leader.term);
+                print_leader(&leader, args.json);
                 ExitCode::SUCCESS
             }
             Ok(None) => {
@@ -142,7 +146,7 @@ pub(crate) async fn run_leader(args: LeaderArgs) -> ExitCode {
     loop {
         tokio::select! {
             next = leaders.next() => match next {
-                Some(Ok(leader)) => println!("{}\t{}", leader.value, leader.term),
+                Some(Ok(leader)) => print_leader(&leader, args.json),
                 Some(Err(e)) => eprintln!(
                     "distlock: election {:?}: reading failed, retrying: {}",
                     args.name,
@@ -152,5 +156,17 @@ pub(crate) async fn run_leader(args: LeaderArgs) -> ExitCode {
             },
             sig = interrupted.next() => return ExitCode::from(128u8.saturating_add(sig as u8)),
         }
+    }
+}
+
+/// One line for `leader`: VALUE<TAB>TERM, or the library's serde form of [`distlock::Leader`].
+fn print_leader(leader: &distlock::Leader, json: bool) {
+    if json {
+        match serde_json::to_value(leader) {
+            Ok(value) => println!("{value}"),
+            Err(e) => eprintln!("distlock: cannot write the leader as JSON: {e}"),
+        }
+    } else {
+        println!("{}\t{}", leader.value, leader.term);
     }
 }

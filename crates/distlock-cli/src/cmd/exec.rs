@@ -1,10 +1,17 @@
 //! `distlock exec`: run a command while holding a lock.
 //!
-//! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] when the
-//! lock is held by another (taken with `--no-wait`, `--wait` ran out); [`EXIT_UNAVAILABLE`] when
-//! the store cannot be reached or fails; [`EXIT_LEASE_LOST`] when the lock was lost while COMMAND
-//! ran (COMMAND is then stopped) or found gone at the release; [`EXIT_USAGE`] for invalid
-//! arguments (a name, lease, wait or URL); 126/127 when COMMAND cannot be started.
+//! Which lock: the exclusive lock NAME by default; with `--shared` / `--write` a reader / the
+//! writer of the read-write lock NAME; with `--limit N` a permit of the semaphore NAME of size N;
+//! with `--fair` the fair (first come, first served) lock NAME. Each flavour is a lock of its own
+//! in the store: a plain `exec` and a `--write` of the same NAME do not exclude each other.
+//!
+//! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] (or
+//! `--conflict-exit-code`) when the lock is held by another (taken with `--no-wait`, `--wait`
+//! ran out); [`EXIT_UNAVAILABLE`] when the store cannot be reached or fails; [`EXIT_LEASE_LOST`]
+//! when the lock was lost while COMMAND ran (COMMAND is then stopped) or found gone at the
+//! release; [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL, a flavour the store
+//! lacks, a semaphore size that differs from the store's); 126/127 when COMMAND cannot be
+//! started.
 
 use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
@@ -35,11 +42,19 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Arguments of `distlock exec`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: COMMAND's own; 75 if the lock is held by another (--no-wait, or \
-                  --wait ran out); 69 if the store cannot be reached or fails; 76 if the lock was \
-                  lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after 5s) or was \
-                  found gone when COMMAND ended (a message says so; never COMMAND's 0); 64 for \
-                  invalid or missing arguments; 126/127 if COMMAND cannot be run.\n\
+    after_help = "Which lock: the exclusive lock NAME; --shared or --write: a reader or the writer \
+                  of the read-write lock NAME (readers share it, a writer excludes both); \
+                  --limit N: one of N permits of the semaphore NAME (refused, exit 64, if the \
+                  semaphore already has another size); --fair: the lock NAME served first come, \
+                  first served. Each is a lock of its own: a plain exec and a --write of the \
+                  same NAME do not exclude each other. A store without the flavour refuses it \
+                  (exit 64; see docs/guarantees.md).\n\
+                  Exit status: COMMAND's own; 75 (or --conflict-exit-code) if the lock is held \
+                  by another (--no-wait, or --wait ran out); 69 if the store cannot be reached \
+                  or fails; 76 if the lock was lost while COMMAND ran (COMMAND gets SIGTERM, \
+                  then SIGKILL after 5s) or was found gone when COMMAND ended (a message says \
+                  so; never COMMAND's 0); 64 for invalid or missing arguments; 126/127 if \
+                  COMMAND cannot be run.\n\
                   COMMAND's environment gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN."
 )]
 pub(crate) struct ExecArgs {
@@ -62,23 +77,82 @@ pub(crate) struct ExecArgs {
     /// Give up (exit 75) at once if the lock is taken.
     #[arg(long)]
     no_wait: bool,
+    /// Exit with N instead of 75 when the lock is held by another (flock's -E).
+    #[arg(short = 'E', long, value_name = "N")]
+    conflict_exit_code: Option<u8>,
+    /// Hold a reader of the read-write lock NAME: readers run together, a --write excludes them.
+    #[arg(long, group = "flavour")]
+    shared: bool,
+    /// Hold the writer of the read-write lock NAME: no reader or other writer meanwhile.
+    #[arg(long, group = "flavour")]
+    write: bool,
+    /// Hold one permit of the semaphore NAME of N permits: at most N commands run at once.
+    #[arg(long, value_name = "N", group = "flavour",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
+    /// Hold the fair lock NAME: waiters get it in the order they asked.
+    #[arg(long, group = "flavour")]
+    fair: bool,
+    /// Run this string with `/bin/sh -c` instead of a COMMAND after `--`.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
+    shell: Option<String>,
     /// The lock's name.
     name: String,
     /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "shell", value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The lock of the flavour the flags ask for.
+    fn lock(&self, client: &distlock::Client) -> distlock::Lock {
+        let name = &self.name;
+        if self.shared {
+            client.rw_lock(name).read()
+        } else if self.write {
+            client.rw_lock(name).write()
+        } else if let Some(permits) = self.limit {
+            client.semaphore(name, permits)
+        } else if self.fair {
+            client.fair_lock(name)
+        } else {
+            client.lock(name)
+        }
+    }
+
+    /// COMMAND and its arguments: `-c`'s string run by the shell, else what follows `--`.
+    fn argv(&self) -> Vec<String> {
+        match &self.shell {
+            Some(line) => vec!["/bin/sh".into(), "-c".into(), line.clone()],
+            None => self.command.clone(),
+        }
+    }
+
+    /// `status` as the exit status, with `--conflict-exit-code` in place of 75 ("held by
+    /// another").
+    fn exit(&self, status: u8) -> ExitCode {
+        match self.conflict_exit_code {
+            Some(chosen) if status == EXIT_NOT_OBTAINED => ExitCode::from(chosen),
+            _ => ExitCode::from(status),
+        }
+    }
 }
 
 pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
     let client = match distlock::connect(url).await {
         Ok(c) => c,
-        Err(e) => return not_obtained(&args.name, &e),
+        Err(e) => return args.exit(not_obtained(&args.name, &e)),
     };
     // Only a lease asked for is set: the default is never refused (see `Lock::lease`).
     let lock = match args.lease {
-        Some(lease) => client.lock(&args.name).lease(lease),
-        None => client.lock(&args.name),
+        Some(lease) => args.lock(&client).lease(lease),
+        None => args.lock(&client),
     };
     let mut interrupted = Signals::new();
     let taken = tokio::select! {
@@ -100,15 +174,15 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         Ok(Some(g)) => g,
         Ok(None) => {
             eprintln!("distlock: lock {:?} is held by another owner", args.name);
-            return ExitCode::from(EXIT_NOT_OBTAINED);
+            return args.exit(EXIT_NOT_OBTAINED);
         }
-        Err(e) => return not_obtained(&args.name, &e),
+        Err(e) => return args.exit(not_obtained(&args.name, &e)),
     };
     let env = [
         ("DISTLOCK_LOCK_NAME", args.name.clone()),
         ("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
     ];
-    let ran = run_while(&args.command, &env, guard.lost(), &mut interrupted).await;
+    let ran = run_while(&args.argv(), &env, guard.lost(), &mut interrupted).await;
     let name = guard.name().to_string();
     let released = guard.release().await;
     after_release(
@@ -120,16 +194,26 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     )
 }
 
-fn not_obtained(name: &str, e: &distlock::Error) -> ExitCode {
-    failed(&format!("lock {name:?} not obtained"), e)
+/// Says why lock `name` was not obtained; its exit status by [`failure_status`].
+fn not_obtained(name: &str, e: &distlock::Error) -> u8 {
+    eprintln!(
+        "distlock: lock {name:?} not obtained: {}",
+        distlock::error::chain(e)
+    );
+    failure_status(e)
 }
 
-/// Says `what` failed and why, and answers the exit status every subcommand gives for it: 64
-/// for what the caller asked wrongly (or the store cannot do), 75 for a lock held by another
-/// all along (a wait ran out, a holding lost while being taken), 69 for the store's failure
-/// (unreachable, too few servers answering, an error of its own).
+/// Says `what` failed and why, and answers the exit status every subcommand gives for it (see
+/// [`failure_status`]).
 pub(crate) fn failed(what: &str, e: &distlock::Error) -> ExitCode {
     eprintln!("distlock: {what}: {}", distlock::error::chain(e));
+    ExitCode::from(failure_status(e))
+}
+
+/// The exit status of a failure: 64 for what the caller asked wrongly (or the store cannot do),
+/// 75 for a lock held by another all along (a wait ran out, a holding lost while being taken),
+/// 69 for the store's failure (unreachable, too few servers answering, an error of its own).
+fn failure_status(e: &distlock::Error) -> u8 {
     // A wait that ran out before the store answered at all says so with a Connection error as
     // its source (see `Lock::acquire_timeout`).
     let unanswered = std::error::Error::source(e)
@@ -140,12 +224,12 @@ pub(crate) fn failed(what: &str, e: &distlock::Error) -> ExitCode {
         | ErrorKind::InvalidLease
         | ErrorKind::InvalidUrl
         | ErrorKind::InvalidInput
-        | ErrorKind::Unsupported => ExitCode::from(EXIT_USAGE),
-        ErrorKind::Timeout if unanswered => ExitCode::from(EXIT_UNAVAILABLE),
+        | ErrorKind::Unsupported => EXIT_USAGE,
+        ErrorKind::Timeout if unanswered => EXIT_UNAVAILABLE,
         ErrorKind::Timeout | ErrorKind::LeaseLost | ErrorKind::NotHeld | ErrorKind::StaleToken => {
-            ExitCode::from(EXIT_NOT_OBTAINED)
+            EXIT_NOT_OBTAINED
         }
-        _ => ExitCode::from(EXIT_UNAVAILABLE),
+        _ => EXIT_UNAVAILABLE,
     }
 }
 

@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod demo;
 pub(crate) mod elect;
 pub(crate) mod exec;
+pub(crate) mod help;
 pub(crate) mod processes;
 pub(crate) mod progress;
 pub(crate) mod serve;

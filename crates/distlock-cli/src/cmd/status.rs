@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use distlock::{ForcedRelease, Holding, LockKind, LockStatus};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::exec::failed;
 use crate::EXIT_USAGE;
@@ -81,52 +81,16 @@ fn parse_kind(kind: &str) -> Result<LockKind, String> {
     }
 }
 
-/// The kind as the CLI names it.
-pub(crate) fn kind_name(kind: LockKind) -> String {
-    match kind {
-        LockKind::Mutex => "lock".into(),
-        LockKind::Fair => "fair".into(),
-        LockKind::Read => "read".into(),
-        LockKind::Write => "write".into(),
-        LockKind::Permit { permits: 0 } => "semaphore".into(),
-        LockKind::Permit { permits } => format!("semaphore/{permits}"),
-        other => format!("{other:?}").to_lowercase(),
-    }
-}
-
-fn unix_ms(t: SystemTime) -> Option<u64> {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_millis() as u64)
-}
-
-fn holding_json(h: &Holding) -> Value {
-    json!({
-        "token": h.token.get(),
-        "holder": h.holder.as_ref().map(|w| json!({
-            "host": w.host, "pid": w.pid, "process": w.process,
-        })),
-        "since_ms": h.since.and_then(unix_ms),
-        "lease_left_ms": h.lease_left.map(|d| d.as_millis() as u64),
-    })
-}
-
-/// The locks as JSON: what `status --json` prints and `serve` answers at `/api/locks`.
+/// The locks as JSON: what `status --json` prints and `serve` answers at `/api/locks` (the
+/// library's serde form of [`LockStatus`]).
 pub(crate) fn locks_json(locks: &[LockStatus]) -> Value {
-    Value::Array(
-        locks
-            .iter()
-            .map(|s| {
-                json!({
-                    "name": s.name,
-                    "kind": kind_name(s.kind),
-                    "holdings": s.holdings.iter().map(holding_json).collect::<Vec<_>>(),
-                    "waiters": s.waiters,
-                    "last_token": s.last_token.map(|t| t.get()),
-                })
-            })
-            .collect(),
-    )
+    to_json(&locks)
+}
+
+/// `value` as JSON. The status types serialize to plain numbers, strings and maps, which cannot
+/// fail; `null` stands in should a future field not.
+fn to_json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 fn holder_text(h: &Holding) -> String {
@@ -175,7 +139,7 @@ fn print_table(locks: &[LockStatus]) {
         if s.holdings.is_empty() {
             rows.push([
                 s.name.clone(),
-                kind_name(s.kind),
+                s.kind.short_name(),
                 "-".into(),
                 "(free)".into(),
                 "-".into(),
@@ -186,7 +150,7 @@ fn print_table(locks: &[LockStatus]) {
         for h in &s.holdings {
             rows.push([
                 s.name.clone(),
-                kind_name(s.kind),
+                s.kind.short_name(),
                 h.token.to_string(),
                 holder_text(h),
                 since_text(h),
@@ -243,12 +207,12 @@ pub(crate) async fn run_status(args: StatusArgs) -> ExitCode {
 }
 
 fn forced_json(name: &str, kind: LockKind, forced: &ForcedRelease) -> Value {
-    json!({
-        "name": name,
-        "kind": kind_name(kind),
-        "removed": forced.removed.iter().map(holding_json).collect::<Vec<_>>(),
-        "fence": forced.fence.get(),
-    })
+    let mut json = to_json(forced);
+    if let Value::Object(fields) = &mut json {
+        fields.insert("name".into(), name.into());
+        fields.insert("kind".into(), kind.short_name().into());
+    }
+    json
 }
 
 pub(crate) async fn run_release(args: ReleaseArgs) -> ExitCode {
@@ -276,7 +240,7 @@ pub(crate) async fn run_release(args: ReleaseArgs) -> ExitCode {
         for h in &forced.removed {
             println!(
                 "removed {} {:?}: token {}, held by {}, since {}",
-                kind_name(args.kind),
+                args.kind.short_name(),
                 args.name,
                 h.token,
                 holder_text(h),
@@ -286,7 +250,7 @@ pub(crate) async fn run_release(args: ReleaseArgs) -> ExitCode {
         if forced.removed.is_empty() {
             println!(
                 "{} {:?} was not held; nothing removed",
-                kind_name(args.kind),
+                args.kind.short_name(),
                 args.name
             );
         }

@@ -28,6 +28,7 @@
 
 use ::redis::aio::ConnectionLike;
 use ::redis::{ToRedisArgs, Value};
+use tracing::Instrument;
 
 use crate::backends::redis::{FENCED_WRITE, from_redis};
 use crate::error::{Error, ErrorKind, Result};
@@ -140,6 +141,30 @@ impl RedisFence {
     }
 
     async fn write<C>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        token: FencingToken,
+        key: &str,
+        op: &str,
+        args: Vec<Vec<u8>>,
+    ) -> Result<i64>
+    where
+        C: ConnectionLike + Send,
+    {
+        let span = tracing::debug_span!(
+            "distlock.fence_write",
+            backend = BACKEND,
+            resource,
+            token = token.get(),
+            op,
+        );
+        self.fenced_write(conn, resource, token, key, op, args)
+            .instrument(span)
+            .await
+    }
+
+    async fn fenced_write<C>(
         &self,
         conn: &mut C,
         resource: &str,

@@ -29,6 +29,8 @@
 
 use std::marker::PhantomData;
 
+use tracing::Instrument;
+
 use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
@@ -139,6 +141,21 @@ macro_rules! fence_for {
                 resource: &str,
                 token: FencingToken,
             ) -> Result<()> {
+                let span = tracing::debug_span!(
+                    "distlock.fence_check",
+                    backend = $backend,
+                    resource,
+                    token = token.get(),
+                );
+                self.advance(tx, resource, token).instrument(span).await
+            }
+
+            async fn advance(
+                &self,
+                tx: &mut $conn,
+                resource: &str,
+                token: FencingToken,
+            ) -> Result<()> {
                 let $n = &LockName::new(resource)?;
                 let value = to_sql($backend, token)?;
                 let fail = |e| from_sqlx($backend, "checking the fence", e);
@@ -227,8 +244,15 @@ macro_rules! fence_for {
             where
                 E: sqlx::Executor<'c, Database = $db>,
             {
+                let span = tracing::debug_span!(
+                    "distlock.fence_update",
+                    backend = $backend,
+                    resource,
+                    token = token.get(),
+                );
                 let written = update
                     .execute(executor)
+                    .instrument(span)
                     .await
                     .map_err(|e| from_sqlx($backend, "running the fenced update", e))?
                     .rows_affected();

@@ -11,7 +11,7 @@ use distlock::{ErrorKind, LockKind, LockStatus};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::super::status::{kind_name, locks_json};
+use super::super::status::locks_json;
 
 /// A status read that takes longer than this is reported as an error, so a hung store shows on
 /// the page instead of hanging every request.
@@ -26,7 +26,7 @@ const KINDS: [&str; 5] = ["lock", "fair", "read", "write", "semaphore"];
 fn kind_label(kind: LockKind) -> String {
     match kind {
         LockKind::Permit { .. } => "semaphore".into(),
-        other => kind_name(other),
+        other => other.short_name(),
     }
 }
 

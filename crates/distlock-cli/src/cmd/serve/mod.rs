@@ -54,7 +54,7 @@ const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
     read_at_ms, locks: [{name, kind, holdings: [{token, holder: {host, pid, process}, \
     since_ms, lease_left_ms}], waiters, last_token}], error}\n  \
     GET /metrics     Prometheus text: whatever the library records in this process through the \
-    metrics facade (distlock_acquisitions_total and the like are recorded by the processes that \
+    metrics facade (distlock_acquires_total and the like are recorded by the processes that \
     take locks, so they show here only for locks taken in this process) and, from the last status \
     read, distlock_status_up, \
     distlock_status_locks_held, distlock_status_holdings, distlock_status_waiters (by backend \
@@ -72,10 +72,12 @@ const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
     Exit status: 0 after Ctrl-C or SIGTERM; 64 for invalid arguments or URL; 69 if the address \
     cannot be bound or the store cannot be reached at start (or fails).")]
 pub(crate) struct ServeArgs {
-    /// Address to listen on, IP:PORT (port 0: any free port; the address is printed). Only this
-    /// address is bound.
-    #[arg(long, default_value = "127.0.0.1:7380", value_name = "IP:PORT")]
-    listen: SocketAddr,
+    /// Address to listen on, HOST:PORT: an IP address (`[::1]:7380` for IPv6) or a host name,
+    /// bound at the first address it resolves to that can be bound (port 0: any free port; the
+    /// address is printed). Only that address is bound.
+    #[arg(long, default_value = "127.0.0.1:7380", value_name = "HOST:PORT",
+          value_parser = listen_address)]
+    listen: String,
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
@@ -132,20 +134,28 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
         }
     };
     let metrics = match PrometheusBuilder::new().install_recorder() {
-        Ok(handle) => handle,
+        Ok(handle) => {
+            // The client connected before the recorder existed: describe the library's metrics
+            // to this one, so that any it records here show with # HELP.
+            distlock::metrics::describe();
+            handle
+        }
         Err(e) => {
             eprintln!("distlock: serve: cannot set up the metrics recorder: {e}");
             return ExitCode::from(70);
         }
     };
-    let listener = match TcpListener::bind(args.listen).await {
-        Ok(l) => l,
+    // Tokio resolves a host name and binds its addresses in turn, keeping the first that binds.
+    let bound = TcpListener::bind(args.listen.as_str())
+        .await
+        .and_then(|l| Ok((l.local_addr()?, l)));
+    let (addr, listener) = match bound {
+        Ok(bound) => bound,
         Err(e) => {
             eprintln!("distlock: serve: cannot listen on {}: {e}", args.listen);
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
-    let addr = listener.local_addr().unwrap_or(args.listen);
     let board = Board::new(client.clone(), url, args.prefix, args.refresh);
     let state = Arc::new(State { board, metrics });
     announce(addr, &client, url);
@@ -163,6 +173,21 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
     client.shutdown().await;
     eprintln!("distlock: serve: stopped");
     ExitCode::SUCCESS
+}
+
+/// Checks `--listen`'s form, HOST:PORT with a port number, before anything starts (a host
+/// name is resolved when it is bound).
+fn listen_address(value: &str) -> Result<String, String> {
+    let (host, port) = value.rsplit_once(':').ok_or_else(|| {
+        format!("{value:?} is not HOST:PORT (a port is needed, 0 for any free one)")
+    })?;
+    port.parse::<u16>()
+        .map_err(|_| format!("{port:?} in {value:?} is not a port number (0 to 65535)"))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || (host.starts_with('[') && bare.parse::<std::net::Ipv6Addr>().is_err()) {
+        return Err(format!("{value:?} is not HOST:PORT"));
+    }
+    Ok(value.to_string())
 }
 
 /// Tells where the server is: one line on stdout, for scripts and tests (flushed at once, since
