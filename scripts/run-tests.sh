@@ -40,7 +40,7 @@ weight() {
     etcd) echo 430 ;;
     zookeeper) echo 420 ;;
     postgres) echo 415 ;;
-    mysql) echo 220 ;;
+    mysql) echo 450 ;;
     torture) echo 180 ;;
     redis_sentinel) echo 160 ;;
     postgres_session) echo 155 ;;
