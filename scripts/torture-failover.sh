@@ -5,7 +5,8 @@
 # ports, started here and stopped at the end): the failover fault kills masters, so it never
 # runs on the shared group of scripts/services.sh.
 #
-#   scripts/torture-failover.sh [FAILOVERS] [LEASE]      e.g. scripts/torture-failover.sh 100 2s
+#   scripts/torture-failover.sh [FAILOVERS] [LEASE] [SETTINGS]
+#                       e.g. scripts/torture-failover.sh 100 2s "0 1 2" (the default)
 #
 # The three settings run side by side (each group is its own). Uses DISTLOCK (default
 # target/debug/distlock, built if missing); prints each run's table and exits 1 if a cell failed.
@@ -13,20 +14,24 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 failovers=${1:-100}
 lease=${2:-2s}
+settings=(${3:-0 1 2})
 bin=${DISTLOCK:-target/debug/distlock}
 [ -x "$bin" ] || cargo build -p distlock-cli || exit 1
 command -v redis-server >/dev/null || scripts/services.sh sentinel >&2 || exit 1
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/distlock-failover.XXXXXX")
-ports=()
+: >"$work/ports"
 cleanup() {
-  # Every node and Sentinel of the groups, by port: the torture starts killed nodes again itself.
-  for port in "${ports[@]}"; do
+  # Every node and Sentinel of the groups, by port (start_group runs in a subshell, so the
+  # ports are in a file): the torture starts killed nodes again itself, on the same ports.
+  local port
+  while read -r port; do
     redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  done
+  done <"$work/ports"
   rm -rf "$work"
 }
-trap cleanup EXIT
+# KEEP=1 leaves the groups running (to look at them after a failed run).
+[ -z "${KEEP:-}" ] && trap cleanup EXIT
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -44,7 +49,7 @@ start_group() {
     [ "$port" != "$master" ] && follow=(--replicaof 127.0.0.1 "$master")
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/node-$port" --save '' \
       --appendonly no "${follow[@]}" --daemonize yes --logfile "$dir/node-$port/redis.log"
-    ports+=("$port")
+    echo "$port" >>"$work/ports"
   done
   for i in 0 1 2; do
     port=$(free_port)
@@ -57,7 +62,7 @@ start_group() {
     redis-server "$dir/sentinel-$port/sentinel.conf" --sentinel --daemonize yes \
       --logfile "$dir/sentinel-$port/sentinel.log"
     sentinels+=("127.0.0.1:$port")
-    ports+=("$port")
+    echo "$port" >>"$work/ports"
   done
   # Ready once every Sentinel knows both replicas and the two other Sentinels.
   local deadline=$((SECONDS + 60)) ready
@@ -77,7 +82,7 @@ start_group() {
 }
 
 pids=()
-for n in 0 1 2; do
+for n in "${settings[@]}"; do
   url=$(start_group "wait$n") || exit 1
   [ "$n" != 0 ] && url="$url?wait_replicas=$n&wait_timeout=300ms"
   echo "wait_replicas=$n: $url"
@@ -86,8 +91,9 @@ for n in 0 1 2; do
   pids+=($!)
 done
 failed=0
-for n in 0 1 2; do
-  wait "${pids[$n]}" || failed=1
+for i in "${!settings[@]}"; do
+  n=${settings[$i]}
+  wait "${pids[$i]}" || failed=1
   echo
   echo "== wait_replicas=$n"
   cat "$work/wait$n.out"
