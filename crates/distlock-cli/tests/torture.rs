@@ -767,7 +767,7 @@ fn sentinel_master_killed_right_after_takes() {
     let ports: Vec<u16> = group.nodes.iter().map(PrivateServer::port).collect();
     for params in ["?wait_replicas=2&wait_timeout=300ms", ""] {
         let url = format!("{}{params}", group.url());
-        let report = torture_with(&url, "failover", &["--failovers", "2", "--lease", "2s"]);
+        let report = torture_with(&url, "failover", &["--failovers", "2", "--lease", "8s"]);
         let failover = cell(&report, "failover");
         assert_eq!(failover["faults_injected"], 2, "{failover}");
         assert_eq!(failover["verdict"], "OK", "{failover}");

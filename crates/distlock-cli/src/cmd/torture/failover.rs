@@ -427,8 +427,7 @@ async fn query<T: redis::FromRedisValue>(
     cmd: &mut redis::Cmd,
 ) -> Result<T> {
     let url = format!("redis://{userinfo}{}:{}", addr.0, addr.1);
-    let client =
-        redis::Client::open(url.as_str()).with_context(|| format!("{}", distlock::redact(&url)))?;
+    let client = redis::Client::open(url.as_str()).with_context(|| distlock::redact(&url))?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(5)));
