@@ -232,23 +232,18 @@ impl Group {
     /// Where the master is, as the first Sentinel that answers says.
     async fn master(&self) -> Result<Addr> {
         for sentinel in &self.sentinels {
-            let answer: Option<(String, u16)> = match query(
-                sentinel,
-                "",
-                redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(&self.master_name),
-            )
-            .await
-            {
-                Ok(answer) => answer,
-                Err(_) => continue,
-            };
-            if let Some(addr) = answer {
+            if let Ok(Some(addr)) = self.named_by(sentinel).await {
                 return Ok(addr);
             }
         }
         bail!("no Sentinel names the master {:?}", self.master_name)
+    }
+
+    /// The master `sentinel` names, if it knows one.
+    async fn named_by(&self, sentinel: &Addr) -> Result<Option<Addr>> {
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("get-master-addr-by-name").arg(&self.master_name);
+        query(sentinel, "", &mut ask).await
     }
 
     /// The replicas `master` lists as online.
@@ -319,22 +314,14 @@ impl Group {
         })
     }
 
-    /// Waits until every Sentinel names a master other than `old`, and it says it is one.
+    /// Waits until a majority of the Sentinels names a master other than `old`, and it says it
+    /// is one.
     async fn new_master(&self, old: &Addr) -> Result<Addr> {
         let give_up = tokio::time::Instant::now() + PATIENCE;
         loop {
             let mut named = Vec::new();
             for sentinel in &self.sentinels {
-                let answer: Option<(String, u16)> = query(
-                    sentinel,
-                    "",
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg(&self.master_name),
-                )
-                .await
-                .unwrap_or(None);
-                named.push(answer);
+                named.push(self.named_by(sentinel).await.unwrap_or(None));
             }
             // A majority naming one node, which says it is a master: a client asks the
             // Sentinels in turn and checks the node's role, so one Sentinel late to learn of
