@@ -2,7 +2,8 @@
 //! after takes, the way the sources' charge against Redis locks goes.
 //!
 //! Each failover: replication is made to lag (a random choice: no replica, one or both
-//! SIGSTOPped), and as soon as a worker has taken the lock after that (within a second), the
+//! SIGSTOPped, and the master told to close their links: a stopped replica's socket would
+//! still take in what the master sends and hand it over on SIGCONT), and as soon as a worker has taken the lock after that (within a second), the
 //! master is SIGKILLed (in one case of four together with the replica that kept up: a
 //! correlated failure, which is what `wait_replicas` below the replica count cannot cover), the
 //! stopped replicas resumed, and the Sentinels left to promote one. Holds in this phase last up
@@ -194,9 +195,16 @@ impl Group {
             _ => (2, false),
         };
         let lagging = lagging.min(nodes.len());
+        let mut links = Vec::with_capacity(lagging);
+        for replica in &replicas[..lagging] {
+            links.push(self.link_to_master(replica).await?);
+        }
         let at_ns = monotonic_ns();
-        for node in &nodes[..lagging] {
+        for (node, link) in nodes[..lagging].iter().zip(&links) {
             signal(node.pid, libc::SIGSTOP)?;
+            let mut kill = redis::cmd("CLIENT");
+            kill.arg("KILL").arg("ADDR").arg(link);
+            let _: redis::Value = query(&master.addr, &self.userinfo, &mut kill).await?;
         }
         // Right after a take, which reached the master and, of the replicas, only those that
         // keep up. Within a second in any case: a replica stopped longer than the Sentinels'
@@ -244,6 +252,19 @@ impl Group {
         let mut ask = redis::cmd("SENTINEL");
         ask.arg("get-master-addr-by-name").arg(&self.master_name);
         query(sentinel, "", &mut ask).await
+    }
+
+    /// The replica's end (`laddr`, `ip:port`) of its link to its master, as the master sees
+    /// it: the connection to close so it receives nothing more.
+    async fn link_to_master(&self, replica: &Addr) -> Result<String> {
+        let mut list = redis::cmd("CLIENT");
+        list.arg("LIST").arg("TYPE").arg("master");
+        let clients: String = query(replica, &self.userinfo, &mut list).await?;
+        clients
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("laddr="))
+            .map(str::to_string)
+            .with_context(|| format!("no link to a master on {replica:?}: {clients:?}"))
     }
 
     /// The replicas `master` lists as online.
