@@ -41,8 +41,8 @@ weight() {
     zookeeper) echo 420 ;;
     postgres) echo 415 ;;
     mysql) echo 450 ;;
-    torture) echo 180 ;;
-    redis_sentinel) echo 160 ;;
+    torture) echo 250 ;;
+    redis_sentinel) echo 170 ;;
     postgres_session) echo 155 ;;
     secrets) echo 140 ;;
     sqlite) echo 137 ;;

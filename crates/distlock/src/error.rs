@@ -32,8 +32,9 @@ pub enum ErrorKind {
     /// The store answered with an error.
     Backend,
     /// Too few of a store's independent servers answered to decide (Redlock: fewer than a
-    /// majority of its masters, or a majority only after the lease's validity); the message says
-    /// how many answered of how many, or how late.
+    /// majority of its masters, or a majority only after the lease's validity), or too few
+    /// replicas acknowledged a take (Redis `?wait_replicas=N`: the take was undone); the message
+    /// says how many answered of how many, or how late.
     NoQuorum,
     /// A fenced write was refused: its fencing token is not above the last one the resource
     /// accepted, so a newer holder has written since (see [`crate::fence`]).

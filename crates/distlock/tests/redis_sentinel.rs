@@ -2,7 +2,8 @@
 //! the group `scripts/services.sh sentinel` starts: a master and two replicas, three Sentinels
 //! on 127.0.0.1:6410-6412), for every flavour; then failovers on a private group of the same
 //! shape: one asked of the Sentinels (`SENTINEL FAILOVER`) and a SIGKILLed master, each while a
-//! lock is held and waited for.
+//! lock is held and waited for. Then replica acknowledgement (`?wait_replicas=N`): on the shared
+//! group with both replicas up, and on a private group with a replica stopped.
 
 use std::time::Duration;
 
@@ -28,6 +29,18 @@ fn main() -> std::process::ExitCode {
             take_not_replicated,
         )
         .case("redis_sentinel::bad_urls_and_names_are_typed", bad_urls)
+        .case(
+            "redis_sentinel::wait_replicas_every_replica_up_gives_a_guard_they_all_have",
+            wait_replicas_all_up,
+        )
+        .case(
+            "redis_sentinel::wait_replicas_a_replica_down_is_no_quorum_and_leaves_no_lock",
+            wait_replicas_one_down,
+        )
+        .case(
+            "redis_sentinel::wait_replicas_nonsense_is_refused",
+            wait_replicas_refused,
+        )
         .run()
 }
 
@@ -316,5 +329,223 @@ async fn bad_urls(ctx: Ctx) -> Outcome {
         let e = distlock::connect(url).await.map(drop).unwrap_err();
         check!(e.kind() == ErrorKind::InvalidUrl, "{url}: {e:?}");
     }
+    Ok(())
+}
+
+/// `url` with `params` added to its query.
+fn with_params(url: &str, params: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}{params}")
+}
+
+/// Whether `value`, a lock key's (`owner:token`, then tab-separated details), is the holding of
+/// `token`.
+fn holds_token(value: &str, token: u64) -> bool {
+    value
+        .split('\t')
+        .next()
+        .is_some_and(|v| v.ends_with(&format!(":{token}")))
+}
+
+/// The first Sentinel's port in `url`.
+fn first_sentinel(url: &str) -> Result<u16, Failure> {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', ',']).next())
+        .and_then(|host| host.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .ok_or_else(|| Failure(format!("no Sentinel port in {url}")))
+}
+
+/// The ports of the replicas the Sentinel on `sentinel` knows and judges up.
+fn replica_ports(sentinel: u16) -> Result<Vec<u16>, Failure> {
+    let answer = redis_cli(sentinel, &["SENTINEL", "replicas", "distlock"])?;
+    // One flat list of field, value pairs per replica, each opening with "name".
+    let lines: Vec<&str> = answer.lines().collect();
+    let mut replicas: Vec<Vec<(&str, &str)>> = Vec::new();
+    for pair in lines.chunks(2) {
+        if let [field, value] = pair {
+            if *field == "name" {
+                replicas.push(Vec::new());
+            }
+            if let Some(replica) = replicas.last_mut() {
+                replica.push((field, value));
+            }
+        }
+    }
+    fn field<'a>(replica: &[(&'a str, &'a str)], name: &str) -> Option<&'a str> {
+        replica.iter().find(|(f, _)| *f == name).map(|(_, v)| *v)
+    }
+    let ports = replicas
+        .iter()
+        .filter(|r| field(r, "flags") == Some("slave"))
+        .filter_map(|r| field(r, "port")?.parse().ok())
+        .collect();
+    Ok(ports)
+}
+
+/// With `wait_replicas=2` and both replicas up, a take gives a guard, and by the time it does,
+/// both replicas have the holding (that is what `WAIT` waited for); acknowledged renewals keep
+/// the lease past its first end, and the release works as without it.
+async fn wait_replicas_all_up(ctx: Ctx) -> Outcome {
+    let url = with_params(&ctx.url, "wait_replicas=2&wait_timeout=300ms");
+    let client = distlock::connect(&url).await?;
+    let replicas = blocking(|| replica_ports(first_sentinel(&ctx.url)?))?;
+    check!(
+        replicas.len() == 2,
+        "the group should have two replicas up, the Sentinel knows {replicas:?}"
+    );
+    let name = ctx.unique_name("acked");
+    let key = format!("distlock:lock:{{{name}}}");
+    for round in 0..3 {
+        let guard = client
+            .lock(&name)
+            .lease(Duration::from_secs(1))
+            .acquire_timeout(Duration::from_secs(5))
+            .await?;
+        let token = guard.fencing_token().get();
+        for port in &replicas {
+            let value = blocking(|| redis_cli(*port, &["GET", &key]))?;
+            check!(
+                holds_token(&value, token),
+                "round {round}: replica {port} lacks the take of token {token} when the guard \
+                 is given: {value:?}"
+            );
+        }
+        if round == 0 {
+            // Past the first lease's end: only acknowledged renewals keep it.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            check!(
+                !guard.is_lost(),
+                "acknowledged renewals did not keep the lease past its first end"
+            );
+        }
+        check!(guard.release().await?, "round {round}: the release failed");
+    }
+    Ok(())
+}
+
+/// On a private group with one replica killed: `wait_replicas=2` takes fail with `NoQuorum`
+/// (retryable), and leave nothing behind (the master has no holding, another client takes the
+/// lock at once); `wait_replicas=1` still gives guards.
+async fn wait_replicas_one_down(ctx: Ctx) -> Outcome {
+    let mut group = blocking(start_sentinel_group)?;
+    let master = blocking(|| group.master_port())?;
+    let replica = group
+        .nodes
+        .iter()
+        .map(|n| n.port())
+        .find(|p| *p != master)
+        .ok_or_else(|| Failure("the group has no replica".into()))?;
+    blocking(|| group.node(replica)?.kill())?;
+    let both = distlock::connect(&with_params(
+        &group.url(),
+        "wait_replicas=2&wait_timeout=300ms",
+    ))
+    .await?;
+    let one = distlock::connect(&with_params(
+        &group.url(),
+        "wait_replicas=1&wait_timeout=2s",
+    ))
+    .await?;
+    let plain = distlock::connect(&group.url()).await?;
+    let name = ctx.unique_name("unacked");
+    let key = format!("distlock:lock:{{{name}}}");
+    for attempt in 0..3 {
+        let err = match both.lock(&name).try_acquire().await {
+            Ok(taken) => {
+                return Err(Failure(format!(
+                    "attempt {attempt}: a take one replica cannot acknowledge answered {:?}",
+                    taken.map(|g| g.fencing_token().get())
+                )));
+            }
+            Err(e) => e,
+        };
+        check!(
+            err.kind() == ErrorKind::NoQuorum
+                && err.is_retryable()
+                && err.to_string().contains("1 of the 2 replicas")
+                && err.to_string().contains("undone"),
+            "attempt {attempt}: {err}"
+        );
+        let left = blocking(|| redis_cli(master, &["EXISTS", &key]))?;
+        check!(
+            left == "0",
+            "attempt {attempt}: the unacknowledged take is still on the master"
+        );
+    }
+    // The acquire that waits gets the same error, not a wait until its deadline.
+    let err = both
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .map(drop)
+        .unwrap_err();
+    check!(err.kind() == ErrorKind::NoQuorum, "acquire: {err}");
+    let taken = plain.lock(&name).try_acquire().await?;
+    let Some(taken) = taken else {
+        return Err(Failure(
+            "the lock is held after takes that were undone".into(),
+        ));
+    };
+    check!(taken.release().await?, "the plain client's release failed");
+    let guard = one
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    let replicated = blocking(|| {
+        let replica = group
+            .nodes
+            .iter()
+            .find(|n| n.is_running() && n.port() != master)
+            .map(|n| n.port())
+            .ok_or_else(|| Failure("no replica left running".into()))?;
+        redis_cli(replica, &["GET", &key])
+    })?;
+    check!(
+        holds_token(&replicated, guard.fencing_token().get()),
+        "wait_replicas=1: the replica up lacks the take when the guard is given: {replicated:?}"
+    );
+    check!(
+        guard.release().await?,
+        "wait_replicas=1: the release failed"
+    );
+    Ok(())
+}
+
+/// Values that cannot be honoured are refused before anything is sent: a wait without a
+/// timeout, a zero timeout (Redis: forever), a timeout alone, Redlock; a lease the wait could
+/// eat up is `InvalidLease`.
+async fn wait_replicas_refused(ctx: Ctx) -> Outcome {
+    for params in [
+        "wait_replicas=2",
+        "wait_replicas=2&wait_timeout=0",
+        "wait_replicas=2&wait_timeout=0ms",
+        "wait_timeout=1s",
+        "wait_replicas=-1&wait_timeout=1s",
+        "wait_replicas=1&wait_timeout=forever",
+    ] {
+        let url = with_params(&ctx.url, params);
+        let e = distlock::connect(&url).await.map(drop).unwrap_err();
+        check!(e.kind() == ErrorKind::InvalidUrl, "{params}: {e:?}");
+        let plain = with_params("redis://127.0.0.1:6379", params);
+        let e = distlock::connect(&plain).await.map(drop).unwrap_err();
+        check!(
+            e.kind() == ErrorKind::InvalidUrl,
+            "redis:// {params}: {e:?}"
+        );
+    }
+    let client =
+        distlock::connect(&with_params(&ctx.url, "wait_replicas=1&wait_timeout=1s")).await?;
+    let e = client
+        .lock(ctx.unique_name("short"))
+        .lease(Duration::from_secs(2))
+        .try_acquire()
+        .await
+        .map(drop)
+        .unwrap_err();
+    check!(
+        e.kind() == ErrorKind::InvalidLease,
+        "a 2 s lease with a 1 s wait: {e:?}"
+    );
     Ok(())
 }

@@ -16,6 +16,7 @@ use distlock_harness::faults::{Fault, FaultProxy};
 use distlock_harness::monotonic_ns;
 
 use super::events::{self, Injected, ProcessLog};
+use super::failover::{self, Group};
 use super::sessions::SessionKiller;
 use super::{FaultKind, Job};
 use crate::cmd::processes::{self, Worker};
@@ -114,6 +115,26 @@ impl Pool {
                 bail!("worker process {process} (pid {pid}) did not stop within 5 s of SIGSTOP")
             }
         }
+    }
+
+    /// Whether a worker logged a take after `since_ns` (CLOCK_MONOTONIC), by the current logs.
+    pub(super) fn took_since(&self, since_ns: u64) -> Result<bool> {
+        for (process, slot) in self.slots.iter().enumerate() {
+            if self.newcomer == Some(process) {
+                continue;
+            }
+            let Some(log) = slot.logs.last() else {
+                continue;
+            };
+            let took = events::read(log)?
+                .iter()
+                .rev()
+                .any(|e| matches!(e, events::Event::Acquired { at_ns, .. } if *at_ns > since_ns));
+            if took {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether the (stopped) process `process` holds the lock, by its current log.
@@ -252,6 +273,10 @@ pub(super) struct Driver<'a> {
     pub(super) partition_cmd: Option<&'a str>,
     /// For `clock-jump`: the servers' wall-clock offset file.
     pub(super) clock_file: Option<&'a Path>,
+    /// For `failover`: the Sentinel group, and how many failovers end the phase (else as many
+    /// as fit in it).
+    pub(super) group: Option<Group>,
+    pub(super) failovers: Option<usize>,
     pub(super) end_ns: u64,
     pub(super) progress: &'a Progress,
 }
@@ -286,10 +311,28 @@ impl Driver<'_> {
                 }
                 FaultKind::Minority => Some(self.cut_off_minority(&random).await),
                 FaultKind::Partition => Some(self.partition(dir).await?),
+                FaultKind::Failover => {
+                    let group = self.group.as_mut().context("failover without its group")?;
+                    let hit = group.fail_over(&random, &self.pool).await?;
+                    tracing::info!(
+                        "failover {} done in {} ms",
+                        injected.len() + 1,
+                        (hit.until_ns - hit.at_ns) / 1_000_000
+                    );
+                    Some(hit)
+                }
             };
             injected.extend(hit);
-            // Calm between faults: the lease, so a freed lock is taken again first.
-            self.sleep(self.lease + random.up_to(self.lease / 2)).await;
+            if self.failovers.is_some_and(|n| injected.len() >= n) {
+                break;
+            }
+            // Calm between faults: the lease, so a freed lock is taken again first (a failover
+            // frees nothing, and its group is whole again when it returns).
+            let calm = match self.fault {
+                FaultKind::Failover => self.lease / 4 + random.up_to(self.lease / 8),
+                _ => self.lease + random.up_to(self.lease / 2),
+            };
+            self.sleep(calm).await;
             if monotonic_ns() + self.longest().as_nanos() as u64 > self.end_ns {
                 break;
             }
@@ -300,6 +343,9 @@ impl Driver<'_> {
 
     /// The longest a fault lasts, with the calm after it.
     fn longest(&self) -> Duration {
+        if self.fault == FaultKind::Failover {
+            return failover::LONGEST;
+        }
         (self.lease * 4).max(self.stop_for + self.lease * 3 / 2)
     }
 

@@ -39,6 +39,7 @@
 
 mod driver;
 mod events;
+mod failover;
 mod report;
 mod sessions;
 mod worker;
@@ -50,6 +51,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use distlock::url::Scheme;
 use distlock_harness::faults::FaultProxy;
+use distlock_harness::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
 use self::report::{Cell, Report, Rule, Teardown};
@@ -99,6 +101,11 @@ pub(crate) enum FaultKind {
     /// the newcomer in; one on a monotonic clock does not.
     #[serde(rename = "clock-jump")]
     ClockJump,
+    /// SIGKILL the master of a `redis-sentinel://` group right after takes (replication made
+    /// to lag at random, the replica that kept up sometimes killed too), let the Sentinels
+    /// promote a replica, start the killed nodes again as its replicas (`failover.rs`). The
+    /// group must run on this machine and be the run's own.
+    Failover,
 }
 
 impl FaultKind {
@@ -208,6 +215,12 @@ impl FaultKind {
                 Overlaps::None,
                 "the majority of the store's servers keeps the lock",
             ),
+            (FaultKind::Failover, _) => (
+                Overlaps::OfCutOffHolders,
+                "Redis replicates asynchronously: a take no promoted replica has is lost with \
+                 the master, and a second holder gets in (wait_replicas below the replica count \
+                 narrows this, a correlated failure still hits it)",
+            ),
         };
         Allowed { overlaps, why }
     }
@@ -224,6 +237,7 @@ impl FaultKind {
             FaultKind::Minority => "minority",
             FaultKind::Partition => "partition",
             FaultKind::ClockJump => "clock-jump",
+            FaultKind::Failover => "failover",
         }
     }
 }
@@ -290,7 +304,7 @@ pub(crate) struct TortureArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset,
-    /// session-kill, restart, minority, partition, clock-jump.
+    /// session-kill, restart, minority, partition, clock-jump, failover.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,stop")]
     faults: Vec<FaultKind>,
     /// How long each fault's phase runs.
@@ -326,6 +340,11 @@ pub(crate) struct TortureArgs {
     /// (`FAKETIME_TIMESTAMP_FILE` with `FAKETIME_NO_CACHE=1`). Each jump moves it forward.
     #[arg(long)]
     clock_file: Option<PathBuf>,
+    /// For `failover`: how many failovers to run; the phase lasts until they are done (instead
+    /// of --duration). Each takes a few seconds (the Sentinels' down-after time, the election,
+    /// the killed nodes' resync).
+    #[arg(long)]
+    failovers: Option<usize>,
     /// Keep each phase's event logs (one JSONL file per worker process start), fenced resource
     /// and control counter in this directory, a subdirectory per fault, instead of removing
     /// them: to read what happened around a failed check. A fault's subdirectory left there by
@@ -360,6 +379,10 @@ struct Job {
     log: PathBuf,
     fenced: PathBuf,
     counter: PathBuf,
+    /// A file whose appearance ends the run early (a phase that lasts until its faults are
+    /// done: `--failovers`).
+    #[serde(default)]
+    stop_file: Option<PathBuf>,
 }
 
 /// Runs `distlock torture`: the parent, or with `--child` one of its worker processes.
@@ -474,6 +497,13 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
                     "the URL names {} server(s): a minority needs a cluster of 3 or more",
                     servers.len()
                 ),
+            ));
+            continue;
+        }
+        if fault == FaultKind::Failover && !url.starts_with("redis-sentinel://") {
+            cells.push(Cell::not_applicable(
+                fault,
+                "only Redis behind Sentinel (redis-sentinel://) fails over",
             ));
             continue;
         }
@@ -604,6 +634,25 @@ impl Phase<'_> {
             .unwrap_or(0);
         let lease = self.args.lease;
         let processes = self.args.processes;
+        let (group, allowed) = match self.fault {
+            FaultKind::Failover => {
+                let group = failover::Group::of(self.url)?;
+                let allowed = failover::allowed(self.url, group.replica_count().await?);
+                (Some(group), allowed)
+            }
+            _ => (
+                None,
+                self.fault.allows(Holding::of(self.scheme, self.leases)),
+            ),
+        };
+        // A phase that lasts until its failovers are done ends its workers with this file.
+        let until_done = self.fault == FaultKind::Failover && self.args.failovers.is_some();
+        let stop_file = until_done.then(|| self.dir.join("stop"));
+        let phase_ns = match self.args.failovers {
+            // An upper bound: each failover takes seconds, the stop file ends the phase.
+            Some(n) if until_done => (failover::LONGEST * n as u32).as_nanos() as u64,
+            _ => self.phase_ns,
+        };
         let mut pool = driver::Pool::new(processes);
         // The processes that reach the store through the proxies.
         let mut cut_off = Vec::new();
@@ -616,13 +665,19 @@ impl Phase<'_> {
                 workers,
                 lease_ms: lease.as_millis() as u64,
                 // Short against the lease: a holder is caught by a fault mid-hold, not one that
-                // outlives its lease by itself.
-                pause_max_us: (lease / 20).as_micros() as u64,
-                duration_ns: self.phase_ns,
+                // outlives its lease by itself. A failover's holds may last longer than it takes
+                // (up to a lease, with a lease longer than the failover: the watchdog renews),
+                // so a holder it catches may still hold when the new master answers.
+                pause_max_us: match self.fault {
+                    FaultKind::Failover => lease.as_micros() as u64,
+                    _ => (lease / 20).as_micros() as u64,
+                },
+                duration_ns: phase_ns,
                 end_ns: None,
                 log: PathBuf::new(),
                 fenced: self.dir.join("fenced"),
                 counter: self.dir.join("counter"),
+                stop_file: stop_file.clone(),
             };
             first_worker += workers;
             // Half the processes (at least one) reach the store through the proxy, the others
@@ -639,12 +694,13 @@ impl Phase<'_> {
         }
         // A partition cuts members off from each other: any process may be reaching the store
         // through one cut off.
-        if self.fault == FaultKind::Partition {
+        // Every process writes to the master a failover kills.
+        if matches!(self.fault, FaultKind::Partition | FaultKind::Failover) {
             cut_off = (0..processes).collect();
         }
         // The phase runs from when every process is ready; a process started again mid-phase
         // ends with the rest.
-        let end_ns = pool.start_all().await? + self.phase_ns;
+        let end_ns = pool.start_all().await? + phase_ns;
         let mut driver = driver::Driver {
             fault: self.fault,
             lease,
@@ -656,10 +712,19 @@ impl Phase<'_> {
             restart_cmd: self.args.restart_cmd.as_deref(),
             partition_cmd: self.args.partition_cmd.as_deref(),
             clock_file: self.args.clock_file.as_deref(),
+            group,
+            failovers: self.args.failovers.filter(|_| until_done),
             end_ns,
             progress,
         };
         let injected = driver.run(&self.dir).await?;
+        let end_ns = match &stop_file {
+            Some(stop_file) => {
+                std::fs::write(stop_file, b"")?;
+                monotonic_ns().min(end_ns)
+            }
+            None => end_ns,
+        };
         let logs = driver.pool.finish(end_ns, lease).await?;
         let counter = std::fs::read_to_string(self.dir.join("counter"))
             .unwrap_or_default()
@@ -669,7 +734,7 @@ impl Phase<'_> {
         let rule = Rule {
             fault: self.fault,
             leases: self.leases,
-            allowed: self.fault.allows(Holding::of(self.scheme, self.leases)),
+            allowed,
             cut_off,
         };
         let cell = Cell::check(&rule, &logs, &injected, counter);

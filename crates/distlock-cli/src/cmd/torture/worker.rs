@@ -62,7 +62,7 @@ async fn cycle(lock: &Lock, worker: u32, end_ns: u64, job: &Job, log: &EventLog,
     };
     loop {
         let now = monotonic_ns();
-        if now >= end_ns {
+        if now >= end_ns || job.stop_file.as_ref().is_some_and(|f| f.exists()) {
             break;
         }
         // Past the end, stop waiting: a worker never holds the report up.

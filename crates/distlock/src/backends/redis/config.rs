@@ -7,6 +7,7 @@
 //! URL through [`crate::redact`], so a password never reaches an error, a log line or `Debug`.
 
 use super::keys::check_prefix;
+use super::replicas::{ReplicaAck, WAIT_REPLICAS, WAIT_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::url::{authority, for_driver, percent_decode, redact, userinfo_end};
 
@@ -20,6 +21,8 @@ pub(super) struct RedisConfig {
     pub(super) info: redis::ConnectionInfo,
     /// Put before every key and channel (`?prefix=`), or empty.
     pub(super) prefix: String,
+    /// Replicas that must acknowledge each take (`?wait_replicas=N&wait_timeout=D`), if any.
+    pub(super) ack: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -32,7 +35,8 @@ impl std::fmt::Debug for RedisConfig {
     }
 }
 
-const EXPECTED: &str = "redis://[user:password@]host:port[/db][?prefix=app1:] or rediss://…";
+const EXPECTED: &str = "redis://[user:password@]host:port[/db][?prefix=app1:\
+                        &wait_replicas=N&wait_timeout=100ms] or rediss://…";
 
 fn invalid(url: &str, why: impl std::fmt::Display) -> Error {
     Error::new(
@@ -73,7 +77,7 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
             "the database (after the /) is not a number, as in redis://host:port/0",
         ));
     }
-    let (driver_url, prefix) = take_prefix(url).map_err(|why| invalid(url, why))?;
+    let (driver_url, ours) = take_params(url).map_err(|why| invalid(url, why))?;
     let info =
         redis::IntoConnectionInfo::into_connection_info(for_driver(&driver_url)).map_err(|e| {
             invalid(
@@ -85,33 +89,48 @@ pub(super) fn parse(url: &str) -> Result<RedisConfig> {
         shown: redact(url),
         tls,
         info,
-        prefix,
+        prefix: ours.prefix,
+        ack: ours.ack,
     })
 }
 
-/// `url` without its `prefix=` parameter, and that prefix (checked; empty without one). The
-/// query starts at the first `?` after the user-info, which may hold one.
-fn take_prefix(url: &str) -> std::result::Result<(String, String), &'static str> {
+/// The parameters of a `redis://` URL that are distlock's, not redis-rs'.
+#[derive(Default)]
+struct OurParams {
+    /// `prefix=` (checked), or empty.
+    prefix: String,
+    /// `wait_replicas=` and `wait_timeout=`.
+    ack: Option<ReplicaAck>,
+}
+
+/// `url` without distlock's own parameters (`prefix`, `wait_replicas`, `wait_timeout`), and
+/// their values, checked. The query starts at the first `?` after the user-info, which may hold
+/// one.
+fn take_params(url: &str) -> std::result::Result<(String, OurParams), String> {
     let hosts_start = url.find("://").map_or(0, |i| i + 3);
     let hosts_start = hosts_start + userinfo_end(&url[hosts_start..]).map_or(0, |at| at + 1);
     let Some(query_start) = url[hosts_start..].find('?').map(|i| hosts_start + i) else {
-        return Ok((url.to_string(), String::new()));
+        return Ok((url.to_string(), OurParams::default()));
     };
     let (query, fragment) = match url[query_start + 1..].split_once('#') {
         Some((query, fragment)) => (query, Some(fragment)),
         None => (&url[query_start + 1..], None),
     };
-    let mut prefix = String::new();
+    let mut ours = OurParams::default();
+    let (mut wait_replicas, mut wait_timeout) = (None, None);
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("prefix", value)) => {
                 check_prefix(value)?;
-                prefix = value.to_string();
+                ours.prefix = value.to_string();
             }
+            Some((WAIT_REPLICAS, value)) => wait_replicas = Some(value),
+            Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
             _ => kept.push(pair),
         }
     }
+    ours.ack = ReplicaAck::from_params(wait_replicas, wait_timeout)?;
     let mut out = url[..query_start].to_string();
     if !kept.is_empty() {
         out.push('?');
@@ -121,7 +140,7 @@ fn take_prefix(url: &str) -> std::result::Result<(String, String), &'static str>
         out.push('#');
         out.push_str(fragment);
     }
-    Ok((out, prefix))
+    Ok((out, ours))
 }
 
 /// The scheme of Redis behind Sentinel.
@@ -133,8 +152,8 @@ pub(super) fn is_sentinel(url: &str) -> bool {
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case(SENTINEL_SCHEME))
 }
 
-const SENTINEL_EXPECTED: &str =
-    "redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N&prefix=app1:]";
+const SENTINEL_EXPECTED: &str = "redis-sentinel://[user:password@]host:port[,host:port…]/\
+                                 MASTER_NAME[?db=N&prefix=app1:&wait_replicas=N&wait_timeout=100ms]";
 
 /// Sentinel's own port, for a host given without one.
 const SENTINEL_PORT: u16 = 26379;
@@ -152,6 +171,8 @@ pub(super) struct SentinelConfig {
     pub(super) node: redis::ConnectionInfo,
     /// Put before every key and channel (`?prefix=`), or empty.
     pub(super) prefix: String,
+    /// Replicas that must acknowledge each take (`?wait_replicas=N&wait_timeout=D`), if any.
+    pub(super) ack: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for SentinelConfig {
@@ -212,6 +233,7 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
     }
     let mut db = 0u32;
     let mut prefix = String::new();
+    let (mut wait_replicas, mut wait_timeout) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("prefix", value)) => {
@@ -223,13 +245,17 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
                     .parse()
                     .map_err(|_| bad("db (the database) is not a number"))?;
             }
+            Some((WAIT_REPLICAS, value)) => wait_replicas = Some(value),
+            Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
             _ => {
                 return Err(bad(
-                    "an unknown parameter (redis-sentinel:// takes db=N and prefix=P)",
+                    "an unknown parameter (redis-sentinel:// takes db, prefix, wait_replicas \
+                     and wait_timeout)",
                 ));
             }
         }
     }
+    let ack = ReplicaAck::from_params(wait_replicas, wait_timeout).map_err(|why| bad(&why))?;
     // redis-rs reads the user-info and database as it does for redis://; the address is a
     // placeholder, replaced by each master's.
     let node_url = match userinfo {
@@ -244,6 +270,7 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
         master_name,
         node,
         prefix,
+        ack,
     })
 }
 
@@ -310,6 +337,41 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
             let shown = err.to_string();
             assert!(shown.contains(fault), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
+    }
+
+    #[test]
+    fn replica_acknowledgement_in_both_schemes() {
+        use std::time::Duration;
+        let c = parse("redis://h:1/2?wait_replicas=2&prefix=a:&wait_timeout=150ms").unwrap();
+        let ack = c.ack.unwrap();
+        assert_eq!(
+            (ack.replicas, ack.timeout, c.prefix.as_str()),
+            (2, Duration::from_millis(150), "a:")
+        );
+        assert_eq!(c.info.redis_settings().db(), 2);
+        assert!(parse("redis://h:1?wait_replicas=0").unwrap().ack.is_none());
+        let c = parse_sentinel("redis-sentinel://s:1/m?wait_replicas=1&wait_timeout=1s&db=3");
+        let c = c.unwrap();
+        assert_eq!(c.ack.unwrap().replicas, 1);
+        assert_eq!(c.node.redis_settings().db(), 3);
+        for url in [
+            "redis://u:hunter2@h:1?wait_replicas=1",
+            "redis://u:hunter2@h:1?wait_replicas=1&wait_timeout=0",
+            "redis://u:hunter2@h:1?wait_timeout=1s",
+            "redis://u:hunter2@h:1?wait_replicas=x&wait_timeout=1s",
+            "redis-sentinel://u:hunter2@s:1/m?wait_replicas=2",
+            "redis-sentinel://u:hunter2@s:1/m?wait_replicas=2&wait_timeout=never",
+        ] {
+            let err = if is_sentinel(url) {
+                parse_sentinel(url).unwrap_err()
+            } else {
+                parse(url).unwrap_err()
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = err.to_string();
+            assert!(shown.contains("wait_"), "{url}: {shown}");
             assert!(!shown.contains("hunter2"), "{url}: {shown}");
         }
     }

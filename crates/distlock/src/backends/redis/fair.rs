@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use super::invoke::Server;
 use super::keys::Keys;
 use super::scripts::SCRIPTS;
-use super::{WAITER_TTL, attempt};
+use super::{WAITER_TTL, take};
 use crate::backend::{Attempt, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
 
@@ -57,11 +57,16 @@ impl Waiter for FairWaiter {
             crate::status::Holder::this_process_record(),
         ];
         let script = &SCRIPTS.ops(self.req.kind).acquire;
-        let answer = self
-            .server
-            .run(script, &self.keys.acquire(), &args, "taking a fair lock")
-            .await?;
-        attempt(answer, &self.req)
+        let what = "taking a fair lock";
+        take(
+            &self.server,
+            &self.req,
+            script,
+            &self.keys.acquire(),
+            &args,
+            what,
+        )
+        .await
     }
 
     async fn changed(&mut self) -> Result<()> {

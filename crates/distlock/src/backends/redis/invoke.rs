@@ -12,6 +12,7 @@ use ::redis::{
 
 use super::config;
 use super::pipelined::{Pipelined, Target};
+use super::replicas::ReplicaAck;
 use super::sentinel::{self, Sentinels};
 use super::subscriber::{Source, Subscriber};
 use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
@@ -59,6 +60,69 @@ pub(crate) struct Server {
     /// Behind Sentinel: the task following the master (`sentinel::follow`), stopped with the
     /// server.
     follower: Option<tokio::task::AbortHandle>,
+    /// With `?wait_replicas=N`: the connections takes and renewals wait for replicas on.
+    acked: Option<AckedConns>,
+}
+
+/// The connections of takes and renewals that wait for replicas (`WAIT`), one per request in
+/// flight. `WAIT` blocks the connection it is sent on until the replicas answer or its timeout
+/// passes, so on the shared connection one take waiting for a missing replica would hold up
+/// every release, renewal and take of the client behind it. Kept for reuse when a request ends
+/// normally; a request given up mid-way drops its connection (a `WAIT` may still block it).
+struct AckedConns {
+    ack: ReplicaAck,
+    open: OpenConn,
+    idle: std::sync::Mutex<Vec<Conn>>,
+}
+
+/// How an acknowledged request's connection is opened: as the server's own.
+enum OpenConn {
+    Pipelined(Target),
+    Managed(Box<::redis::Client>, ConnectionManagerConfig),
+}
+
+/// At most this many idle connections are kept for acknowledged requests.
+const IDLE_ACKED_CONNS: usize = 8;
+
+impl AckedConns {
+    /// A pipelined `open` is the server's own target: its response timeout grows by the wait,
+    /// which the server answers only when it ends (a managed one comes with it grown).
+    fn new(ack: ReplicaAck, open: OpenConn) -> Self {
+        let open = match open {
+            OpenConn::Pipelined(target) => OpenConn::Pipelined(Target {
+                response_timeout: target.response_timeout + ack.timeout,
+                ..target
+            }),
+            managed => managed,
+        };
+        AckedConns {
+            ack,
+            open,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn take(&self) -> ::redis::RedisResult<Conn> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(conn);
+        }
+        Ok(match &self.open {
+            // Opened by its first request.
+            OpenConn::Pipelined(target) => Conn::Pipelined(Pipelined::new(target.clone())),
+            OpenConn::Managed(client, config) => Conn::Managed(
+                client
+                    .get_connection_manager_with_config(config.clone())
+                    .await?,
+            ),
+        })
+    }
+
+    fn put_back(&self, conn: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE_ACKED_CONNS {
+            idle.push(conn);
+        }
+    }
 }
 
 impl Drop for Server {
@@ -88,6 +152,7 @@ impl Server {
         })?;
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+        let mut acked = None;
         let failed = |e| {
             from_redis(&format!("connecting to {}", config.shown), e)
                 .with_hint("is redis-server running and listening on that address?")
@@ -95,7 +160,7 @@ impl Server {
         let conn = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let settings = client.get_connection_info().redis_settings();
-                let conn = Pipelined::new(Target {
+                let target = Target {
                     host: host.clone(),
                     port: *port,
                     username: settings.username().map(str::to_string),
@@ -104,7 +169,11 @@ impl Server {
                     connect_timeout,
                     response_timeout,
                     sentinels: None,
-                });
+                };
+                if let Some(ack) = config.ack {
+                    acked = Some(AckedConns::new(ack, OpenConn::Pipelined(target.clone())));
+                }
+                let conn = Pipelined::new(target);
                 conn.open().await.map_err(failed)?;
                 Conn::Pipelined(conn)
             }
@@ -114,6 +183,14 @@ impl Server {
                     .set_response_timeout(Some(response_timeout))
                     .set_number_of_retries(3)
                     .set_max_delay(Duration::from_millis(500));
+                if let Some(ack) = config.ack {
+                    // The server answers a `WAIT` only when it ends.
+                    let waiting = manager
+                        .clone()
+                        .set_response_timeout(Some(response_timeout + ack.timeout));
+                    let open = OpenConn::Managed(Box::new(client.clone()), waiting);
+                    acked = Some(AckedConns::new(ack, open));
+                }
                 let conn = client
                     .get_connection_manager_with_config(manager)
                     .await
@@ -128,6 +205,7 @@ impl Server {
             shown_url: config.shown,
             prefix: config.prefix,
             follower: None,
+            acked,
         })
     }
 
@@ -155,10 +233,17 @@ impl Server {
             connect_timeout,
             response_timeout,
         ));
-        let conn = Pipelined::new(Target {
+        let target = Target {
             sentinels: Some(sentinels.clone()),
             ..target
-        });
+        };
+        // The acknowledged requests' connections are not moved by the follower: one left on a
+        // demoted master is refused (`READONLY`) and moves then, and one on a master cut off
+        // from its replicas gets too few acknowledgements, so nothing is taken there.
+        let acked = config
+            .ack
+            .map(|ack| AckedConns::new(ack, OpenConn::Pipelined(target.clone())));
+        let conn = Pipelined::new(target);
         conn.open().await.map_err(|e| {
             from_redis(&format!("connecting to {}", config.shown), e).with_hint(
                 "are the Sentinels running, do they monitor a master of that name, and is it up?",
@@ -178,6 +263,7 @@ impl Server {
             shown_url: config.shown,
             prefix: config.prefix,
             follower: Some(follower),
+            acked,
         })
     }
 
@@ -231,14 +317,73 @@ impl Server {
         args: &[&str],
         what: &str,
     ) -> Result<T> {
-        let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
         let mut conn = self.conn.clone();
+        let (value, _) = self
+            .run_on(&mut conn, script, keys, args, None, what)
+            .await?;
+        Ok(value)
+    }
+
+    /// The replicas each take must reach (`?wait_replicas=N&wait_timeout=D`), if any.
+    pub(crate) fn replica_ack(&self) -> Option<&ReplicaAck> {
+        self.acked.as_ref().map(|acked| &acked.ack)
+    }
+
+    /// [`run`](Self::run), followed by `WAIT` for the URL's replicas on the same connection, in
+    /// the same write: the script's answer and how many replicas acknowledged it (all of what
+    /// that connection wrote). Without `wait_replicas`, `run` and no count.
+    pub(crate) async fn run_acked<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        what: &str,
+    ) -> Result<(T, Option<i64>)> {
+        let Some(acked) = &self.acked else {
+            return Ok((self.run(script, keys, args, what).await?, None));
+        };
+        let mut conn = acked
+            .take()
+            .await
+            .map_err(|e| from_redis(&format!("connecting to {}", self.shown_url), e))?;
+        let wait = acked.ack.command();
+        let answer = self
+            .run_on(&mut conn, script, keys, args, Some(&wait), what)
+            .await;
+        // A connection whose request failed may be broken or still blocked: not reused.
+        if answer.is_ok() {
+            acked.put_back(conn);
+        }
+        let (value, acks) = answer?;
+        let acks = acks
+            .map(::redis::from_redis_value::<i64>)
+            .transpose()
+            .map_err(|e| from_redis(what, e.into()))?;
+        Ok((value, acks))
+    }
+
+    /// The loop of `run` on `conn`, with `then` sent right behind the script (its answer
+    /// returned as is).
+    async fn run_on<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+        then: Option<&Cmd>,
+        what: &str,
+    ) -> Result<(T, Option<Value>)> {
+        let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
         let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
         let mut loaded = false;
         loop {
-            let failed = match evalsha.query_async(&mut conn).await {
-                Ok(value) => return Ok(value),
+            let failed = match conn.query_then(&evalsha, then).await {
+                Ok((value, then)) => {
+                    let value =
+                        ::redis::from_redis_value(value).map_err(|e| from_redis(what, e.into()))?;
+                    return Ok((value, then));
+                }
                 // A server that does not know the script (restarted, or flushed): load it and
                 // ask again, once.
                 Err(e)
@@ -246,7 +391,7 @@ impl Server {
                         && !loaded =>
                 {
                     loaded = true;
-                    script.load_async(&mut conn).await.err()
+                    script.load_async(conn).await.err()
                 }
                 Err(e) => Some(e),
             };
@@ -258,7 +403,7 @@ impl Server {
                     if e.kind() == ::redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
                         && tokio::time::Instant::now() < give_up =>
                 {
-                    if let Conn::Pipelined(conn) = &self.conn {
+                    if let Conn::Pipelined(conn) = conn {
                         conn.leave();
                     }
                     tokio::time::sleep(pause).await;
@@ -295,6 +440,31 @@ fn script_call(verb: &str, script: &str, keys: &[String], args: &[&str]) -> Cmd 
 enum Conn {
     Pipelined(Pipelined),
     Managed(ConnectionManager),
+}
+
+impl Conn {
+    /// `call`'s answer, and `then`'s when given, sent right behind it in the same write.
+    async fn query_then(
+        &mut self,
+        call: &Cmd,
+        then: Option<&Cmd>,
+    ) -> ::redis::RedisResult<(Value, Option<Value>)> {
+        match (self, then) {
+            (conn, None) => Ok((call.query_async(conn).await?, None)),
+            (Conn::Pipelined(conn), Some(then)) => {
+                let (answer, then) = conn.request_pair(call, then).await?;
+                Ok((answer, Some(then)))
+            }
+            (Conn::Managed(conn), Some(then)) => {
+                let (answer, then): (Value, Value) = ::redis::pipe()
+                    .add_command(call.clone())
+                    .add_command(then.clone())
+                    .query_async(conn)
+                    .await?;
+                Ok((answer, Some(then)))
+            }
+        }
+    }
 }
 
 impl ConnectionLike for Conn {

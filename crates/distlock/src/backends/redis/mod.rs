@@ -12,6 +12,8 @@
 //! * `inspect`: lock status and forced release.
 //! * `sentinel`: `redis-sentinel://`, where the master is and following it across a failover
 //!   (the rest is this backend, unchanged).
+//! * `replicas`: `?wait_replicas=N`, takes and renewals that count only once N replicas
+//!   acknowledged them (`WAIT`).
 //!
 #![doc = include_str!("docs.md")]
 
@@ -24,6 +26,7 @@ pub(crate) mod inspect;
 pub(crate) mod invoke;
 pub(crate) mod keys;
 mod pipelined;
+pub(crate) mod replicas;
 pub(crate) mod scripts;
 mod sentinel;
 pub(crate) mod subscriber;
@@ -46,6 +49,7 @@ use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
 
+use ::redis::Script;
 use invoke::Server;
 use keys::Keys;
 use scripts::SCRIPTS;
@@ -128,6 +132,62 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
     }
 }
 
+/// Runs the acquire `script` and reads its answer, waiting for the URL's replicas
+/// (`?wait_replicas=N`, see `replicas.rs`): a take fewer of them acknowledged is released by its
+/// token before the caller hears of it, and answered with [`ErrorKind::NoQuorum`].
+async fn take(
+    server: &Server,
+    req: &LockRequest,
+    script: &Script,
+    keys: &[String],
+    args: &[&str],
+    what: &str,
+) -> Result<Attempt> {
+    if let Some(ack) = server.replica_ack() {
+        ack.check_lease(&req.name, req.lease.duration())?;
+    }
+    let (answer, acks) = server.run_acked(script, keys, args, what).await?;
+    let taken = attempt(answer, req)?;
+    let (Some(ack), Some(acks), Attempt::Acquired { token, .. }) =
+        (server.replica_ack(), acks, &taken)
+    else {
+        return Ok(taken);
+    };
+    let Err(short) = ack.judge(acks, &req.name, what) else {
+        return Ok(taken);
+    };
+    // Undone at once, so the next taker need not wait out the lease.
+    let undone = match release_holding(server, req, Some(*token)).await {
+        Ok(_) => "the take was undone".to_string(),
+        Err(e) => format!(
+            "undoing the take failed too, so it ends with its lease: {}",
+            crate::error::chain(&e)
+        ),
+    };
+    Err(Error::new(short.kind(), format!("{}; {undone}", short.message())).with_backend(NAME))
+}
+
+/// Releases the holding of `req`'s owner: the one of `token`, or with `None` whichever it has.
+async fn release_holding(
+    server: &Server,
+    req: &LockRequest,
+    token: Option<FencingToken>,
+) -> Result<bool> {
+    let k = Keys::new(&server.prefix, req.kind, &req.name);
+    // '' names whatever holding the owner has (release by owner token).
+    let token = token.map(|t| t.to_string()).unwrap_or_default();
+    let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
+    let freed: i64 = server
+        .run(
+            &SCRIPTS.ops(req.kind).release,
+            &k.release(),
+            &args,
+            "releasing the lock",
+        )
+        .await?;
+    Ok(freed == 1)
+}
+
 /// The size the semaphore `name` keeps (`None`: never used) and how many of its permits are
 /// held now.
 async fn sem_count(server: &Server, name: &LockName) -> Result<(Option<u32>, u32)> {
@@ -170,33 +230,31 @@ impl Backend for RedisBackend {
         let script = &SCRIPTS.ops(req.kind).acquire;
         // Stored only by a take (status shows it); a static string, so nothing is built per call.
         let record = Holder::this_process_record();
-        let answer: (i64, i64) = match req.kind {
+        let server = &self.server;
+        match req.kind {
             // A one-off attempt never joins the fair lock's queue (its waiter does).
             LockKind::Fair => {
                 let (channel, waiter_ttl) = (k.channel(), waiter_ttl());
                 let args = [owner, &lease, &waiter_ttl, &channel, "0", record];
                 let what = "taking a fair lock";
-                self.server.run(script, &k.acquire(), &args, what).await?
+                take(server, req, script, &k.acquire(), &args, what).await
             }
             LockKind::Read | LockKind::Write => {
                 let args = [owner, &lease, mode(req.kind), &waiter_ttl(), record];
                 let what = "taking a read-write lock";
-                self.server.run(script, &k.acquire(), &args, what).await?
+                take(server, req, script, &k.acquire(), &args, what).await
             }
             LockKind::Permit { permits } => {
                 let follows = if req.follows_resize { "1" } else { "" };
                 let args = [owner, &lease, &permits.to_string(), record, follows];
                 let what = "taking a semaphore permit";
-                self.server.run(script, &k.acquire(), &args, what).await?
+                take(server, req, script, &k.acquire(), &args, what).await
             }
             _ => {
                 let args = [owner, &lease, record];
-                self.server
-                    .run(script, &k.acquire(), &args, "taking the lock")
-                    .await?
+                take(server, req, script, &k.acquire(), &args, "taking the lock").await
             }
-        };
-        attempt(answer, req)
+        }
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
@@ -208,33 +266,25 @@ impl Backend for RedisBackend {
             &token.to_string(),
             mode(req.kind),
         ];
-        let renewed: i64 = self
+        let what = "extending the lease";
+        let script = &SCRIPTS.ops(req.kind).extend;
+        let (renewed, acks): (i64, _) = self
             .server
-            .run(
-                &SCRIPTS.ops(req.kind).extend,
-                &k.extend(),
-                &args,
-                "extending the lease",
-            )
+            .run_acked(script, &k.extend(), &args, what)
             .await?;
+        // A renewal the replicas did not acknowledge is not confirmed (a failover could forget
+        // it): the error leaves the lease at its last acknowledged end, and the watchdog tries
+        // again within it.
+        if let (1, Some(ack), Some(acks)) = (renewed, self.server.replica_ack(), acks) {
+            ack.judge(acks, &req.name, what)?;
+        }
         Ok((renewed == 1).then(|| req.lease.duration()))
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let k = Keys::new(&self.server.prefix, req.kind, &req.name);
-        // '' names whatever holding the owner has (release by owner token).
-        let token = token.map(|t| t.to_string()).unwrap_or_default();
-        let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
-        let freed: i64 = self
-            .server
-            .run(
-                &SCRIPTS.ops(req.kind).release,
-                &k.release(),
-                &args,
-                "releasing the lock",
-            )
-            .await?;
-        Ok(freed == 1)
+        // Not acknowledged by replicas: a release a failover forgets leaves the lock held only
+        // until its lease ends, which is safe.
+        release_holding(&self.server, req, token).await
     }
 
     fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {

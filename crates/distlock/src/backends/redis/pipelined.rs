@@ -154,12 +154,36 @@ impl Pipelined {
     // Only Redlock sends without awaiting.
     #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
     pub(crate) fn send_now(&self, cmd: &Cmd) -> bool {
-        self.live_link().is_some_and(|link| link.send(cmd).is_ok())
+        self.live_link()
+            .is_some_and(|link| link.send([cmd]).is_ok())
     }
 
     async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
         let link = self.link().await?;
-        let answer = link.send(cmd)?;
+        let [answer] = link.send([cmd])?;
+        self.answer(&link, answer).await
+    }
+
+    /// Sends `first` and `second` together (one write, nothing between them) and answers both,
+    /// or the first error: a take and the `WAIT` for its replicas in one round trip.
+    pub(crate) async fn request_pair(
+        &self,
+        first: &Cmd,
+        second: &Cmd,
+    ) -> RedisResult<(Value, Value)> {
+        let link = self.link().await?;
+        let [first, second] = link.send([first, second])?;
+        let first = self.answer(&link, first).await;
+        let second = self.answer(&link, second).await;
+        Ok((first?, second?))
+    }
+
+    /// The answer to a request sent on `link`, within the response timeout.
+    async fn answer(
+        &self,
+        link: &Link,
+        answer: oneshot::Receiver<RedisResult<Value>>,
+    ) -> RedisResult<Value> {
         match tokio::time::timeout(self.0.target.response_timeout, answer).await {
             Ok(Ok(value)) => value,
             // The connection failed and dropped the request unanswered (`fail` answers every
@@ -210,20 +234,27 @@ impl ConnectionLike for Pipelined {
 }
 
 impl Link {
-    /// Packs `cmd` for the writer and returns where its answer will arrive.
-    fn send(&self, cmd: &Cmd) -> RedisResult<oneshot::Receiver<RedisResult<Value>>> {
-        let (tx, rx) = oneshot::channel();
-        {
+    /// Packs `cmds` for the writer, one after the other, and returns where their answers will
+    /// arrive.
+    fn send<const N: usize>(
+        &self,
+        cmds: [&Cmd; N],
+    ) -> RedisResult<[oneshot::Receiver<RedisResult<Value>>; N]> {
+        let receivers = {
             let mut state = lock(&self.state);
             if state.broken {
                 return Err(not_sent());
             }
-            cmd.write_packed_command(&mut state.out);
-            state.unsent += 1;
-            state.answers.push_back(tx);
-        }
+            std::array::from_fn(|i| {
+                let (tx, rx) = oneshot::channel();
+                cmds[i].write_packed_command(&mut state.out);
+                state.unsent += 1;
+                state.answers.push_back(tx);
+                rx
+            })
+        };
         self.wake_writer.notify_one();
-        Ok(rx)
+        Ok(receivers)
     }
 
     /// Marks the connection failed and answers every request in flight: those still unwritten
@@ -297,7 +328,7 @@ async fn open(target: &Target) -> RedisResult<Live> {
         let link = live.link.clone();
         let timeout = target.response_timeout;
         async move {
-            let answer = link.send(&cmd)?;
+            let [answer] = link.send([&cmd])?;
             match tokio::time::timeout(timeout, answer).await {
                 Ok(Ok(value)) => value,
                 _ => Err(io_error(

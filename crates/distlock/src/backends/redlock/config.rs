@@ -121,6 +121,13 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
             prefix = value.to_string();
             continue;
         }
+        if matches!(*key, "wait_replicas" | "wait_timeout") {
+            return Err(invalid(
+                url,
+                "wait_replicas is for redis:// and redis-sentinel:// (a master and its replicas); \
+                 Redlock's masters are independent, and a majority of them is what a take needs",
+            ));
+        }
         let timeout = parse_duration(value)
             .ok_or_else(|| invalid(url, format!("{key} is not a duration (e.g. 100ms, 1s)")));
         match *key {
@@ -351,6 +358,10 @@ mod tests {
                 "response_timeout",
             ),
             ("redlock://u:hunter2@a,b,c?password=x", "unknown parameter"),
+            (
+                "redlock://u:hunter2@a,b,c?wait_replicas=1&wait_timeout=1s",
+                "independent",
+            ),
             ("redlock://u:hunter2@a,b,c/x", "database number"),
             ("redlock://u:hunter2@a,,c", "no host"),
             ("redis://u:hunter2@a,b,c", "not a redlock"),
