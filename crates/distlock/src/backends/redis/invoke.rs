@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
     Cmd, ConnectionAddr, FromRedisValue, Pipeline, RedisError, RedisFuture, Script,
     ServerErrorKind, Value,
 };
 
+use super::cluster;
 use super::config;
 use super::pipelined::{Pipelined, Target};
 use super::sentinel::{self, Sentinels};
@@ -74,6 +76,9 @@ impl Server {
     pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
         if config::is_sentinel(url) {
             return Self::connect_sentinel(url, options).await;
+        }
+        if cluster::is_cluster(url) {
+            return Self::connect_cluster(url, options).await;
         }
         let config = config::parse(url)?;
         if config.tls {
@@ -181,10 +186,31 @@ impl Server {
         })
     }
 
+    /// [`connect`](Self::connect) for `redis-cluster://`: redis-rs' cluster client, which
+    /// routes each script to its slot's master, and sharded pub/sub (see `cluster.rs`).
+    async fn connect_cluster(url: &str, options: &Options) -> Result<Self> {
+        let config = cluster::parse(url)?;
+        let (conn, shards) = cluster::connect(&config, options).await.map_err(|e| {
+            e.with_hint("are the cluster's nodes running, and is one of them in the URL?")
+        })?;
+        Ok(Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
+            conn: Conn::Cluster(conn),
+            subscriber: Subscriber::start_sharded(shards),
+            shown_url: config.shown,
+            prefix: config.prefix,
+            follower: None,
+        })
+    }
+
     /// Every key matching `pattern`, by `SCAN` (a few thousand keys a round trip, never blocking
     /// the server as `KEYS` would). A key may be answered twice (SCAN's promise), or be gone by
     /// the time it is read; keys that are not UTF-8 are not distlock's and are left out.
     pub(crate) async fn scan(&self, pattern: &str, what: &str) -> Result<Vec<String>> {
+        if let Conn::Cluster(conn) = &self.conn {
+            // Each master holds its own slots' keys.
+            return cluster::scan(conn, pattern, what).await;
+        }
         let mut conn = self.conn.clone();
         let mut cursor: u64 = 0;
         let mut found = Vec::new();
@@ -216,7 +242,7 @@ impl Server {
     pub(crate) fn send_unawaited(&self, text: &str, keys: &[String], args: &[&str]) -> bool {
         match &self.conn {
             Conn::Pipelined(conn) => conn.send_now(&script_call("EVAL", text, keys, args)),
-            Conn::Managed(_) => false,
+            Conn::Managed(_) | Conn::Cluster(_) => false,
         }
     }
 
@@ -231,6 +257,12 @@ impl Server {
         args: &[&str],
         what: &str,
     ) -> Result<T> {
+        let in_cluster = matches!(self.conn, Conn::Cluster(_));
+        let script = if in_cluster {
+            cluster::sharded(script)
+        } else {
+            script
+        };
         let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
         let mut conn = self.conn.clone();
         let give_up = tokio::time::Instant::now() + self.retry_for;
@@ -264,7 +296,10 @@ impl Server {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Some(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
+                Some(e)
+                    if (surely_not_sent(&e) || (in_cluster && cluster::not_run_yet(&e)))
+                        && tokio::time::Instant::now() < give_up =>
+                {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -290,11 +325,13 @@ fn script_call(verb: &str, script: &str, keys: &[String], args: &[&str]) -> Cmd 
     call
 }
 
-/// The command connection: pipelined over plain TCP, redis-rs' own over TLS.
+/// The command connection: pipelined over plain TCP, redis-rs' own over TLS, redis-rs'
+/// cluster client to a Redis Cluster.
 #[derive(Clone)]
 enum Conn {
     Pipelined(Pipelined),
     Managed(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -302,6 +339,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.req_packed_command(cmd),
             Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -314,6 +352,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -321,6 +360,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.get_db(),
             Conn::Managed(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
         }
     }
 }

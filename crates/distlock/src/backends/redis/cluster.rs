@@ -1,0 +1,521 @@
+//! Redis Cluster (`redis-cluster://[user:password@]h1:p1[,h2:p2…][?prefix=P]`): the same
+//! scripts, keys and core as one server, over redis-rs' cluster client.
+//!
+//! * **Routing.** Every key of one lock, election or latch carries the hash tag `{name}`
+//!   (`keys.rs`), so each script touches one slot and redis-rs sends it to that slot's master by
+//!   its first key. It follows `MOVED` (the slot has a new owner: its slot map is refreshed) and
+//!   `ASK` (a slot being migrated: `ASKING` and the script on the importing node), and waits and
+//!   retries on `TRYAGAIN` (the script's keys are split between the two nodes of a migration).
+//!   Redis refuses a script whose keys are not all on the node that runs it, so a lock half
+//!   migrated is never read as free. What redis-rs gives up on, and surely never ran (the cluster
+//!   is down, the master of the slot cannot be reached during a failover), `Server::run` tries
+//!   again for a while, as for one server.
+//! * **Waiting** is by sharded pub/sub: the scripts publish with `SPUBLISH` ([`sharded`]: the
+//!   single-server scripts with their `PUBLISH` replaced), and waiters listen with `SSUBSCRIBE`
+//!   on the channel's shard, so a release reaches the lock's master and its replicas instead of
+//!   every node of the cluster. redis-rs keeps the subscriptions on the node that serves each
+//!   channel's slot, moving them when the slot moves (a failover, a resharding); since messages
+//!   published meanwhile are lost, the waiters of a channel that moved, or of every channel
+//!   after a lost connection, are woken once to try again ([`subscribe_sharded`]). Sharded
+//!   pub/sub needs Redis 7.0 and the RESP3 protocol, which this client speaks.
+//! * **Inspection.** `status` by prefix `SCAN`s every master ([`scan`]); a status or forced
+//!   release of one name goes to its slot's master like any script.
+//! * **Fencing tokens** follow the server clock as for `redis-sentinel://` (`prelude.lua`): a
+//!   replica promoted by a failover may have missed the last counter steps.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{
+    ErrorKind as RedisKind, ProtocolVersion, PushInfo, PushKind, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::invoke::from_redis;
+use super::keys::check_prefix;
+use super::scripts::SHARDED;
+use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
+use super::{CONNECT_TIMEOUT, NAME, RESPONSE_TIMEOUT};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::url::{authority, for_driver, redact, userinfo_end};
+
+/// The scheme of Redis Cluster.
+const SCHEME: &str = "redis-cluster://";
+
+const EXPECTED: &str = "redis-cluster://[user:password@]host:port[,host:port…][?prefix=app1:]";
+
+/// A node's port, for a host given without one.
+const DEFAULT_PORT: u16 = 6379;
+
+/// How many times redis-rs tries a request again itself (after `MOVED`, `ASK`, `TRYAGAIN`, a
+/// lost connection), waiting 10 ms to 400 ms between tries: a few tenths of a second in all.
+/// What is left after that, a failover that takes seconds, `Server::run` rides out.
+const REDIRECT_RETRIES: u32 = 6;
+const RETRY_WAIT_MIN_MS: u64 = 10;
+const RETRY_WAIT_MAX_MS: u64 = 400;
+
+/// Whether `url` is a `redis-cluster://` URL (schemes are case-insensitive).
+pub(super) fn is_cluster(url: &str) -> bool {
+    url.get(..SCHEME.len())
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(SCHEME))
+}
+
+/// What `connect` needs from a `redis-cluster://` URL.
+pub(super) struct ClusterConfig {
+    /// The URL with its password masked: the only form ever shown.
+    pub(super) shown: String,
+    /// The nodes to learn the cluster from, in the URL's order (any nodes of it: the client
+    /// finds the others).
+    seeds: Vec<(String, u16)>,
+    username: Option<String>,
+    password: Option<String>,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the password.
+        f.debug_struct("ClusterConfig")
+            .field("url", &self.shown)
+            .field("seeds", &self.seeds)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Checks a `redis-cluster://` URL.
+pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!("{:?}: {why}; expected {EXPECTED}", redact(url)),
+        )
+        .with_backend(NAME)
+    };
+    if !is_cluster(url) {
+        return Err(bad("not a redis-cluster:// URL"));
+    }
+    let rest = &url[SCHEME.len()..];
+    let servers = authority(url, NAME, EXPECTED)?;
+    let seeds = servers
+        .hosts
+        .into_iter()
+        .map(|h| {
+            // An IPv6 literal connects without its brackets.
+            let host = h.host.trim_start_matches('[').trim_end_matches(']');
+            (host.to_string(), h.port.unwrap_or(DEFAULT_PORT))
+        })
+        .collect();
+    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
+    let hosts_and_rest = &rest[userinfo.map_or(0, |u| u.len() + 1)..];
+    let after = &hosts_and_rest[hosts_and_rest
+        .find(['/', '?', '#'])
+        .unwrap_or(hosts_and_rest.len())..];
+    if after.contains('#') {
+        return Err(bad("a fragment (#…) means nothing here"));
+    }
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    if !matches!(path.trim_start_matches('/'), "" | "0") {
+        return Err(bad(
+            "a database after the hosts: a Redis Cluster has database 0 only",
+        ));
+    }
+    let mut prefix = String::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value).map_err(bad)?;
+                prefix = value.to_string();
+            }
+            _ => {
+                return Err(bad(
+                    "an unknown parameter (redis-cluster:// takes prefix=P)",
+                ));
+            }
+        }
+    }
+    // redis-rs reads the user-info as it does for redis:// (%-escapes, a password alone).
+    let node_url = match userinfo {
+        Some(userinfo) => format!("redis://{userinfo}@127.0.0.1:6379/0"),
+        None => "redis://127.0.0.1:6379/0".to_string(),
+    };
+    let node = ::redis::IntoConnectionInfo::into_connection_info(for_driver(&node_url))
+        .map_err(|e| bad(&format!("rejected by the Redis client ({:?})", e.kind())))?;
+    let settings = node.redis_settings();
+    Ok(ClusterConfig {
+        shown: redact(url),
+        seeds,
+        username: settings.username().map(str::to_string),
+        password: settings.password().map(str::to_string),
+        prefix,
+    })
+}
+
+/// What the sharded subscriber works with: the cluster connection (commands and subscriptions
+/// share it) and the pushes the server sends on it (messages, subscription changes).
+pub(super) struct Shards {
+    conn: ClusterConnection,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+}
+
+/// Connects to the cluster `config` names: learns its slots from the first seed that answers.
+pub(super) async fn connect(
+    config: &ClusterConfig,
+    options: &Options,
+) -> Result<(ClusterConnection, Shards)> {
+    let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+    let seeds: Vec<String> = config
+        .seeds
+        .iter()
+        .map(|(host, port)| {
+            // An IPv6 literal goes back into brackets.
+            if host.contains(':') {
+                format!("redis://[{host}]:{port}")
+            } else {
+                format!("redis://{host}:{port}")
+            }
+        })
+        .collect();
+    let (tx, pushes) = mpsc::unbounded_channel();
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(tx)
+        .connection_timeout(connect_timeout)
+        .response_timeout(response_timeout)
+        .retries(REDIRECT_RETRIES)
+        .min_retry_wait(RETRY_WAIT_MIN_MS)
+        .max_retry_wait(RETRY_WAIT_MAX_MS);
+    if let Some(user) = &config.username {
+        builder = builder.username(user);
+    }
+    if let Some(password) = &config.password {
+        builder = builder.password(password);
+    }
+    let client = builder.build().map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!(
+                "{}: rejected by the Redis client ({:?})",
+                config.shown,
+                e.kind()
+            ),
+        )
+        .with_backend(NAME)
+    })?;
+    let conn = client
+        .get_async_connection()
+        .await
+        .map_err(|e| from_redis(&format!("connecting to {}", config.shown), e))?;
+    Ok((conn.clone(), Shards { conn, pushes }))
+}
+
+/// The variant of `script` a cluster runs: with `SPUBLISH` for `PUBLISH` (see [`SHARDED`]).
+pub(super) fn sharded(script: &Script) -> &Script {
+    SHARDED.get(script.get_hash()).unwrap_or(script)
+}
+
+/// True for an error after which the script surely did not run, and that a cluster mends by
+/// itself within seconds: the slot is being migrated (`TRYAGAIN`), the cluster or the slot's
+/// master is down or being failed over (`CLUSTERDOWN`, `MASTERDOWN`, no connection to the
+/// slot's node).
+pub(super) fn not_run_yet(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        RedisKind::Server(
+            ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown
+        ) | RedisKind::ClusterConnectionNotFound
+    ) || e.is_connection_refusal()
+}
+
+/// The masters of the cluster, as one of them answers `CLUSTER SLOTS`.
+pub(crate) async fn masters(conn: &ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let mut conn = conn.clone();
+    let answer = conn
+        .route_command(
+            ::redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        )
+        .await?;
+    Ok(masters_of(&answer))
+}
+
+/// The masters in an answer to `CLUSTER SLOTS`: each range is `[first, last, [host, port,
+/// id, …], replicas…]`.
+fn masters_of(answer: &Value) -> Vec<(String, u16)> {
+    let mut found = Vec::new();
+    let Value::Array(ranges) = answer else {
+        return found;
+    };
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let Some(Value::Array(master)) = parts.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        if !found.contains(&(host.clone(), port)) {
+            found.push((host, port));
+        }
+    }
+    found
+}
+
+/// Every key matching `pattern` on every master (see `Server::scan`).
+pub(super) async fn scan(
+    conn: &ClusterConnection,
+    pattern: &str,
+    what: &str,
+) -> Result<Vec<String>> {
+    let failed = |e| from_redis(what, e);
+    let mut found = Vec::new();
+    for (host, port) in masters(conn).await.map_err(failed)? {
+        let mut conn = conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = ::redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            let answer = conn.route_command(scan, routing).await.map_err(failed)?;
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                ::redis::from_redis_value(answer).map_err(|e| failed(e.into()))?;
+            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(found)
+}
+
+/// The subscriber task of a cluster client: `SSUBSCRIBE` for a channel's first waiter,
+/// `SUNSUBSCRIBE` once it has had none for [`IDLE_GRACE`], and each message handed to the
+/// waiters it is for (as `subscriber.rs` does for one server). redis-rs moves the subscriptions
+/// when slots move and after a lost connection, confirming each again: those waiters are woken
+/// once, since what was published meanwhile is lost.
+pub(super) async fn subscribe_sharded(
+    shards: Shards,
+    registry: Arc<Mutex<Registry>>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let Shards {
+        mut conn,
+        mut pushes,
+    } = shards;
+    let mut subscribed: HashSet<String> = HashSet::new();
+    // Confirmations and unsubscriptions this task asked for and has not seen yet: any other
+    // is redis-rs moving a subscription, or the server dropping it.
+    // Keyed by (true for SSUBSCRIBE, false for SUNSUBSCRIBE, channel).
+    let mut asked: HashMap<(bool, String), usize> = HashMap::new();
+    let mut idle: HashMap<String, Instant> = HashMap::new();
+    let take_asked = |asked: &mut HashMap<(bool, String), usize>, key: (bool, String)| match asked
+        .get_mut(&key)
+    {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            true
+        }
+        Some(_) => asked.remove(&key).is_some(),
+        None => false,
+    };
+    loop {
+        let sweep_at = idle.values().min().copied();
+        let sweep = async move {
+            match sweep_at {
+                Some(oldest) => tokio::time::sleep_until(oldest + IDLE_GRACE).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe(channel, ack)) => {
+                    idle.remove(&channel);
+                    if !subscribed.contains(&channel) {
+                        *asked.entry((true, channel.clone())).or_default() += 1;
+                        match tokio::time::timeout(SUBSCRIBE_WAIT, conn.ssubscribe(&channel)).await {
+                            Ok(Ok(())) => {
+                                subscribed.insert(channel);
+                            }
+                            // The waiter relies on its timer, and asks again at its next wait.
+                            Ok(Err(e)) => tracing::debug!("redis cluster SSUBSCRIBE failed: {e}"),
+                            Err(_) => tracing::debug!("redis cluster SSUBSCRIBE unanswered"),
+                        }
+                    }
+                    let _ = ack.send(());
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    if subscribed.contains(&channel) {
+                        idle.insert(channel, Instant::now());
+                    }
+                }
+                Some(Command::Moved(_)) => {}
+            },
+            () = sweep => {
+                let now = Instant::now();
+                let wanted: HashSet<String> = subscriber::wanted(&registry).into_iter().collect();
+                let expired: Vec<String> = idle
+                    .iter()
+                    .filter(|(ch, since)| wanted.contains(*ch) || now >= **since + IDLE_GRACE)
+                    .map(|(ch, _)| ch.clone())
+                    .collect();
+                for channel in expired {
+                    idle.remove(&channel);
+                    if !wanted.contains(&channel) && subscribed.remove(&channel) {
+                        *asked.entry((false, channel.clone())).or_default() += 1;
+                        if let Err(e) = conn.sunsubscribe(&channel).await {
+                            tracing::debug!("redis cluster SUNSUBSCRIBE failed: {e}");
+                        }
+                    }
+                }
+            }
+            push = pushes.recv() => {
+                let Some(push) = push else { return };
+                let channel = match push.data.first() {
+                    Some(Value::BulkString(name)) => String::from_utf8(name.clone()).ok(),
+                    _ => None,
+                };
+                match (push.kind, channel) {
+                    (PushKind::SMessage, Some(channel)) => {
+                        let payload = match push.data.get(1) {
+                            Some(Value::BulkString(payload)) => payload.as_slice(),
+                            _ => &[],
+                        };
+                        subscriber::dispatch(&registry, &channel, payload);
+                    }
+                    // Every connection's subscriptions are made again by redis-rs; whatever
+                    // was published meanwhile is lost.
+                    (PushKind::Disconnection, _) => subscriber::wake_all(&registry),
+                    (kind @ (PushKind::SSubscribe | PushKind::SUnsubscribe), Some(channel)) => {
+                        let subscribing = kind == PushKind::SSubscribe;
+                        if !take_asked(&mut asked, (subscribing, channel.clone())) {
+                            tracing::debug!("redis cluster: the subscription of {channel} moved");
+                            subscriber::wake_channel(&registry, &channel);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls() {
+        let c = parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,h").unwrap();
+        assert_eq!(
+            c.seeds,
+            vec![
+                ("127.0.0.1".to_string(), 7000),
+                ("127.0.0.1".to_string(), 7001),
+                ("h".to_string(), 6379),
+            ]
+        );
+        assert_eq!((c.username.as_deref(), c.password.as_deref()), (None, None));
+        assert_eq!(c.prefix, "");
+        let c = parse("REDIS-CLUSTER://app:p@s/s?w#rd@[::1]:7000/0?prefix=app1:").unwrap();
+        assert_eq!(c.seeds, vec![("::1".to_string(), 7000)]);
+        assert_eq!(c.username.as_deref(), Some("app"));
+        assert_eq!(c.password.as_deref(), Some("p@s/s?w#rd"));
+        assert_eq!(c.prefix, "app1:");
+        assert_eq!(c.shown, "REDIS-CLUSTER://***@[::1]:7000/0?prefix=app1:");
+        let c = parse("redis-cluster://:hunter2@h:1").unwrap();
+        assert_eq!(c.password.as_deref(), Some("hunter2"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn bad_cluster_urls_name_the_fault_and_hide_the_password() {
+        for (url, fault) in [
+            ("redis-cluster://u:hunter2@h:1/2", "database 0 only"),
+            ("redis-cluster://u:hunter2@h:1?db=2", "unknown parameter"),
+            ("redis-cluster://u:hunter2@h:0", "port"),
+            ("redis-cluster://u:hunter2@", "no host"),
+            ("redis-cluster://u:hunter2@h:1,,h:2", "no host"),
+            ("redis-cluster://u:hunter2@h:1#x", "fragment"),
+            ("redis-cluster://u:hunter2@h:1?prefix=a{b}", "prefix"),
+            ("redis://u:hunter2@h:1", "not a redis-cluster"),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = err.to_string();
+            assert!(shown.contains(fault), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
+    }
+
+    #[test]
+    fn masters_are_read_from_cluster_slots() {
+        let node = |port: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |first, last, master: i64, replica: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                node(master),
+                node(replica),
+            ])
+        };
+        let answer = Value::Array(vec![
+            range(0, 100, 7000, 7003),
+            range(101, 200, 7001, 7004),
+            range(201, 16383, 7000, 7003),
+        ]);
+        assert_eq!(
+            masters_of(&answer),
+            vec![
+                ("127.0.0.1".to_string(), 7000),
+                ("127.0.0.1".to_string(), 7001)
+            ]
+        );
+        assert!(masters_of(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn cluster_scripts_publish_to_the_shard() {
+        let release = &super::super::scripts::SCRIPTS
+            .ops(crate::types::LockKind::Mutex)
+            .release;
+        let hash = release.get_hash();
+        assert_ne!(sharded(release).get_hash(), hash, "release publishes");
+        assert_eq!(
+            sharded(sharded(release)).get_hash(),
+            sharded(release).get_hash()
+        );
+        let latch = Script::new(super::super::latch::LATCH_TEXT);
+        assert_ne!(sharded(&latch).get_hash(), latch.get_hash());
+    }
+}
