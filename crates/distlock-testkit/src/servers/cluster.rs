@@ -156,11 +156,21 @@ impl RedisCluster {
         new.ok_or_else(|| Failure("no new master".into()))
     }
 
-    /// Every node knows the others and serves every slot.
+    /// Every node knows the others and serves every slot, and every replica is in sync with its
+    /// master (a failover is possible).
     fn ready(&self) -> Result<bool, Failure> {
         for node in &self.nodes {
             let info = redis_cli(node.port(), &["CLUSTER", "INFO"])?;
             if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
+                return Ok(false);
+            }
+            let replication = redis_cli(node.port(), &["INFO", "replication"])?;
+            let synced = if replication.contains("role:master") {
+                replication.contains("connected_slaves:1")
+            } else {
+                replication.contains("master_link_status:up")
+            };
+            if !synced {
                 return Ok(false);
             }
         }

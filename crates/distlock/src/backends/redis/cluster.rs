@@ -223,14 +223,19 @@ pub(super) fn sharded(script: &Script) -> &Script {
 }
 
 /// True for an error after which the script surely did not run, and that a cluster mends by
-/// itself within seconds: the slot is being migrated (`TRYAGAIN`), the cluster or the slot's
-/// master is down or being failed over (`CLUSTERDOWN`, `MASTERDOWN`, no connection to the
-/// slot's node).
+/// itself within seconds: the slot is being migrated (`TRYAGAIN`), or moved and redis-rs' tries
+/// ran out while the nodes still disagreed where (`MOVED`, `ASK`: as while a failover
+/// spreads), the cluster or the slot's master is down or being failed over (`CLUSTERDOWN`,
+/// `MASTERDOWN`, no connection to the slot's node).
 pub(super) fn not_run_yet(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         RedisKind::Server(
-            ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
         ) | RedisKind::ClusterConnectionNotFound
     ) || e.is_connection_refusal()
 }
