@@ -413,7 +413,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
                     Err(e)
                         if e.kind() == ErrorKind::Connection || e.kind() == ErrorKind::Backend =>
                     {
-                        return Err(Failure(format!("try {tries} failed: {e}")));
+                        return Err(Failure(format!("try {tries} failed: {e:?}")));
                     }
                     Err(e) => return Err(Failure(format!("try {tries}: {e}"))),
                 }

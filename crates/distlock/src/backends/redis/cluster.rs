@@ -26,7 +26,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{
@@ -158,14 +158,19 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
     })
 }
 
-/// What the sharded subscriber works with: the cluster connection (commands and subscriptions
-/// share it) and the pushes the server sends on it (messages, subscription changes).
+/// What the sharded subscriber works with: a cluster client of its own (RESP3, opened at the
+/// first wait) and the pushes the server sends on its connections (messages, subscription
+/// changes). Commands never share its connections: redis-rs 1.8 takes a `sunsubscribe` the
+/// server pushes when a slot moves away for the reply to whatever request is in flight on that
+/// connection (seen in the resharding test as a take answered by the push), and every later
+/// reply would then answer the wrong request.
 pub(super) struct Shards {
-    conn: ClusterConnection,
+    client: ClusterClient,
     pushes: mpsc::UnboundedReceiver<PushInfo>,
 }
 
-/// Connects to the cluster `config` names: learns its slots from the first seed that answers.
+/// Connects to the cluster `config` names (learns its slots from the first seed that answers),
+/// and makes the subscriber's client, which connects at the first wait.
 pub(super) async fn connect(
     config: &ClusterConfig,
     options: &Options,
@@ -184,22 +189,22 @@ pub(super) async fn connect(
             }
         })
         .collect();
-    let (tx, pushes) = mpsc::unbounded_channel();
-    let mut builder = ClusterClientBuilder::new(seeds)
-        .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(tx)
-        .connection_timeout(connect_timeout)
-        .response_timeout(response_timeout)
-        .retries(REDIRECT_RETRIES)
-        .min_retry_wait(RETRY_WAIT_MIN_MS)
-        .max_retry_wait(RETRY_WAIT_MAX_MS);
-    if let Some(user) = &config.username {
-        builder = builder.username(user);
-    }
-    if let Some(password) = &config.password {
-        builder = builder.password(password);
-    }
-    let client = builder.build().map_err(|e| {
+    let builder = || {
+        let mut builder = ClusterClientBuilder::new(seeds.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .retries(REDIRECT_RETRIES)
+            .min_retry_wait(RETRY_WAIT_MIN_MS)
+            .max_retry_wait(RETRY_WAIT_MAX_MS);
+        if let Some(user) = &config.username {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &config.password {
+            builder = builder.password(password);
+        }
+        builder
+    };
+    let rejected = |e: RedisError| {
         Error::new(
             ErrorKind::InvalidUrl,
             format!(
@@ -209,12 +214,27 @@ pub(super) async fn connect(
             ),
         )
         .with_backend(NAME)
-    })?;
-    let conn = client
+    };
+    // Sharded pub/sub needs RESP3, whose pushes come through this channel.
+    let (tx, pushes) = mpsc::unbounded_channel();
+    let subscriptions = builder()
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(tx)
+        .build()
+        .map_err(rejected)?;
+    let conn = builder()
+        .build()
+        .map_err(rejected)?
         .get_async_connection()
         .await
         .map_err(|e| from_redis(&format!("connecting to {}", config.shown), e))?;
-    Ok((conn.clone(), Shards { conn, pushes }))
+    Ok((
+        conn,
+        Shards {
+            client: subscriptions,
+            pushes,
+        },
+    ))
 }
 
 /// The variant of `script` a cluster runs: with `SPUBLISH` for `PUBLISH` (see [`SHARDED`]).
@@ -327,10 +347,9 @@ pub(super) async fn subscribe_sharded(
     registry: Arc<Mutex<Registry>>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let Shards {
-        mut conn,
-        mut pushes,
-    } = shards;
+    let Shards { client, mut pushes } = shards;
+    // Opened at the first wait, and again at a wait after it could not be.
+    let mut conn: Option<ClusterConnection> = None;
     let mut subscribed: HashSet<String> = HashSet::new();
     // Confirmations and unsubscriptions this task asked for and has not seen yet: any other
     // is redis-rs moving a subscription, or the server dropping it.
@@ -360,7 +379,17 @@ pub(super) async fn subscribe_sharded(
                 None => return,
                 Some(Command::Subscribe(channel, ack)) => {
                     idle.remove(&channel);
-                    if !subscribed.contains(&channel) {
+                    if conn.is_none() {
+                        let opened = tokio::time::timeout(SUBSCRIBE_WAIT, client.get_async_connection());
+                        match opened.await {
+                            Ok(Ok(opened)) => conn = Some(opened),
+                            Ok(Err(e)) => tracing::debug!("redis cluster pub/sub connection failed: {e}"),
+                            Err(_) => tracing::debug!("redis cluster pub/sub connection timed out"),
+                        }
+                    }
+                    if let Some(conn) = conn.as_mut()
+                        && !subscribed.contains(&channel)
+                    {
                         *asked.entry((true, channel.clone())).or_default() += 1;
                         match tokio::time::timeout(SUBSCRIBE_WAIT, conn.ssubscribe(&channel)).await {
                             Ok(Ok(())) => {
@@ -390,7 +419,10 @@ pub(super) async fn subscribe_sharded(
                     .collect();
                 for channel in expired {
                     idle.remove(&channel);
-                    if !wanted.contains(&channel) && subscribed.remove(&channel) {
+                    if !wanted.contains(&channel)
+                        && subscribed.remove(&channel)
+                        && let Some(conn) = conn.as_mut()
+                    {
                         *asked.entry((false, channel.clone())).or_default() += 1;
                         if let Err(e) = conn.sunsubscribe(&channel).await {
                             tracing::debug!("redis cluster SUNSUBSCRIBE failed: {e}");
