@@ -43,7 +43,7 @@ weight() {
     mysql) echo 220 ;;
     torture) echo 180 ;;
     redis_sentinel) echo 160 ;;
-    redis_cluster) echo 150 ;;
+    redis_cluster) echo 180 ;;
     postgres_session) echo 155 ;;
     secrets) echo 140 ;;
     sqlite) echo 137 ;;
