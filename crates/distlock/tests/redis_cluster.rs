@@ -328,14 +328,41 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
         "the waiter finished while the lock was held: {:?}",
         waiting.await
     );
+    // The waiter's subscription moved to the new master.
+    let resubscribed = distlock_testkit::cases::eventually(
+        Duration::from_secs(15),
+        "the waiter to subscribe on the new master",
+        || {
+            let channel = channel.clone();
+            async move {
+                let n = blocking(|| redis_cli(new, &["PUBSUB", "SHARDNUMSUB", &channel]))?;
+                Ok(n.lines().nth(1) == Some("1"))
+            }
+        },
+    )
+    .await;
+    let subscribed_after = started.elapsed();
     check!(
         held.release().await?,
         "the release on the new master found no holding"
     );
+    let released = std::time::Instant::now();
     let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
         .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let woken_after = released.elapsed();
+    eprintln!(
+        "resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the lock \
+         {woken_after:?} after the release"
+    );
+    resubscribed?;
+    // Woken by the release's message, not by its timer (bounded by the holder's lease left,
+    // up to 20 s).
+    check!(
+        woken_after < Duration::from_secs(3),
+        "the waiter took the lock {woken_after:?} after the release: not woken by it"
+    );
     let max_before = before.iter().copied().max().unwrap_or(0);
     check!(
         taken.fencing_token().get() > max_before,

@@ -13,11 +13,11 @@
 //! * **Waiting** is by sharded pub/sub: the scripts publish with `SPUBLISH` ([`sharded`]: the
 //!   single-server scripts with their `PUBLISH` replaced), and waiters listen with `SSUBSCRIBE`
 //!   on the channel's shard, so a release reaches the lock's master and its replicas instead of
-//!   every node of the cluster. redis-rs keeps the subscriptions on the node that serves each
-//!   channel's slot, moving them when the slot moves (a failover, a resharding); since messages
-//!   published meanwhile are lost, the waiters of a channel that moved, or of every channel
-//!   after a lost connection, are woken once to try again ([`subscribe_sharded`]). Sharded
-//!   pub/sub needs Redis 7.0 and the RESP3 protocol, which this client speaks.
+//!   every node of the cluster. When a node's connection ends (a failover) or a node drops a
+//!   subscription (its slot moved), the subscriber connects again with a fresh slot map,
+//!   subscribes every channel on the node serving it now, and wakes every waiter once, since
+//!   what was published meanwhile is lost ([`subscribe_sharded`]). Sharded pub/sub needs
+//!   Redis 7.0 and RESP3, which the subscriber's connection speaks.
 //! * **Inspection.** `status` by prefix `SCAN`s every master ([`scan`]); a status or forced
 //!   release of one name goes to its slot's master like any script.
 //! * **Fencing tokens** follow the server clock as for `redis-sentinel://` (`prelude.lua`): a
@@ -158,16 +158,19 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
     })
 }
 
-/// What the sharded subscriber works with: a cluster client of its own (RESP3, opened at the
-/// first wait) and the pushes the server sends on its connections (messages, subscription
-/// changes). Commands never share its connections: redis-rs 1.8 takes a `sunsubscribe` the
-/// server pushes when a slot moves away for the reply to whatever request is in flight on that
-/// connection (seen in the resharding test as a take answered by the push), and every later
-/// reply would then answer the wrong request.
+/// What the sharded subscriber works with: how to make a cluster client of its own (RESP3),
+/// whose pushes (messages, subscription changes) come through the channel it is given. Commands
+/// never share its connections: redis-rs 1.8 takes a `sunsubscribe` the server pushes when a
+/// slot moves away for the reply to whatever request is in flight on that connection (seen in
+/// the resharding test as a take answered by the push), and every later reply would then answer
+/// the wrong request. A client is made afresh at each (re)connection, with a channel of its own,
+/// so nothing an abandoned connection pushes reaches the subscriber.
 pub(super) struct Shards {
-    client: ClusterClient,
-    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    make: Box<MakeClient>,
 }
+
+type MakeClient =
+    dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync;
 
 /// Connects to the cluster `config` names (learns its slots from the first seed that answers),
 /// and makes the subscriber's client, which connects at the first wait.
@@ -189,17 +192,18 @@ pub(super) async fn connect(
             }
         })
         .collect();
-    let builder = || {
+    let (username, password) = (config.username.clone(), config.password.clone());
+    let builder = move || {
         let mut builder = ClusterClientBuilder::new(seeds.clone())
             .connection_timeout(connect_timeout)
             .response_timeout(response_timeout)
             .retries(REDIRECT_RETRIES)
             .min_retry_wait(RETRY_WAIT_MIN_MS)
             .max_retry_wait(RETRY_WAIT_MAX_MS);
-        if let Some(user) = &config.username {
+        if let Some(user) = &username {
             builder = builder.username(user);
         }
-        if let Some(password) = &config.password {
+        if let Some(password) = &password {
             builder = builder.password(password);
         }
         builder
@@ -215,24 +219,23 @@ pub(super) async fn connect(
         )
         .with_backend(NAME)
     };
-    // Sharded pub/sub needs RESP3, whose pushes come through this channel.
-    let (tx, pushes) = mpsc::unbounded_channel();
-    let subscriptions = builder()
-        .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(tx)
-        .build()
-        .map_err(rejected)?;
     let conn = builder()
         .build()
         .map_err(rejected)?
         .get_async_connection()
         .await
         .map_err(|e| from_redis(&format!("connecting to {}", config.shown), e))?;
+    // Sharded pub/sub needs RESP3, whose pushes come through the channel given.
+    let make = move |pushes| {
+        builder()
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()
+    };
     Ok((
         conn,
         Shards {
-            client: subscriptions,
-            pushes,
+            make: Box::new(make),
         },
     ))
 }
@@ -337,35 +340,89 @@ pub(super) async fn scan(
     Ok(found)
 }
 
+/// The live subscription connection: the cluster connection, the pushes of its client, and
+/// the channels it has confirmed.
+struct Subscriptions {
+    conn: ClusterConnection,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    subscribed: HashSet<String>,
+    /// Confirmations and unsubscriptions this task asked for and has not seen yet, by (true for
+    /// `SSUBSCRIBE`, false for `SUNSUBSCRIBE`, channel): any other is the server or redis-rs
+    /// moving a subscription.
+    asked: HashMap<(bool, String), usize>,
+}
+
+impl Subscriptions {
+    /// A new client and connection, subscribed to `channels`.
+    async fn open(shards: &Shards, channels: &[String]) -> RedisResult<Self> {
+        let (tx, pushes) = mpsc::unbounded_channel();
+        let client = (shards.make)(tx)?;
+        let conn = tokio::time::timeout(SUBSCRIBE_WAIT, client.get_async_connection())
+            .await
+            .map_err(|_| timed_out("opening the cluster's pub/sub connection timed out"))??;
+        let mut subs = Subscriptions {
+            conn,
+            pushes,
+            subscribed: HashSet::new(),
+            asked: HashMap::new(),
+        };
+        for channel in channels {
+            subs.subscribe(channel).await?;
+        }
+        Ok(subs)
+    }
+
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        if self.subscribed.contains(channel) {
+            return Ok(());
+        }
+        *self.asked.entry((true, channel.to_string())).or_default() += 1;
+        tokio::time::timeout(SUBSCRIBE_WAIT, self.conn.ssubscribe(channel))
+            .await
+            .map_err(|_| timed_out("SSUBSCRIBE unanswered"))??;
+        self.subscribed.insert(channel.to_string());
+        Ok(())
+    }
+
+    /// Whether a push of a (un)subscription was asked for by this task (and counts it off).
+    fn was_asked(&mut self, subscribing: bool, channel: &str) -> bool {
+        let key = (subscribing, channel.to_string());
+        match self.asked.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => self.asked.remove(&key).is_some(),
+            None => false,
+        }
+    }
+}
+
+fn timed_out(why: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
+}
+
+/// Reconnection backoff bounds.
+const RECONNECT_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+const RECONNECT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The subscriber task of a cluster client: `SSUBSCRIBE` for a channel's first waiter,
 /// `SUNSUBSCRIBE` once it has had none for [`IDLE_GRACE`], and each message handed to the
-/// waiters it is for (as `subscriber.rs` does for one server). redis-rs moves the subscriptions
-/// when slots move and after a lost connection, confirming each again: those waiters are woken
-/// once, since what was published meanwhile is lost.
+/// waiters it is for (as `subscriber.rs` does for one server). When a node's connection is lost
+/// (its master died: a failover) or the server drops a subscription (its slot moved away), the
+/// whole subscription connection is made again, with a fresh slot map, once that succeeds (with
+/// backoff while the failover runs), and every waiter is woken once, since what was published
+/// meanwhile is lost.
 pub(super) async fn subscribe_sharded(
     shards: Shards,
     registry: Arc<Mutex<Registry>>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let Shards { client, mut pushes } = shards;
-    // Opened at the first wait, and again at a wait after it could not be.
-    let mut conn: Option<ClusterConnection> = None;
-    let mut subscribed: HashSet<String> = HashSet::new();
-    // Confirmations and unsubscriptions this task asked for and has not seen yet: any other
-    // is redis-rs moving a subscription, or the server dropping it.
-    // Keyed by (true for SSUBSCRIBE, false for SUNSUBSCRIBE, channel).
-    let mut asked: HashMap<(bool, String), usize> = HashMap::new();
+    let mut live: Option<Subscriptions> = None;
     let mut idle: HashMap<String, Instant> = HashMap::new();
-    let take_asked = |asked: &mut HashMap<(bool, String), usize>, key: (bool, String)| match asked
-        .get_mut(&key)
-    {
-        Some(n) if *n > 1 => {
-            *n -= 1;
-            true
-        }
-        Some(_) => asked.remove(&key).is_some(),
-        None => false,
-    };
+    // Set once the connection was lost: open it again at this time, then wake everyone.
+    let mut reconnect_at: Option<Instant> = None;
+    let mut backoff = RECONNECT_MIN;
     loop {
         let sweep_at = idle.values().min().copied();
         let sweep = async move {
@@ -374,36 +431,38 @@ pub(super) async fn subscribe_sharded(
                 None => std::future::pending().await,
             }
         };
+        let reconnect = async move {
+            match reconnect_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let push = async {
+            match live.as_mut() {
+                Some(subs) => subs.pushes.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Subscribe(channel, ack)) => {
                     idle.remove(&channel);
-                    if conn.is_none() {
-                        let opened = tokio::time::timeout(SUBSCRIBE_WAIT, client.get_async_connection());
-                        match opened.await {
-                            Ok(Ok(opened)) => conn = Some(opened),
-                            Ok(Err(e)) => tracing::debug!("redis cluster pub/sub connection failed: {e}"),
-                            Err(_) => tracing::debug!("redis cluster pub/sub connection timed out"),
-                        }
+                    if live.is_none() && reconnect_at.is_none() {
+                        // The first wait: connect now.
+                        reconnect_at = Some(Instant::now());
                     }
-                    if let Some(conn) = conn.as_mut()
-                        && !subscribed.contains(&channel)
+                    if let Some(subs) = live.as_mut()
+                        && let Err(e) = subs.subscribe(&channel).await
                     {
-                        *asked.entry((true, channel.clone())).or_default() += 1;
-                        match tokio::time::timeout(SUBSCRIBE_WAIT, conn.ssubscribe(&channel)).await {
-                            Ok(Ok(())) => {
-                                subscribed.insert(channel);
-                            }
-                            // The waiter relies on its timer, and asks again at its next wait.
-                            Ok(Err(e)) => tracing::debug!("redis cluster SSUBSCRIBE failed: {e}"),
-                            Err(_) => tracing::debug!("redis cluster SSUBSCRIBE unanswered"),
-                        }
+                        tracing::debug!("redis cluster SSUBSCRIBE failed: {e}");
+                        live = None;
+                        reconnect_at = Some(Instant::now() + backoff);
                     }
                     let _ = ack.send(());
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    if subscribed.contains(&channel) {
+                    if live.as_ref().is_some_and(|s| s.subscribed.contains(&channel)) {
                         idle.insert(channel, Instant::now());
                     }
                 }
@@ -419,42 +478,70 @@ pub(super) async fn subscribe_sharded(
                     .collect();
                 for channel in expired {
                     idle.remove(&channel);
-                    if !wanted.contains(&channel)
-                        && subscribed.remove(&channel)
-                        && let Some(conn) = conn.as_mut()
+                    if let Some(subs) = live.as_mut()
+                        && !wanted.contains(&channel)
+                        && subs.subscribed.remove(&channel)
                     {
-                        *asked.entry((false, channel.clone())).or_default() += 1;
-                        if let Err(e) = conn.sunsubscribe(&channel).await {
+                        *subs.asked.entry((false, channel.clone())).or_default() += 1;
+                        if let Err(e) = subs.conn.sunsubscribe(&channel).await {
                             tracing::debug!("redis cluster SUNSUBSCRIBE failed: {e}");
                         }
                     }
                 }
             }
-            push = pushes.recv() => {
-                let Some(push) = push else { return };
+            () = reconnect => {
+                let wanted = subscriber::wanted(&registry);
+                if wanted.is_empty() {
+                    // Nobody waits: connect again at the next wait.
+                    reconnect_at = None;
+                    live = None;
+                    continue;
+                }
+                match Subscriptions::open(&shards, &wanted).await {
+                    Ok(subs) => {
+                        live = Some(subs);
+                        reconnect_at = None;
+                        backoff = RECONNECT_MIN;
+                        subscriber::wake_all(&registry);
+                    }
+                    Err(e) => {
+                        tracing::debug!("redis cluster pub/sub connection failed: {e}");
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                        reconnect_at = Some(Instant::now() + backoff);
+                    }
+                }
+            }
+            push = push => {
+                let Some(push) = push else {
+                    live = None;
+                    reconnect_at = Some(Instant::now());
+                    continue;
+                };
                 let channel = match push.data.first() {
                     Some(Value::BulkString(name)) => String::from_utf8(name.clone()).ok(),
                     _ => None,
                 };
-                match (push.kind, channel) {
+                let moved = match (push.kind, channel) {
                     (PushKind::SMessage, Some(channel)) => {
                         let payload = match push.data.get(1) {
                             Some(Value::BulkString(payload)) => payload.as_slice(),
                             _ => &[],
                         };
                         subscriber::dispatch(&registry, &channel, payload);
+                        false
                     }
-                    // Every connection's subscriptions are made again by redis-rs; whatever
-                    // was published meanwhile is lost.
-                    (PushKind::Disconnection, _) => subscriber::wake_all(&registry),
+                    // A node's connection ended: its master may have died.
+                    (PushKind::Disconnection, _) => true,
                     (kind @ (PushKind::SSubscribe | PushKind::SUnsubscribe), Some(channel)) => {
                         let subscribing = kind == PushKind::SSubscribe;
-                        if !take_asked(&mut asked, (subscribing, channel.clone())) {
-                            tracing::debug!("redis cluster: the subscription of {channel} moved");
-                            subscriber::wake_channel(&registry, &channel);
-                        }
+                        live.as_mut().is_some_and(|s| !s.was_asked(subscribing, &channel))
                     }
-                    _ => {}
+                    _ => false,
+                };
+                if moved {
+                    tracing::debug!("redis cluster: a subscription moved or was lost; subscribing again");
+                    live = None;
+                    reconnect_at = Some(Instant::now() + RECONNECT_MIN);
                 }
             }
         }

@@ -222,13 +222,6 @@ pub(super) fn wake_all(registry: &Mutex<Registry>) {
     }
 }
 
-/// Wakes every waiter of `channel` (its subscription moved: messages may have been lost).
-pub(super) fn wake_channel(registry: &Mutex<Registry>, channel: &str) {
-    if let Some(waiters) = lock(registry).channels.get(channel) {
-        waiters.iter().for_each(|w| w.notify.notify_one());
-    }
-}
-
 pub(super) fn wanted(registry: &Mutex<Registry>) -> Vec<String> {
     lock(registry).channels.keys().cloned().collect()
 }
