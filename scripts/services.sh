@@ -4,8 +4,8 @@
 # apt-get; a server that is installed but down is started in the background (no systemd).
 #
 #   scripts/services.sh            all servers
-#   scripts/services.sh redis pg   only these (names: redis, redlock, sentinel, pg, mysql, etcd,
-#                                  zk, memcached)
+#   scripts/services.sh redis pg   only these (names: redis, redlock, sentinel, cluster, pg, mysql,
+#                                  etcd, zk, memcached)
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
 # (default /var/tmp/distlock-services).
@@ -15,7 +15,7 @@ D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
 PG_MAX_CONNECTIONS=400
 mkdir -p "$D"
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis redlock sentinel pg mysql etcd zk memcached)
+[ ${#want[@]} -eq 0 ] && want=(redis redlock sentinel cluster pg mysql etcd zk memcached)
 
 log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -160,6 +160,52 @@ ensure_sentinel() {
   done
   # Sentinels find each other through the master's hello channel (every 2 s).
   wait_for "sentinels (knowing the replicas and each other)" 30 sentinel_ready
+}
+
+# Redis Cluster (redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002): three masters and
+# one replica each on 7000-7005 (cluster bus on port + 10000), no persistence, from Debian's
+# redis-server (7.0: sharded pub/sub). A node is judged failing after 2 s without an answer, so a
+# killed master's replica takes over within a few seconds. Each node keeps its cluster identity
+# in its nodes.conf: a node started again rejoins the cluster (a master that was failed over
+# comes back as a replica); `redis-cli --cluster create` runs only while no node has a slot.
+CLUSTER_PORTS=(7000 7001 7002 7003 7004 7005)
+
+# Every slot served, six nodes known, three masters each with a replica.
+cluster_ready() {
+  local info
+  info=$(redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" cluster info 2>/dev/null) || return 1
+  grep -q '^cluster_state:ok' <<<"$info" && grep -q '^cluster_known_nodes:6' <<<"$info" &&
+    grep -q '^cluster_size:3' <<<"$info" &&
+    [ "$(redis-cli -h 127.0.0.1 -p "${CLUSTER_PORTS[0]}" cluster nodes 2>/dev/null | grep -c ' slave ')" = 3 ]
+}
+
+ensure_cluster() {
+  need_pkg redis-server redis-server redis-tools
+  local port dir
+  for port in "${CLUSTER_PORTS[@]}"; do
+    redis_ping "$port" && continue
+    dir="$D/cluster-$port"
+    mkdir -p "$dir"
+    log "starting Redis Cluster node on 127.0.0.1:$port"
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save '' --appendonly no \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
+    wait_for "cluster node $port" 10 redis_ping "$port"
+  done
+  cluster_ready && { log "redis cluster ready"; return 0; }
+  local assigned=0
+  for port in "${CLUSTER_PORTS[@]}"; do
+    if redis-cli -h 127.0.0.1 -p "$port" cluster info | grep -q '^cluster_slots_assigned:[1-9]'; then
+      assigned=1
+    fi
+  done
+  if [ $assigned -eq 0 ]; then
+    log "creating the redis cluster (3 masters, 3 replicas)"
+    local nodes=()
+    for port in "${CLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$port"); done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$D/cluster-create.log"
+  fi
+  wait_for "redis cluster (every slot served, 3 masters with a replica each)" 60 cluster_ready
 }
 
 pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q; }
@@ -331,11 +377,12 @@ for s in "${want[@]}"; do
     redis) ensure_redis ;;
     redlock) ensure_redlock ;;
     sentinel) ensure_sentinel ;;
+    cluster) ensure_cluster ;;
     pg|postgres) ensure_pg ;;
     mysql|mariadb) ensure_mysql ;;
     etcd) ensure_etcd ;;
     zk|zookeeper) ensure_zk ;;
     memcached) ensure_memcached ;;
-    *) log "unknown service $s (known: redis, redlock, sentinel, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
+    *) log "unknown service $s (known: redis, redlock, sentinel, cluster, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
   esac
 done

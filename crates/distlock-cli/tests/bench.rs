@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+mod common;
+
 fn bench(url: &str, extra: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
         .args(["bench", "--url", url, "--duration", "1s", "--json"])
@@ -128,6 +130,27 @@ fn redis_contended_lock_and_fair_lock() {
     );
     check_report(&r, "contended", 4, 2);
     assert_eq!(r["kind"], "fair");
+}
+
+/// Over a Redis Cluster: the uncontended workload's names spread over the masters, and the
+/// contended one hands one lock (on one master) from worker to worker.
+#[test]
+fn redis_cluster_uncontended_and_contended() {
+    let Some(url) = common::servers("distlock bench against a Redis Cluster")
+        .into_iter()
+        .find(|s| s.name == "redis-cluster")
+        .map(|s| s.url)
+    else {
+        return;
+    };
+    for workload in ["uncontended", "contended"] {
+        let r = bench(
+            &url,
+            &["--workload", workload, "--workers", "4", "--processes", "2"],
+        );
+        check_report(&r, workload, 4, 2);
+        assert_eq!(r["backend"], "redis", "{r}");
+    }
 }
 
 #[test]

@@ -93,6 +93,12 @@ const SERVERS: &[(&str, &str, &str, &str)] = &[
         "Redis",
     ),
     (
+        "redis-cluster",
+        "DISTLOCK_REDIS_CLUSTER_URL",
+        "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+        "Redis Cluster",
+    ),
+    (
         "postgres",
         "DISTLOCK_POSTGRES_URL",
         "postgres://postgres@127.0.0.1:5432/distlock_test",

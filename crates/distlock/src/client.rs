@@ -7,6 +7,7 @@
 //! | `sqlite:PATH`, `sqlite://PATH` | embedded SQLite file, shared by processes on one machine | `sqlite` (default) |
 //! | `redis://`, `rediss://` | one Redis server | `redis` |
 //! | `redis-sentinel://h1:p1[,h2:p2…]/MASTER` | the master a set of Redis Sentinels names, followed across failovers | `redis` |
+//! | `redis-cluster://h1:p1[,h2:p2…]` | a Redis Cluster: each lock on its slot's master, waiting by sharded pub/sub | `redis` |
 //! | `redlock://h1:p1,h2:p2,h3:p3[,…]` | Redlock: 3, 5 or 7 independent Redis masters, a majority holds | `redlock` |
 //! | `postgres://`, `postgresql://` | PostgreSQL | `postgres` |
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |

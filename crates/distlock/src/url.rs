@@ -13,7 +13,8 @@ use crate::error::{Error, ErrorKind, Result};
 pub enum Scheme {
     /// `sqlite:PATH`: the embedded default.
     Sqlite,
-    /// `redis://`, `rediss://` (TLS), `redis-sentinel://` (the master a set of Sentinels names).
+    /// `redis://`, `rediss://` (TLS), `redis-sentinel://` (the master a set of Sentinels names),
+    /// `redis-cluster://` (a Redis Cluster).
     Redis,
     /// `redlock://h1:p1,h2:p2,…`: Redlock over independent Redis masters.
     Redlock,
@@ -35,6 +36,7 @@ const SPELLINGS: &[(&str, Scheme)] = &[
     ("redis", Scheme::Redis),
     ("rediss", Scheme::Redis),
     ("redis-sentinel", Scheme::Redis),
+    ("redis-cluster", Scheme::Redis),
     ("redlock", Scheme::Redlock),
     ("postgres", Scheme::Postgres),
     ("postgresql", Scheme::Postgres),

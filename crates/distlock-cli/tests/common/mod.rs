@@ -8,7 +8,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redlock, postgres, mysql, etcd, zk, memcached.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redis-cluster, redlock, postgres, mysql, etcd,
+    /// zk, memcached.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -17,6 +18,11 @@ pub struct Store {
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default).
 const SERVERS: &[(&str, &str, &str)] = &[
     ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
+    (
+        "redis-cluster",
+        "DISTLOCK_REDIS_CLUSTER_URL",
+        "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+    ),
     (
         "redlock",
         "DISTLOCK_REDLOCK_URL",

@@ -6,6 +6,7 @@
 //! that makes it shut down cleanly (clients cut off, data kept), killed if the test drops it.
 //! Starting fails with a message naming the server and scripts/services.sh, which installs it.
 
+mod cluster;
 mod etcd;
 mod mariadb;
 mod memcached;
@@ -15,6 +16,9 @@ mod redlock;
 mod sentinel;
 mod zookeeper;
 
+pub use cluster::{
+    RedisCluster, cluster_url, master_of_slot, masters as cluster_masters, start_redis_cluster,
+};
 pub use etcd::{
     EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster,
     start_etcd_cluster_with_peer_links, start_etcd_tls,

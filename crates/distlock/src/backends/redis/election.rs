@@ -14,8 +14,9 @@ use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
 
-static WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/elect_write.lua")));
+/// `elect_write.lua` (Redis Cluster runs it with `SPUBLISH`: `scripts::SHARDED`).
+pub(super) const WRITE_TEXT: &str = include_str!("scripts/elect_write.lua");
+static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_TEXT));
 static READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/elect_read.lua")));
 

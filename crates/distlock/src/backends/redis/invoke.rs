@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
     Cmd, ConnectionAddr, FromRedisValue, Pipeline, RedisError, RedisFuture, Script,
     ServerErrorKind, Value,
 };
 
+use super::cluster;
 use super::config;
 use super::pipelined::{Pipelined, Target};
 use super::replicas::ReplicaAck;
@@ -139,6 +141,9 @@ impl Server {
         if config::is_sentinel(url) {
             return Self::connect_sentinel(url, options).await;
         }
+        if cluster::is_cluster(url) {
+            return Self::connect_cluster(url, options).await;
+        }
         let config = config::parse(url)?;
         if config.tls {
             tls_provider_installed(&config.shown)?;
@@ -267,10 +272,33 @@ impl Server {
         })
     }
 
+    /// [`connect`](Self::connect) for `redis-cluster://`: redis-rs' cluster client, which
+    /// routes each script to its slot's master, and sharded pub/sub (see `cluster.rs`).
+    async fn connect_cluster(url: &str, options: &Options) -> Result<Self> {
+        let config = cluster::parse(url)?;
+        let (conn, shards) = cluster::connect(&config, options).await.map_err(|e| {
+            e.with_hint("are the cluster's nodes running, and is one of them in the URL?")
+        })?;
+        Ok(Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
+            conn: Conn::Cluster(conn),
+            subscriber: Subscriber::start_sharded(shards),
+            shown_url: config.shown,
+            prefix: config.prefix,
+            follower: None,
+            // `?wait_replicas=` is not offered on a cluster yet: its URL refuses it.
+            acked: None,
+        })
+    }
+
     /// Every key matching `pattern`, by `SCAN` (a few thousand keys a round trip, never blocking
     /// the server as `KEYS` would). A key may be answered twice (SCAN's promise), or be gone by
     /// the time it is read; keys that are not UTF-8 are not distlock's and are left out.
     pub(crate) async fn scan(&self, pattern: &str, what: &str) -> Result<Vec<String>> {
+        if let Conn::Cluster(conn) = &self.conn {
+            // Each master holds its own slots' keys.
+            return cluster::scan(conn, pattern, what).await;
+        }
         let mut conn = self.conn.clone();
         let mut cursor: u64 = 0;
         let mut found = Vec::new();
@@ -302,7 +330,7 @@ impl Server {
     pub(crate) fn send_unawaited(&self, text: &str, keys: &[String], args: &[&str]) -> bool {
         match &self.conn {
             Conn::Pipelined(conn) => conn.send_now(&script_call("EVAL", text, keys, args)),
-            Conn::Managed(_) => false,
+            Conn::Managed(_) | Conn::Cluster(_) => false,
         }
     }
 
@@ -373,6 +401,13 @@ impl Server {
         then: Option<&Cmd>,
         what: &str,
     ) -> Result<(T, Option<Value>)> {
+        // A cluster runs the copies that publish to the lock's shard (`SPUBLISH`).
+        let in_cluster = matches!(conn, Conn::Cluster(_));
+        let script = if in_cluster {
+            cluster::sharded(script)
+        } else {
+            script
+        };
         let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
         let give_up = tokio::time::Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
@@ -409,7 +444,10 @@ impl Server {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Some(e) if surely_not_sent(&e) && tokio::time::Instant::now() < give_up => {
+                Some(e)
+                    if (surely_not_sent(&e) || (in_cluster && cluster::not_run_yet(&e)))
+                        && tokio::time::Instant::now() < give_up =>
+                {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -435,11 +473,13 @@ fn script_call(verb: &str, script: &str, keys: &[String], args: &[&str]) -> Cmd 
     call
 }
 
-/// The command connection: pipelined over plain TCP, redis-rs' own over TLS.
+/// The command connection: pipelined over plain TCP, redis-rs' own over TLS, redis-rs'
+/// cluster client to a Redis Cluster.
 #[derive(Clone)]
 enum Conn {
     Pipelined(Pipelined),
     Managed(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl Conn {
@@ -449,13 +489,17 @@ impl Conn {
         call: &Cmd,
         then: Option<&Cmd>,
     ) -> ::redis::RedisResult<(Value, Option<Value>)> {
-        match (self, then) {
-            (conn, None) => Ok((call.query_async(conn).await?, None)),
-            (Conn::Pipelined(conn), Some(then)) => {
+        let Some(then) = then else {
+            return Ok((call.query_async(self).await?, None));
+        };
+        match self {
+            Conn::Pipelined(conn) => {
                 let (answer, then) = conn.request_pair(call, then).await?;
                 Ok((answer, Some(then)))
             }
-            (Conn::Managed(conn), Some(then)) => {
+            // redis-rs' own connections: a pipeline of the two (a cluster's goes to the node of
+            // the script's first key).
+            conn => {
                 let (answer, then): (Value, Value) = ::redis::pipe()
                     .add_command(call.clone())
                     .add_command(then.clone())
@@ -472,6 +516,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.req_packed_command(cmd),
             Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -484,6 +529,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -491,6 +537,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Pipelined(c) => c.get_db(),
             Conn::Managed(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
         }
     }
 }

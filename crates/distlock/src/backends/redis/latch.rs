@@ -12,7 +12,9 @@ use crate::backend::Wakeups;
 use crate::error::Result;
 use crate::types::LockName;
 
-static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/latch.lua")));
+/// `latch.lua` (Redis Cluster runs it with `SPUBLISH`: `scripts::SHARDED`).
+pub(super) const LATCH_TEXT: &str = include_str!("scripts/latch.lua");
+static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new(LATCH_TEXT));
 
 fn key(server: &Server, latch: &LockName) -> String {
     tagged(&server.prefix, "latch", latch)

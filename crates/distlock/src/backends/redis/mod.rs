@@ -14,9 +14,11 @@
 //!   (the rest is this backend, unchanged).
 //! * `replicas`: `?wait_replicas=N`, takes and renewals that count only once N replicas
 //!   acknowledged them (`WAIT`).
+//! * `cluster`: `redis-cluster://`, scripts routed to their slot's master, sharded pub/sub.
 //!
 #![doc = include_str!("docs.md")]
 
+mod cluster;
 mod config;
 mod election;
 mod fair;
@@ -68,7 +70,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const NOT_SENT_RETRY_FOR: Duration = Duration::from_secs(5);
 
 /// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`, or
-/// from `redis-sentinel://` for the master a set of Sentinels names (followed across failovers).
+/// from `redis-sentinel://` for the master a set of Sentinels names (followed across failovers),
+/// or from `redis-cluster://` for a Redis Cluster (each lock on its slot's master).
 pub struct RedisBackend {
     server: Arc<Server>,
 }

@@ -4,6 +4,7 @@
 //! Argument order is the same for every flavour's extend (`owner, lease ms, token[, mode]`) and
 //! release (`owner, channel, token or '', [mode]`), so those calls are written once.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use ::redis::Script;
@@ -23,16 +24,19 @@ pub(crate) struct Ops {
 }
 
 impl Ops {
-    fn new(prelude: &str, acquire: &str, extend: &str, release: &str) -> Ops {
+    fn new(make: &mut Make, prelude: &str, acquire: &str, extend: &str, release: &str) -> Ops {
         let release_text = with_helpers(prelude, release);
         Ops {
-            acquire: Script::new(&with_helpers(prelude, acquire)),
-            extend: Script::new(&with_helpers(prelude, extend)),
-            release: Script::new(&release_text),
+            acquire: make(&with_helpers(prelude, acquire)),
+            extend: make(&with_helpers(prelude, extend)),
+            release: make(&release_text),
             release_text,
         }
     }
 }
+
+/// Makes a script of its text (`Script::new`, or that and more: see [`SHARDED`]).
+type Make<'a> = dyn FnMut(&str) -> Script + 'a;
 
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
@@ -106,9 +110,9 @@ fn with_helpers(prelude: &str, body: &str) -> String {
 }
 
 /// `body` with `prelude` and `holdings.lua` put in front.
-fn inspecting(prelude: &str, body: &str) -> Script {
+fn inspecting(make: &mut Make, prelude: &str, body: &str) -> Script {
     let body = format!("{}\n{body}", include_str!("scripts/holdings.lua"));
-    Script::new(&with_helpers(prelude, &body))
+    make(&with_helpers(prelude, &body))
 }
 
 /// The scripts of `redis://`, `rediss://` and `redis-sentinel://`: every fencing token at least
@@ -130,52 +134,80 @@ pub(crate) static COUNTER_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 
 impl Scripts {
     fn with_prelude(prelude: &str) -> Scripts {
+        Self::made(prelude, &mut |text| Script::new(text))
+    }
+
+    fn made(prelude: &str, make: &mut Make) -> Scripts {
         Scripts {
             mutex: Ops::new(
+                make,
                 prelude,
                 include_str!("scripts/acquire.lua"),
                 include_str!("scripts/extend.lua"),
                 include_str!("scripts/release.lua"),
             ),
             fair: Ops::new(
+                make,
                 prelude,
                 include_str!("scripts/fair_acquire.lua"),
                 include_str!("scripts/fair_extend.lua"),
                 include_str!("scripts/fair_release.lua"),
             ),
             rw: Ops::new(
+                make,
                 prelude,
                 include_str!("scripts/rw_acquire.lua"),
                 include_str!("scripts/rw_extend.lua"),
                 include_str!("scripts/rw_release.lua"),
             ),
             sem: Ops::new(
+                make,
                 prelude,
                 include_str!("scripts/sem_acquire.lua"),
                 include_str!("scripts/sem_extend.lua"),
                 include_str!("scripts/sem_release.lua"),
             ),
-            fair_abandon: Script::new(&with_helpers(
+            fair_abandon: make(&with_helpers(
                 prelude,
                 include_str!("scripts/fair_abandon.lua"),
             )),
-            rw_abandon: Script::new(&with_helpers(
+            rw_abandon: make(&with_helpers(
                 prelude,
                 include_str!("scripts/rw_abandon.lua"),
             )),
-            sem_available: Script::new(&with_helpers(
+            sem_available: make(&with_helpers(
                 prelude,
                 include_str!("scripts/sem_available.lua"),
             )),
-            sem_set_permits: Script::new(&with_helpers(
+            sem_set_permits: make(&with_helpers(
                 prelude,
                 include_str!("scripts/sem_set_permits.lua"),
             )),
-            status: inspecting(prelude, include_str!("scripts/status.lua")),
-            force_release: inspecting(prelude, include_str!("scripts/force_release.lua")),
+            status: inspecting(make, prelude, include_str!("scripts/status.lua")),
+            force_release: inspecting(make, prelude, include_str!("scripts/force_release.lua")),
         }
     }
 }
+
+/// Redis Cluster's scripts: each script of [`SCRIPTS`] and each election and latch script, by
+/// its hash, with every `PUBLISH` made an `SPUBLISH` (sharded pub/sub: the message goes to the
+/// lock's shard, its master and replicas, not to every node of the cluster; its channel carries
+/// the lock's hash tag, so it is in the slot of the script's keys). Scripts without a `PUBLISH`
+/// are there unchanged.
+pub(crate) static SHARDED: LazyLock<HashMap<String, Script>> = LazyLock::new(|| {
+    let mut sharded = HashMap::new();
+    let mut make = |text: &str| {
+        let script = Script::new(text);
+        let spublish = text.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',");
+        sharded.insert(script.get_hash().to_string(), Script::new(&spublish));
+        script
+    };
+    Scripts::made(PRELUDE, &mut make);
+    for text in [super::election::WRITE_TEXT, super::latch::LATCH_TEXT] {
+        make(text);
+    }
+    sharded
+});
 
 /// The fenced write of [`crate::fence::RedisFence`]: on the caller's connection, no prelude.
 pub(crate) static FENCED_WRITE: LazyLock<Script> =

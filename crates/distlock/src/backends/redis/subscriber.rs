@@ -36,7 +36,7 @@ pub(crate) const SUBSCRIBE_WAIT: Duration = Duration::from_secs(2);
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// How long a channel stays subscribed after its last waiter left.
-const IDLE_GRACE: Duration = Duration::from_secs(1);
+pub(super) const IDLE_GRACE: Duration = Duration::from_secs(1);
 /// Longest wait for a new pub/sub connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -46,7 +46,7 @@ pub(crate) struct Subscriber {
     registry: Arc<Mutex<Registry>>,
 }
 
-enum Command {
+pub(super) enum Command {
     /// Make sure the channel is subscribed; answer once it is (or cannot be now).
     Subscribe(String, oneshot::Sender<()>),
     /// The channel's last waiter left.
@@ -75,7 +75,7 @@ impl Follower {
 }
 
 #[derive(Default)]
-struct Registry {
+pub(super) struct Registry {
     channels: HashMap<String, VecDeque<Waiter>>,
     next_id: u64,
 }
@@ -93,6 +93,19 @@ impl Subscriber {
         let (commands, rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Mutex::new(Registry::default()));
         tokio::spawn(run(source, registry.clone(), rx));
+        Subscriber { commands, registry }
+    }
+
+    /// The subscriber of a Redis Cluster client: sharded pub/sub on the cluster connection
+    /// (its task is `cluster::subscribe_sharded`).
+    pub(super) fn start_sharded(shards: super::cluster::Shards) -> Self {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let registry = Arc::new(Mutex::new(Registry::default()));
+        tokio::spawn(super::cluster::subscribe_sharded(
+            shards,
+            registry.clone(),
+            rx,
+        ));
         Subscriber { commands, registry }
     }
 
@@ -182,7 +195,7 @@ impl Drop for Registration {
 }
 
 /// Wakes the waiters a message on `channel` is for.
-fn dispatch(registry: &Mutex<Registry>, channel: &str, payload: &[u8]) {
+pub(super) fn dispatch(registry: &Mutex<Registry>, channel: &str, payload: &[u8]) {
     let mut registry = lock(registry);
     let Some(waiters) = registry.channels.get_mut(channel) else {
         return;
@@ -202,14 +215,14 @@ fn dispatch(registry: &Mutex<Registry>, channel: &str, payload: &[u8]) {
     }
 }
 
-fn wake_all(registry: &Mutex<Registry>) {
+pub(super) fn wake_all(registry: &Mutex<Registry>) {
     let registry = lock(registry);
     for waiters in registry.channels.values() {
         waiters.iter().for_each(|w| w.notify.notify_one());
     }
 }
 
-fn wanted(registry: &Mutex<Registry>) -> Vec<String> {
+pub(super) fn wanted(registry: &Mutex<Registry>) -> Vec<String> {
     lock(registry).channels.keys().cloned().collect()
 }
 

@@ -1,0 +1,256 @@
+//! A private Redis Cluster: three masters and a replica each, six child redis-servers with
+//! `--cluster-enabled yes` on free loopback ports (each with its cluster bus on another free
+//! port), joined by `redis-cli --cluster create`. The shared cluster of
+//! `scripts/services.sh cluster` serves the conformance suite; a failover or resharding test
+//! kills and migrates on a cluster of its own.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{Launch, PrivateServer, accepts, free_port, on_free_ports, redis_cli};
+use crate::Failure;
+
+/// How long a node goes unanswered before the cluster judges it failing: short, so a killed
+/// master's replica takes over within a few seconds, yet not so short that a node stalled by a
+/// loaded machine is failed over unasked.
+const NODE_TIMEOUT_MS: u64 = 2000;
+
+/// Six nodes; `redis-cli --cluster create` made the first three masters and the others their
+/// replicas. A failover or a resharding moves slots: [`RedisCluster::master_of`] says where a
+/// key lives now.
+pub struct RedisCluster {
+    /// The nodes, in the order they were started.
+    pub nodes: Vec<PrivateServer>,
+}
+
+/// Starts a cluster and waits until every node serves every slot (`cluster_state:ok`) and
+/// knows the five others.
+pub fn start_redis_cluster() -> Result<RedisCluster, Failure> {
+    on_free_ports(|| {
+        let nodes = (0..6)
+            .map(|_| start_node())
+            .collect::<Result<Vec<_>, _>>()?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .map_err(|e| {
+                Failure(format!(
+                    "redis-cli could not run ({e}); run scripts/services.sh cluster to install it"
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(Failure(format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until(Duration::from_secs(30), "the cluster to form", |c| {
+            c.ready()
+        })?;
+        Ok(cluster)
+    })
+}
+
+fn start_node() -> Result<PrivateServer, Failure> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let bus = free_port()?;
+    let data = dir.path().to_path_buf();
+    PrivateServer::start(Launch {
+        name: "Redis Cluster node",
+        dir,
+        port,
+        url: format!("redis://127.0.0.1:{port}"),
+        keeps_data: false,
+        command: Box::new(move || {
+            let mut command = Command::new("redis-server");
+            command
+                .args(["--bind", "127.0.0.1", "--port"])
+                .arg(port.to_string())
+                .arg("--cluster-port")
+                .arg(bus.to_string())
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout"])
+                .arg(NODE_TIMEOUT_MS.to_string())
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&data);
+            command
+        }),
+        ready: accepts,
+        stop_signal: libc::SIGTERM,
+    })
+}
+
+impl RedisCluster {
+    /// `redis-cluster://` over the first three nodes (the client learns the others).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes[..3]
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis-cluster://{}", hosts.join(","))
+    }
+
+    /// The node on `port`.
+    pub fn node(&mut self, port: u16) -> Result<&mut PrivateServer, Failure> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .ok_or_else(|| Failure(format!("no node of the cluster on port {port}")))
+    }
+
+    /// A running node's port, to ask about the cluster.
+    fn any_running(&self) -> Result<u16, Failure> {
+        self.nodes
+            .iter()
+            .find(|n| n.is_running())
+            .map(PrivateServer::port)
+            .ok_or_else(|| Failure("no node of the cluster runs".into()))
+    }
+
+    /// The master serving `key`'s slot, as a running node says (`CLUSTER SLOTS`).
+    pub fn master_of(&self, key: &str) -> Result<u16, Failure> {
+        let asked = self.any_running()?;
+        let slot: u16 = redis_cli(asked, &["CLUSTER", "KEYSLOT", key])?
+            .parse()
+            .map_err(|_| Failure(format!("CLUSTER KEYSLOT {key} answered no number")))?;
+        master_of_slot(asked, slot)
+    }
+
+    /// The masters, as `CLUSTER NODES` on a running node lists them (failed ones left out).
+    pub fn masters(&self) -> Result<Vec<u16>, Failure> {
+        masters(self.any_running()?)
+    }
+
+    /// Waits until a node other than `old` serves `key`'s slot and every running node agrees
+    /// (after `old` was killed). Answers the new master's port.
+    pub fn wait_for_new_master(&self, key: &str, old: u16) -> Result<u16, Failure> {
+        let mut new = None;
+        self.wait_until(Duration::from_secs(30), "a replica to take over", |c| {
+            let mut seen = Vec::new();
+            for node in c.nodes.iter().filter(|n| n.is_running()) {
+                let slot: u16 = redis_cli(node.port(), &["CLUSTER", "KEYSLOT", key])?
+                    .parse()
+                    .unwrap_or(0);
+                seen.push(master_of_slot(node.port(), slot).ok());
+            }
+            let agreed = seen.first().copied().flatten();
+            if let Some(port) = agreed
+                && port != old
+                && seen.iter().all(|s| *s == Some(port))
+                && redis_cli(port, &["CLUSTER", "INFO"])?.contains("cluster_state:ok")
+            {
+                new = Some(port);
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        new.ok_or_else(|| Failure("no new master".into()))
+    }
+
+    /// Every node knows the others and serves every slot, and every replica is in sync with its
+    /// master (a failover is possible).
+    fn ready(&self) -> Result<bool, Failure> {
+        for node in &self.nodes {
+            let info = redis_cli(node.port(), &["CLUSTER", "INFO"])?;
+            if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
+                return Ok(false);
+            }
+            let replication = redis_cli(node.port(), &["INFO", "replication"])?;
+            let synced = if replication.contains("role:master") {
+                replication.contains("connected_slaves:1")
+            } else {
+                replication.contains("master_link_status:up")
+            };
+            if !synced {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Polls `done` every 100 ms for up to `within`.
+    pub fn wait_until(
+        &self,
+        within: Duration,
+        what: &str,
+        mut done: impl FnMut(&Self) -> Result<bool, Failure>,
+    ) -> Result<(), Failure> {
+        let start = Instant::now();
+        while !done(self)? {
+            if start.elapsed() > within {
+                return Err(Failure(format!(
+                    "waited {within:?} for {what}; the first node's log: {}",
+                    self.nodes[0].log_tail()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+}
+
+/// The master of `slot` as the node on `asked` says (`CLUSTER SLOTS`, as redis-cli prints it:
+/// one value a line).
+pub fn master_of_slot(asked: u16, slot: u16) -> Result<u16, Failure> {
+    // CLUSTER NODES: "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slots…>".
+    let nodes = redis_cli(asked, &["CLUSTER", "NODES"])?;
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+            continue;
+        }
+        let serves = fields[8..].iter().any(|range| {
+            if range.starts_with('[') {
+                return false;
+            }
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            matches!((first.parse::<u16>(), last.parse::<u16>()), (Ok(f), Ok(l)) if f <= slot && slot <= l)
+        });
+        if serves {
+            return port_of(fields[1]);
+        }
+    }
+    Err(Failure(format!("no master serves slot {slot}: {nodes}")))
+}
+
+/// The masters that serve slots, as the node on `asked` says.
+pub fn masters(asked: u16) -> Result<Vec<u16>, Failure> {
+    let nodes = redis_cli(asked, &["CLUSTER", "NODES"])?;
+    let mut ports = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() >= 9 && fields[2].contains("master") && !fields[2].contains("fail") {
+            ports.push(port_of(fields[1])?);
+        }
+    }
+    ports.sort_unstable();
+    Ok(ports)
+}
+
+/// The port of `ip:port@bus`.
+fn port_of(address: &str) -> Result<u16, Failure> {
+    address
+        .split('@')
+        .next()
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .ok_or_else(|| Failure(format!("a node address without a port: {address}")))
+}
+
+/// `redis-cluster://127.0.0.1:p1,…` over `ports`.
+pub fn cluster_url(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    format!("redis-cluster://{}", hosts.join(","))
+}

@@ -1,0 +1,645 @@
+//! Redis Cluster (`redis-cluster://[user:password@]h1:p1[,h2:p2…][?prefix=P]`): the same
+//! scripts, keys and core as one server, over redis-rs' cluster client.
+//!
+//! * **Routing.** Every key of one lock, election or latch carries the hash tag `{name}`
+//!   (`keys.rs`), so each script touches one slot and redis-rs sends it to that slot's master by
+//!   its first key. It follows `MOVED` (the slot has a new owner: its slot map is refreshed) and
+//!   `ASK` (a slot being migrated: `ASKING` and the script on the importing node), and waits and
+//!   retries on `TRYAGAIN` (the script's keys are split between the two nodes of a migration).
+//!   Redis refuses a script whose keys are not all on the node that runs it, so a lock half
+//!   migrated is never read as free. What redis-rs gives up on, and surely never ran (the cluster
+//!   is down, the master of the slot cannot be reached during a failover), `Server::run` tries
+//!   again for a while, as for one server.
+//! * **Waiting** is by sharded pub/sub: the scripts publish with `SPUBLISH` ([`sharded`]: the
+//!   single-server scripts with their `PUBLISH` replaced), and waiters listen with `SSUBSCRIBE`
+//!   on the channel's shard, so a release reaches the lock's master and its replicas instead of
+//!   every node of the cluster. When a node's connection ends (a failover) or a node drops a
+//!   subscription (its slot moved), the subscriber connects again with a fresh slot map,
+//!   subscribes every channel on the node serving it now, and wakes every waiter once, since
+//!   what was published meanwhile is lost ([`subscribe_sharded`]). Sharded pub/sub needs
+//!   Redis 7.0 and RESP3, which the subscriber's connection speaks.
+//! * **Inspection.** `status` by prefix `SCAN`s every master ([`scan`]); a status or forced
+//!   release of one name goes to its slot's master like any script.
+//! * **Fencing tokens** follow the server clock as for `redis-sentinel://` (`prelude.lua`): a
+//!   replica promoted by a failover may have missed the last counter steps.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{
+    ErrorKind as RedisKind, ProtocolVersion, PushInfo, PushKind, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::invoke::from_redis;
+use super::keys::check_prefix;
+use super::scripts::SHARDED;
+use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
+use super::{CONNECT_TIMEOUT, NAME, RESPONSE_TIMEOUT};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Options;
+use crate::url::{authority, for_driver, redact, userinfo_end};
+
+/// The scheme of Redis Cluster.
+const SCHEME: &str = "redis-cluster://";
+
+const EXPECTED: &str = "redis-cluster://[user:password@]host:port[,host:port…][?prefix=app1:]";
+
+/// A node's port, for a host given without one.
+const DEFAULT_PORT: u16 = 6379;
+
+/// How many times redis-rs tries a request again itself (after `MOVED`, `ASK`, `TRYAGAIN`, a
+/// lost connection), waiting 10 ms to 400 ms between tries: a few tenths of a second in all.
+/// What is left after that, a failover that takes seconds, `Server::run` rides out.
+const REDIRECT_RETRIES: u32 = 6;
+const RETRY_WAIT_MIN_MS: u64 = 10;
+const RETRY_WAIT_MAX_MS: u64 = 400;
+
+/// Whether `url` is a `redis-cluster://` URL (schemes are case-insensitive).
+pub(super) fn is_cluster(url: &str) -> bool {
+    url.get(..SCHEME.len())
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(SCHEME))
+}
+
+/// What `connect` needs from a `redis-cluster://` URL.
+pub(super) struct ClusterConfig {
+    /// The URL with its password masked: the only form ever shown.
+    pub(super) shown: String,
+    /// The nodes to learn the cluster from, in the URL's order (any nodes of it: the client
+    /// finds the others).
+    seeds: Vec<(String, u16)>,
+    username: Option<String>,
+    password: Option<String>,
+    /// Put before every key and channel (`?prefix=`), or empty.
+    pub(super) prefix: String,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the password.
+        f.debug_struct("ClusterConfig")
+            .field("url", &self.shown)
+            .field("seeds", &self.seeds)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Checks a `redis-cluster://` URL.
+pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!("{:?}: {why}; expected {EXPECTED}", redact(url)),
+        )
+        .with_backend(NAME)
+    };
+    if !is_cluster(url) {
+        return Err(bad("not a redis-cluster:// URL"));
+    }
+    let rest = &url[SCHEME.len()..];
+    let servers = authority(url, NAME, EXPECTED)?;
+    let seeds = servers
+        .hosts
+        .into_iter()
+        .map(|h| {
+            // An IPv6 literal connects without its brackets.
+            let host = h.host.trim_start_matches('[').trim_end_matches(']');
+            (host.to_string(), h.port.unwrap_or(DEFAULT_PORT))
+        })
+        .collect();
+    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
+    let hosts_and_rest = &rest[userinfo.map_or(0, |u| u.len() + 1)..];
+    let after = &hosts_and_rest[hosts_and_rest
+        .find(['/', '?', '#'])
+        .unwrap_or(hosts_and_rest.len())..];
+    if after.contains('#') {
+        return Err(bad("a fragment (#…) means nothing here"));
+    }
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    if !matches!(path.trim_start_matches('/'), "" | "0") {
+        return Err(bad(
+            "a database after the hosts: a Redis Cluster has database 0 only",
+        ));
+    }
+    let mut prefix = String::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => {
+                check_prefix(value).map_err(bad)?;
+                prefix = value.to_string();
+            }
+            _ => {
+                return Err(bad(
+                    "an unknown parameter (redis-cluster:// takes prefix=P)",
+                ));
+            }
+        }
+    }
+    // redis-rs reads the user-info as it does for redis:// (%-escapes, a password alone).
+    let node_url = match userinfo {
+        Some(userinfo) => format!("redis://{userinfo}@127.0.0.1:6379/0"),
+        None => "redis://127.0.0.1:6379/0".to_string(),
+    };
+    let node = ::redis::IntoConnectionInfo::into_connection_info(for_driver(&node_url))
+        .map_err(|e| bad(&format!("rejected by the Redis client ({:?})", e.kind())))?;
+    let settings = node.redis_settings();
+    Ok(ClusterConfig {
+        shown: redact(url),
+        seeds,
+        username: settings.username().map(str::to_string),
+        password: settings.password().map(str::to_string),
+        prefix,
+    })
+}
+
+/// What the sharded subscriber works with: how to make a cluster client of its own (RESP3),
+/// whose pushes (messages, subscription changes) come through the channel it is given. Commands
+/// never share its connections: redis-rs 1.8 takes a `sunsubscribe` the server pushes when a
+/// slot moves away for the reply to whatever request is in flight on that connection (seen in
+/// the resharding test as a take answered by the push), and every later reply would then answer
+/// the wrong request. A client is made afresh at each (re)connection, with a channel of its own,
+/// so nothing an abandoned connection pushes reaches the subscriber.
+pub(super) struct Shards {
+    make: Box<MakeClient>,
+}
+
+type MakeClient =
+    dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync;
+
+/// Connects to the cluster `config` names (learns its slots from the first seed that answers),
+/// and makes the subscriber's client, which connects at the first wait.
+pub(super) async fn connect(
+    config: &ClusterConfig,
+    options: &Options,
+) -> Result<(ClusterConnection, Shards)> {
+    let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+    let seeds: Vec<String> = config
+        .seeds
+        .iter()
+        .map(|(host, port)| {
+            // An IPv6 literal goes back into brackets.
+            if host.contains(':') {
+                format!("redis://[{host}]:{port}")
+            } else {
+                format!("redis://{host}:{port}")
+            }
+        })
+        .collect();
+    let (username, password) = (config.username.clone(), config.password.clone());
+    let builder = move || {
+        let mut builder = ClusterClientBuilder::new(seeds.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .retries(REDIRECT_RETRIES)
+            .min_retry_wait(RETRY_WAIT_MIN_MS)
+            .max_retry_wait(RETRY_WAIT_MAX_MS);
+        if let Some(user) = &username {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &password {
+            builder = builder.password(password);
+        }
+        builder
+    };
+    let rejected = |e: RedisError| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!(
+                "{}: rejected by the Redis client ({:?})",
+                config.shown,
+                e.kind()
+            ),
+        )
+        .with_backend(NAME)
+    };
+    let conn = builder()
+        .build()
+        .map_err(rejected)?
+        .get_async_connection()
+        .await
+        .map_err(|e| from_redis(&format!("connecting to {}", config.shown), e))?;
+    // Sharded pub/sub needs RESP3, whose pushes come through the channel given.
+    let make = move |pushes| {
+        builder()
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(pushes)
+            .build()
+    };
+    Ok((
+        conn,
+        Shards {
+            make: Box::new(make),
+        },
+    ))
+}
+
+/// The variant of `script` a cluster runs: with `SPUBLISH` for `PUBLISH` (see [`SHARDED`]).
+pub(super) fn sharded(script: &Script) -> &Script {
+    SHARDED.get(script.get_hash()).unwrap_or(script)
+}
+
+/// True for an error after which the script surely did not run, and that a cluster mends by
+/// itself within seconds: the slot is being migrated (`TRYAGAIN`), or moved and redis-rs' tries
+/// ran out while the nodes still disagreed where (`MOVED`, `ASK`: as while a failover
+/// spreads), the cluster or the slot's master is down or being failed over (`CLUSTERDOWN`,
+/// `MASTERDOWN`, no connection to the slot's node).
+pub(super) fn not_run_yet(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        RedisKind::Server(
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        ) | RedisKind::ClusterConnectionNotFound
+    ) || e.is_connection_refusal()
+}
+
+/// The masters of the cluster, as one of them answers `CLUSTER SLOTS`.
+pub(crate) async fn masters(conn: &ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let mut conn = conn.clone();
+    let answer = conn
+        .route_command(
+            ::redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        )
+        .await?;
+    Ok(masters_of(&answer))
+}
+
+/// The masters in an answer to `CLUSTER SLOTS`: each range is `[first, last, [host, port,
+/// id, …], replicas…]`.
+fn masters_of(answer: &Value) -> Vec<(String, u16)> {
+    let mut found = Vec::new();
+    let Value::Array(ranges) = answer else {
+        return found;
+    };
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let Some(Value::Array(master)) = parts.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        if !found.contains(&(host.clone(), port)) {
+            found.push((host, port));
+        }
+    }
+    found
+}
+
+/// Every key matching `pattern` on every master (see `Server::scan`).
+pub(super) async fn scan(
+    conn: &ClusterConnection,
+    pattern: &str,
+    what: &str,
+) -> Result<Vec<String>> {
+    let failed = |e| from_redis(what, e);
+    let mut found = Vec::new();
+    for (host, port) in masters(conn).await.map_err(failed)? {
+        let mut conn = conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = ::redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            let answer = conn.route_command(scan, routing).await.map_err(failed)?;
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                ::redis::from_redis_value(answer).map_err(|e| failed(e.into()))?;
+            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(found)
+}
+
+/// The live subscription connection: the cluster connection, the pushes of its client, and
+/// the channels it has confirmed.
+struct Subscriptions {
+    conn: ClusterConnection,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    subscribed: HashSet<String>,
+    /// Confirmations and unsubscriptions this task asked for and has not seen yet, by (true for
+    /// `SSUBSCRIBE`, false for `SUNSUBSCRIBE`, channel): any other is the server or redis-rs
+    /// moving a subscription.
+    asked: HashMap<(bool, String), usize>,
+}
+
+impl Subscriptions {
+    /// A new client and connection, subscribed to `channels`.
+    async fn open(shards: &Shards, channels: &[String]) -> RedisResult<Self> {
+        let (tx, pushes) = mpsc::unbounded_channel();
+        let client = (shards.make)(tx)?;
+        let conn = tokio::time::timeout(SUBSCRIBE_WAIT, client.get_async_connection())
+            .await
+            .map_err(|_| timed_out("opening the cluster's pub/sub connection timed out"))??;
+        let mut subs = Subscriptions {
+            conn,
+            pushes,
+            subscribed: HashSet::new(),
+            asked: HashMap::new(),
+        };
+        for channel in channels {
+            subs.subscribe(channel).await?;
+        }
+        Ok(subs)
+    }
+
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        if self.subscribed.contains(channel) {
+            return Ok(());
+        }
+        *self.asked.entry((true, channel.to_string())).or_default() += 1;
+        tokio::time::timeout(SUBSCRIBE_WAIT, self.conn.ssubscribe(channel))
+            .await
+            .map_err(|_| timed_out("SSUBSCRIBE unanswered"))??;
+        self.subscribed.insert(channel.to_string());
+        Ok(())
+    }
+
+    /// Whether a push of a (un)subscription was asked for by this task (and counts it off).
+    fn was_asked(&mut self, subscribing: bool, channel: &str) -> bool {
+        let key = (subscribing, channel.to_string());
+        match self.asked.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => self.asked.remove(&key).is_some(),
+            None => false,
+        }
+    }
+}
+
+fn timed_out(why: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
+}
+
+/// Reconnection backoff bounds.
+const RECONNECT_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+const RECONNECT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The subscriber task of a cluster client: `SSUBSCRIBE` for a channel's first waiter,
+/// `SUNSUBSCRIBE` once it has had none for [`IDLE_GRACE`], and each message handed to the
+/// waiters it is for (as `subscriber.rs` does for one server). When a node's connection is lost
+/// (its master died: a failover) or the server drops a subscription (its slot moved away), the
+/// whole subscription connection is made again, with a fresh slot map, once that succeeds (with
+/// backoff while the failover runs), and every waiter is woken once, since what was published
+/// meanwhile is lost.
+pub(super) async fn subscribe_sharded(
+    shards: Shards,
+    registry: Arc<Mutex<Registry>>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut live: Option<Subscriptions> = None;
+    let mut idle: HashMap<String, Instant> = HashMap::new();
+    // Set once the connection was lost: open it again at this time, then wake everyone.
+    let mut reconnect_at: Option<Instant> = None;
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        let sweep_at = idle.values().min().copied();
+        let sweep = async move {
+            match sweep_at {
+                Some(oldest) => tokio::time::sleep_until(oldest + IDLE_GRACE).await,
+                None => std::future::pending().await,
+            }
+        };
+        let reconnect = async move {
+            match reconnect_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let push = async {
+            match live.as_mut() {
+                Some(subs) => subs.pushes.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe(channel, ack)) => {
+                    idle.remove(&channel);
+                    if live.is_none() && reconnect_at.is_none() {
+                        // The first wait: connect now.
+                        reconnect_at = Some(Instant::now());
+                    }
+                    if let Some(subs) = live.as_mut()
+                        && let Err(e) = subs.subscribe(&channel).await
+                    {
+                        tracing::debug!("redis cluster SSUBSCRIBE failed: {e}");
+                        live = None;
+                        reconnect_at = Some(Instant::now() + backoff);
+                    }
+                    let _ = ack.send(());
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    if live.as_ref().is_some_and(|s| s.subscribed.contains(&channel)) {
+                        idle.insert(channel, Instant::now());
+                    }
+                }
+                Some(Command::Moved(_)) => {}
+            },
+            () = sweep => {
+                let now = Instant::now();
+                let wanted: HashSet<String> = subscriber::wanted(&registry).into_iter().collect();
+                let expired: Vec<String> = idle
+                    .iter()
+                    .filter(|(ch, since)| wanted.contains(*ch) || now >= **since + IDLE_GRACE)
+                    .map(|(ch, _)| ch.clone())
+                    .collect();
+                for channel in expired {
+                    idle.remove(&channel);
+                    if let Some(subs) = live.as_mut()
+                        && !wanted.contains(&channel)
+                        && subs.subscribed.remove(&channel)
+                    {
+                        *subs.asked.entry((false, channel.clone())).or_default() += 1;
+                        if let Err(e) = subs.conn.sunsubscribe(&channel).await {
+                            tracing::debug!("redis cluster SUNSUBSCRIBE failed: {e}");
+                        }
+                    }
+                }
+            }
+            () = reconnect => {
+                let wanted = subscriber::wanted(&registry);
+                if wanted.is_empty() {
+                    // Nobody waits: connect again at the next wait.
+                    reconnect_at = None;
+                    live = None;
+                    continue;
+                }
+                match Subscriptions::open(&shards, &wanted).await {
+                    Ok(subs) => {
+                        live = Some(subs);
+                        reconnect_at = None;
+                        backoff = RECONNECT_MIN;
+                        subscriber::wake_all(&registry);
+                    }
+                    Err(e) => {
+                        tracing::debug!("redis cluster pub/sub connection failed: {e}");
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                        reconnect_at = Some(Instant::now() + backoff);
+                    }
+                }
+            }
+            push = push => {
+                let Some(push) = push else {
+                    live = None;
+                    reconnect_at = Some(Instant::now());
+                    continue;
+                };
+                let channel = match push.data.first() {
+                    Some(Value::BulkString(name)) => String::from_utf8(name.clone()).ok(),
+                    _ => None,
+                };
+                let moved = match (push.kind, channel) {
+                    (PushKind::SMessage, Some(channel)) => {
+                        let payload = match push.data.get(1) {
+                            Some(Value::BulkString(payload)) => payload.as_slice(),
+                            _ => &[],
+                        };
+                        subscriber::dispatch(&registry, &channel, payload);
+                        false
+                    }
+                    // A node's connection ended: its master may have died.
+                    (PushKind::Disconnection, _) => true,
+                    (kind @ (PushKind::SSubscribe | PushKind::SUnsubscribe), Some(channel)) => {
+                        let subscribing = kind == PushKind::SSubscribe;
+                        live.as_mut().is_some_and(|s| !s.was_asked(subscribing, &channel))
+                    }
+                    _ => false,
+                };
+                if moved {
+                    tracing::debug!("redis cluster: a subscription moved or was lost; subscribing again");
+                    live = None;
+                    reconnect_at = Some(Instant::now() + RECONNECT_MIN);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls() {
+        let c = parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,h").unwrap();
+        assert_eq!(
+            c.seeds,
+            vec![
+                ("127.0.0.1".to_string(), 7000),
+                ("127.0.0.1".to_string(), 7001),
+                ("h".to_string(), 6379),
+            ]
+        );
+        assert_eq!((c.username.as_deref(), c.password.as_deref()), (None, None));
+        assert_eq!(c.prefix, "");
+        let c = parse("REDIS-CLUSTER://app:p@s/s?w#rd@[::1]:7000/0?prefix=app1:").unwrap();
+        assert_eq!(c.seeds, vec![("::1".to_string(), 7000)]);
+        assert_eq!(c.username.as_deref(), Some("app"));
+        assert_eq!(c.password.as_deref(), Some("p@s/s?w#rd"));
+        assert_eq!(c.prefix, "app1:");
+        assert_eq!(c.shown, "REDIS-CLUSTER://***@[::1]:7000/0?prefix=app1:");
+        let c = parse("redis-cluster://:hunter2@h:1").unwrap();
+        assert_eq!(c.password.as_deref(), Some("hunter2"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn bad_cluster_urls_name_the_fault_and_hide_the_password() {
+        for (url, fault) in [
+            ("redis-cluster://u:hunter2@h:1/2", "database 0 only"),
+            ("redis-cluster://u:hunter2@h:1?db=2", "unknown parameter"),
+            ("redis-cluster://u:hunter2@h:0", "port"),
+            ("redis-cluster://u:hunter2@", "no host"),
+            ("redis-cluster://u:hunter2@h:1,,h:2", "no host"),
+            ("redis-cluster://u:hunter2@h:1#x", "fragment"),
+            ("redis-cluster://u:hunter2@h:1?prefix=a{b}", "prefix"),
+            ("redis://u:hunter2@h:1", "not a redis-cluster"),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            let shown = err.to_string();
+            assert!(shown.contains(fault), "{url}: {shown}");
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
+    }
+
+    #[test]
+    fn masters_are_read_from_cluster_slots() {
+        let node = |port: i64| {
+            Value::Array(vec![
+                Value::BulkString(b"127.0.0.1".to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |first, last, master: i64, replica: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                node(master),
+                node(replica),
+            ])
+        };
+        let answer = Value::Array(vec![
+            range(0, 100, 7000, 7003),
+            range(101, 200, 7001, 7004),
+            range(201, 16383, 7000, 7003),
+        ]);
+        assert_eq!(
+            masters_of(&answer),
+            vec![
+                ("127.0.0.1".to_string(), 7000),
+                ("127.0.0.1".to_string(), 7001)
+            ]
+        );
+        assert!(masters_of(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn cluster_scripts_publish_to_the_shard() {
+        let release = &super::super::scripts::SCRIPTS
+            .ops(crate::types::LockKind::Mutex)
+            .release;
+        let hash = release.get_hash();
+        assert_ne!(sharded(release).get_hash(), hash, "release publishes");
+        assert_eq!(
+            sharded(sharded(release)).get_hash(),
+            sharded(release).get_hash()
+        );
+        let latch = Script::new(super::super::latch::LATCH_TEXT);
+        assert_ne!(sharded(&latch).get_hash(), latch.get_hash());
+    }
+}

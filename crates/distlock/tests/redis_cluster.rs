@@ -1,0 +1,509 @@
+//! The conformance suite against a Redis Cluster (DISTLOCK_REDIS_CLUSTER_URL, default the
+//! cluster `scripts/services.sh cluster` starts: three masters and a replica each on
+//! 127.0.0.1:7000-7005), for every flavour; then what only a cluster has: locks spread over the
+//! masters, multi-locks across slots, status and forced release across masters, and on private
+//! clusters, a SIGKILLed master and a resharding of a held lock's slot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use distlock::{Client, ErrorKind, LockKind};
+use distlock_testkit::servers::{RedisCluster, cluster_masters, redis_cli, start_redis_cluster};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+
+fn main() -> std::process::ExitCode {
+    let url = std::env::var("DISTLOCK_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002".to_string()
+    });
+    Suite::new("redis-cluster", "Redis Cluster", url)
+        .flavours(Flavour::every())
+        .case("redis_cluster::bad_urls_are_typed", bad_urls)
+        .case(
+            "redis_cluster::locks_spread_over_every_master",
+            locks_spread_over_every_master,
+        )
+        .case(
+            "redis_cluster::multi_lock_across_slots",
+            multi_lock_across_slots,
+        )
+        .case(
+            "redis_cluster::killed_master_is_followed",
+            killed_master_is_followed,
+        )
+        .case(
+            "redis_cluster::resharding_a_held_lock_keeps_it",
+            resharding_keeps_the_lock,
+        )
+        .run()
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// The port of the URL's first node.
+fn first_port(url: &str) -> Result<u16, Failure> {
+    url.split("://")
+        .nth(1)
+        .and_then(|rest| rest.rsplit('@').next())
+        .and_then(|hosts| hosts.split([',', '/', '?']).next())
+        .and_then(|host| host.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .ok_or_else(|| Failure(format!("no port in {url}")))
+}
+
+/// The key of the exclusive lock `name` (see keys.rs).
+fn lock_key(name: &str) -> String {
+    format!("distlock:lock:{{{name}}}")
+}
+
+/// Which master holds each of `keys`: asks every master `EXISTS` (a master that does not
+/// serve the key's slot answers `MOVED`, an error).
+async fn placement(masters: &[u16], keys: &[String]) -> Result<BTreeMap<u16, usize>, Failure> {
+    let mut found = BTreeMap::new();
+    for port in masters {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))?
+            .get_multiplexed_async_connection()
+            .await?;
+        for key in keys {
+            let exists: Result<bool, _> =
+                redis::cmd("EXISTS").arg(key).query_async(&mut conn).await;
+            if exists == Ok(true) {
+                *found.entry(*port).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(found)
+}
+
+async fn bad_urls(_ctx: Ctx) -> Outcome {
+    for (url, fault) in [
+        (
+            "redis-cluster://u:hunter2@127.0.0.1:7000/3",
+            "database 0 only",
+        ),
+        (
+            "redis-cluster://u:hunter2@127.0.0.1:7000?db=1",
+            "unknown parameter",
+        ),
+        ("redis-cluster://u:hunter2@127.0.0.1:0", "port"),
+        ("redis-cluster://u:hunter2@", "no host"),
+        ("redis-cluster://127.0.0.1:7000?prefix=a*", "prefix"),
+    ] {
+        let err = distlock::connect(url).await.map(drop).unwrap_err();
+        check!(err.kind() == ErrorKind::InvalidUrl, "{url}: {err:?}");
+        let shown = err.to_string();
+        check!(shown.contains(fault), "{url}: {shown}");
+        check!(!shown.contains("hunter2"), "{url}: {shown}");
+    }
+    // Nothing listens there: a connection error naming the URL, without its password.
+    let err = distlock::connect("redis-cluster://u:hunter2@127.0.0.1:1")
+        .await
+        .map(drop)
+        .unwrap_err();
+    check!(err.kind() == ErrorKind::Connection, "{err:?}");
+    check!(!err.to_string().contains("hunter2"), "{err}");
+    Ok(())
+}
+
+/// 60 locks of different names held at once land on every master (their hash tags spread over
+/// the slots); a status by prefix finds them all, across the masters; a forced release of one
+/// on each master frees exactly it, with a counter above its holder's token.
+async fn locks_spread_over_every_master(ctx: Ctx) -> Outcome {
+    let masters = blocking(|| cluster_masters(first_port(&ctx.url)?))?;
+    check!(
+        masters.len() == 3,
+        "the cluster has masters {masters:?}, not 3"
+    );
+    let base = ctx.unique_name("spread");
+    let names: Vec<String> = (0..60).map(|i| format!("{base}/{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            ctx.client
+                .lock(name)
+                .acquire_timeout(Duration::from_secs(5))
+                .await?,
+        );
+    }
+    let keys: Vec<String> = names.iter().map(|n| lock_key(n)).collect();
+    let placed = placement(&masters, &keys).await?;
+    eprintln!("60 locks over the masters: {placed:?}");
+    check!(
+        placed.values().sum::<usize>() == 60,
+        "not every lock was found on exactly one master: {placed:?}"
+    );
+    check!(
+        placed.len() == 3 && placed.values().all(|n| *n >= 5),
+        "the locks do not spread over the three masters: {placed:?}"
+    );
+
+    let seen = ctx.client.status_prefix(&base).await?;
+    check!(
+        seen.len() == 60 && seen.iter().all(|s| s.holdings.len() == 1),
+        "a status by prefix found {} of 60 locks",
+        seen.len()
+    );
+
+    // One forced release on each master.
+    let mut forced_on = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        let on = placement(&masters, std::slice::from_ref(key)).await?;
+        let Some(master) = on.keys().next().copied() else {
+            continue;
+        };
+        if forced_on.contains_key(&master) {
+            continue;
+        }
+        let forced = ctx.client.force_release(&names[i], LockKind::Mutex).await?;
+        check!(
+            forced.removed.len() == 1 && forced.removed[0].token == guards[i].fencing_token(),
+            "the forced release of {} removed {:?}",
+            names[i],
+            forced.removed
+        );
+        let next = ctx.client.lock(&names[i]).try_acquire().await?;
+        let Some(next) = next else {
+            return Err(Failure(format!(
+                "{} still held after a forced release",
+                names[i]
+            )));
+        };
+        check!(
+            next.fencing_token() > guards[i].fencing_token(),
+            "the token after a forced release is not above the holder's"
+        );
+        next.release().await?;
+        forced_on.insert(master, i);
+    }
+    check!(
+        forced_on.len() == 3,
+        "forced releases reached {forced_on:?}"
+    );
+    for (i, guard) in guards.into_iter().enumerate() {
+        let released = guard.release().await?;
+        let was_forced = forced_on.values().any(|f| *f == i);
+        check!(
+            released != was_forced,
+            "lock {i}: release answered {released} (forced: {was_forced})"
+        );
+    }
+    Ok(())
+}
+
+/// A multi-lock over names on different masters takes all or nothing: a held name on one
+/// master keeps it from taking the others, and once free it takes all.
+async fn multi_lock_across_slots(ctx: Ctx) -> Outcome {
+    let masters = blocking(|| cluster_masters(first_port(&ctx.url)?))?;
+    let base = ctx.unique_name("multi");
+    // Names until every master has one.
+    let mut by_master: BTreeMap<u16, String> = BTreeMap::new();
+    for i in 0..200 {
+        let name = format!("{base}/{i}");
+        let key = lock_key(&name);
+        let port = blocking(|| -> Result<u16, Failure> {
+            let slot: u16 = redis_cli(masters[0], &["CLUSTER", "KEYSLOT", &key])?
+                .parse()
+                .map_err(|_| Failure("CLUSTER KEYSLOT answered no number".into()))?;
+            distlock_testkit::servers::master_of_slot(masters[0], slot)
+        })?;
+        by_master.entry(port).or_insert(name);
+        if by_master.len() == masters.len() {
+            break;
+        }
+    }
+    check!(by_master.len() == 3, "names found on {by_master:?} only");
+    let names: Vec<String> = by_master.values().cloned().collect();
+    let blocker = ctx.client.lock(&names[2]).acquire().await?;
+    let multi = ctx.client.multi_lock(names.clone());
+    check!(
+        multi.try_acquire().await?.is_none(),
+        "a multi-lock took a name held on another master"
+    );
+    for name in &names[..2] {
+        let free = ctx.client.lock(name).try_acquire().await?;
+        check!(free.is_some(), "the multi-lock left {name} held");
+        free.into_iter().next().unwrap().release().await?;
+    }
+    let waiting = tokio::spawn({
+        let multi = multi.clone();
+        async move { multi.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    blocker.release().await?;
+    let all = waiting.await.map_err(|e| Failure(e.to_string()))??;
+    for name in &names {
+        check!(
+            ctx.client.lock(name).try_acquire().await?.is_none(),
+            "the multi-lock does not hold {name}"
+        );
+    }
+    all.release().await?;
+    Ok(())
+}
+
+async fn connect(url: &str) -> Result<Client, Failure> {
+    // A failover takes a few seconds: requests to the dead master are retried meanwhile.
+    let options = distlock::Options::default().retry_for(Duration::from_secs(20));
+    Ok(distlock::connect_with(url, &options).await?)
+}
+
+/// The holder's lease: longer than a failover takes on a loaded machine.
+const LEASE: Duration = Duration::from_secs(20);
+
+/// A lock held and waited for while its master is SIGKILLed: the replica takes over with the
+/// holding (replicated before the kill: the test waits for it), the holder keeps renewing it
+/// there, the waiter does not get in until the release on the new master wakes it, with a larger
+/// token; new takes on the same URL, no restart, draw tokens above every earlier one.
+async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
+    let mut cluster: RedisCluster = blocking(start_redis_cluster)?;
+    let url = cluster.url();
+    let holder = connect(&url).await?;
+    let waiter = connect(&url).await?;
+    let name = ctx.unique_name("failover");
+    let key = lock_key(&name);
+    let lock = holder.lock(&name).lease(LEASE);
+    let mut before = Vec::new();
+    for _ in 0..3 {
+        let guard = lock.acquire_timeout(Duration::from_secs(5)).await?;
+        before.push(guard.fencing_token().get());
+        guard.release().await?;
+    }
+    let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
+    before.push(held.fencing_token().get());
+    let waiting = tokio::spawn({
+        let lock = waiter.lock(&name).lease(LEASE);
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    let old = blocking(|| cluster.master_of(&key))?;
+    let channel = format!("{key}:free");
+    distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {
+        let channel = channel.clone();
+        async move {
+            let n = blocking(|| redis_cli(old, &["PUBSUB", "SHARDNUMSUB", &channel]))?;
+            Ok(n.lines().nth(1) == Some("1"))
+        }
+    })
+    .await?;
+    // The replica has the holding before the master dies.
+    let acked = blocking(|| redis_cli(old, &["WAIT", "1", "5000"]))?;
+    check!(acked == "1", "the replica did not acknowledge: {acked}");
+
+    let started = std::time::Instant::now();
+    blocking(|| cluster.node(old)?.kill())?;
+    let new = blocking(|| cluster.wait_for_new_master(&key, old))?;
+    let promoted = started.elapsed();
+    // The holder renews on the new master: its time to live goes back up there.
+    let pttl = |key: &str| -> Result<i64, Failure> {
+        Ok(blocking(|| redis_cli(new, &["PTTL", key]))?
+            .parse()
+            .unwrap_or(-2))
+    };
+    let first = pttl(&key)?;
+    check!(
+        first > 0,
+        "the new master {new} does not have the holding: PTTL {first}"
+    );
+    // Renewed there: its time to live rises above the lowest seen since the promotion.
+    let mut lowest = first;
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let ttl = pttl(&key)?;
+        if ttl > lowest + 500 {
+            break;
+        }
+        lowest = lowest.min(ttl);
+        check!(
+            std::time::Instant::now() < until,
+            "no renewal on the new master {new} in 20 s (PTTL {ttl})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check!(
+        !held.is_lost(),
+        "the holder lost its lock across the failover"
+    );
+    check!(
+        !waiting.is_finished(),
+        "the waiter finished while the lock was held: {:?}",
+        waiting.await
+    );
+    // The waiter's subscription moved to the new master.
+    let resubscribed = distlock_testkit::cases::eventually(
+        Duration::from_secs(15),
+        "the waiter to subscribe on the new master",
+        || {
+            let channel = channel.clone();
+            async move {
+                let n = blocking(|| redis_cli(new, &["PUBSUB", "SHARDNUMSUB", &channel]))?;
+                Ok(n.lines().nth(1) == Some("1"))
+            }
+        },
+    )
+    .await;
+    let subscribed_after = started.elapsed();
+    check!(
+        held.release().await?,
+        "the release on the new master found no holding"
+    );
+    let released = std::time::Instant::now();
+    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let woken_after = released.elapsed();
+    eprintln!(
+        "resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the lock \
+         {woken_after:?} after the release"
+    );
+    resubscribed?;
+    // Woken by the release's message, not by its timer (bounded by the holder's lease left,
+    // up to 20 s).
+    check!(
+        woken_after < Duration::from_secs(3),
+        "the waiter took the lock {woken_after:?} after the release: not woken by it"
+    );
+    let max_before = before.iter().copied().max().unwrap_or(0);
+    check!(
+        taken.fencing_token().get() > max_before,
+        "the waiter's token {} is not above {max_before}",
+        taken.fencing_token().get()
+    );
+    taken.release().await?;
+    eprintln!(
+        "master {old} -> {new} after {promoted:?}; the waiter got the lock after the release"
+    );
+    for client in [&holder, &waiter] {
+        for lock_name in [name.clone(), ctx.unique_name("after")] {
+            let guard = client
+                .lock(&lock_name)
+                .acquire_timeout(Duration::from_secs(10))
+                .await?;
+            check!(
+                guard.fencing_token().get() > max_before,
+                "a take after the failover drew token {}, not above {max_before}",
+                guard.fencing_token().get()
+            );
+            guard.release().await?;
+        }
+    }
+    Ok(())
+}
+
+/// The slot of a held lock moves to another master (`CLUSTER SETSLOT … IMPORTING/MIGRATING`,
+/// `MIGRATE` key by key, `SETSLOT … NODE`), the way `redis-cli --cluster reshard` moves it, while
+/// the holder renews and a contender keeps trying: no try gets in at any step (half the lock's
+/// keys moved included), the holder keeps its lock, and its release on the new master hands
+/// the lock to the waiter with a larger token.
+async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
+    let cluster: RedisCluster = blocking(start_redis_cluster)?;
+    let url = cluster.url();
+    let holder = connect(&url).await?;
+    let contender = connect(&url).await?;
+    let name = ctx.unique_name("reshard");
+    let key = lock_key(&name);
+    // A short lease: renewals (every 2 s) run through the migration.
+    let lease = Duration::from_secs(6);
+    let held = holder.lock(&name).lease(lease).acquire().await?;
+    let waiting = tokio::spawn({
+        let lock = contender.lock(&name).lease(lease);
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    let source = blocking(|| cluster.master_of(&key))?;
+    let masters = blocking(|| cluster.masters())?;
+    let target = *masters
+        .iter()
+        .find(|m| **m != source)
+        .ok_or_else(|| Failure("no other master".into()))?;
+    let id = |port: u16| blocking(|| redis_cli(port, &["CLUSTER", "MYID"]));
+    let (source_id, target_id) = (id(source)?, id(target)?);
+    let slot = blocking(|| redis_cli(source, &["CLUSTER", "KEYSLOT", &key]))?;
+    let step = |port: u16, args: &[&str]| -> Result<(), Failure> {
+        let answer = blocking(|| redis_cli(port, args))?;
+        check!(answer == "OK", "{args:?} on {port}: {answer}");
+        Ok(())
+    };
+    // A contender that tries all the time the slot moves: it must never get in.
+    let tries = {
+        let lock = contender.lock(&name).lease(lease);
+        tokio::spawn(async move {
+            let mut tries = 0u32;
+            loop {
+                match lock.try_acquire().await {
+                    Ok(Some(g)) => {
+                        return Err(Failure(format!(
+                            "try {tries} took the held lock: token {}",
+                            g.fencing_token().get()
+                        )));
+                    }
+                    Ok(None) => {}
+                    Err(e)
+                        if e.kind() == ErrorKind::Connection || e.kind() == ErrorKind::Backend =>
+                    {
+                        return Err(Failure(format!("try {tries} failed: {e:?}")));
+                    }
+                    Err(e) => return Err(Failure(format!("try {tries}: {e}"))),
+                }
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if tries >= 150 {
+                    return Ok(tries);
+                }
+            }
+        })
+    };
+    step(
+        target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
+    )?;
+    step(
+        source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
+    )?;
+    let keys = blocking(|| redis_cli(source, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]))?;
+    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    check!(keys.len() >= 2, "the lock's slot holds {keys:?}");
+    // One key at a time, with time between: the lock is half here, half there for a while.
+    for k in &keys {
+        let port = target.to_string();
+        let answer =
+            blocking(|| redis_cli(source, &["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]))?;
+        check!(answer == "OK", "MIGRATE {k}: {answer}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    for port in &masters {
+        step(*port, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id])?;
+    }
+    tokio::time::sleep(lease).await;
+    let tries = tries.await.map_err(|e| Failure(e.to_string()))??;
+    check!(tries >= 150, "{tries} tries");
+    check!(
+        !held.is_lost(),
+        "the holder lost its lock in the resharding"
+    );
+    check!(
+        !waiting.is_finished(),
+        "the waiter got in while the lock was held: {:?}",
+        waiting.await
+    );
+    let exists = blocking(|| redis_cli(target, &["EXISTS", &key]))?;
+    check!(
+        exists == "1",
+        "the lock is not on its new master {target}: {exists}"
+    );
+    let token = held.fencing_token();
+    check!(
+        held.release().await?,
+        "the release after the resharding found no holding"
+    );
+    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    check!(
+        taken.fencing_token() > token,
+        "the waiter's token is not above the holder's"
+    );
+    taken.release().await?;
+    Ok(())
+}
