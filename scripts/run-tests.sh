@@ -23,6 +23,7 @@ command -v jq >/dev/null 2>&1 || {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >/dev/null
 }
 
+echo "run-tests: building every test binary" >&2
 cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
   >"$work/build.json"
 
@@ -104,16 +105,17 @@ run_one() { # run_one NAME DIR EXE: runs one binary, records verdict and time
 export -f run_one
 export work
 
-echo "run-tests: $(wc -l <"$work/queue.tsv") test binaries in $lanes lanes" >&2
+echo "run-tests: [${SECONDS}s] $(wc -l <"$work/queue.tsv") test binaries in $lanes lanes" >&2
 cut -f2- "$work/queue.tsv" | tr '\t\n' '\0\0' |
   xargs -0 -n 3 -P "$lanes" bash -c 'run_one "$@"' _
-echo "run-tests: $(wc -l <"$work/solo.tsv") test binaries alone" >&2
+echo "run-tests: [${SECONDS}s] $(wc -l <"$work/solo.tsv") test binaries alone" >&2
 while IFS=$'\t' read -r name dir exe; do
   run_one "$name" "$dir" "$exe"
 done <"$work/solo.tsv"
 
 # Doc tests are compiled and run by cargo itself.
 doc_status=0
+echo "run-tests: [${SECONDS}s] doc tests" >&2
 cargo test --workspace --all-features --doc || doc_status=$?
 
 echo
