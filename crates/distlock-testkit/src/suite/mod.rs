@@ -753,8 +753,11 @@ impl Suite {
             return child_main(spec, &self.flavours);
         }
         let mut args = Arguments::from_args();
-        // Cases measure lease timing and pause processes: one at a time unless asked otherwise.
-        args.test_threads.get_or_insert(1);
+        // Most cases spend their time waiting (a lease running out, a session expiring, a paused
+        // process, a server restarting), each with its own names, child processes and private
+        // servers: a few run side by side. The ones that drive thousands of contended hand-offs
+        // run alone (see `Gate`). `--test-threads 1` runs every case on its own.
+        args.test_threads.get_or_insert(CASES_AT_ONCE);
 
         let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
         let skip = skipped
@@ -814,13 +817,22 @@ impl Suite {
                 if !applies {
                     continue;
                 }
-                trials.push(trial(&setup, &faults, flavour, case, body).with_ignored_flag(skip));
+                let gate = if HEAVY.contains(&case) {
+                    Gate::Alone
+                } else {
+                    Gate::Beside
+                };
+                trials.push(
+                    trial(&setup, &faults, flavour, case, body, gate).with_ignored_flag(skip),
+                );
             }
         }
         if let Some(first) = self.flavours.first() {
             for (name, body) in self.extra {
                 let leaked: &'static str = Box::leak(name.into_boxed_str());
-                trials.push(trial(&setup, &faults, first, leaked, body).with_ignored_flag(skip));
+                // A backend's own cases kill, fail over and reshard servers and time what follows.
+                let trial = trial(&setup, &faults, first, leaked, body, Gate::Alone);
+                trials.push(trial.with_ignored_flag(skip));
             }
         }
         libtest_mimic::run(&args, trials).exit_code()
@@ -885,18 +897,55 @@ impl Setup {
     }
 }
 
+/// How many cases of a suite run at once, unless `--test-threads` says otherwise.
+const CASES_AT_ONCE: usize = 3;
+
+/// The cases that keep several processes handing a lock over thousands of times as fast as the
+/// store allows: beside others on 2 cores they starved them (a 500 ms lease not renewed in time)
+/// and each other (MySQL's fair lock past a 300 s budget), so each runs alone.
+const HEAVY: &[&str] = &[
+    "exclusion_across_processes",
+    "exclusion_between_tasks",
+    "fencing_tokens_increase_across_processes",
+    "election_one_leader_across_processes",
+];
+
+/// Whether a case may run beside others of its binary.
+#[derive(Clone, Copy)]
+enum Gate {
+    /// It waits for the cases running to end, and none starts until it has ended.
+    Alone,
+    /// Beside any other case that may run beside others.
+    Beside,
+}
+
+impl Gate {
+    /// Held for the whole case: `Alone` takes the write side, `Beside` the read side. (std's
+    /// lock lets no new reader in while a writer waits, so an `Alone` case is not starved.)
+    fn enter(self) -> Box<dyn std::any::Any> {
+        static CASES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+        // A case that panicked poisons the lock; the next ones still run.
+        match self {
+            Gate::Alone => Box::new(CASES.write().unwrap_or_else(|e| e.into_inner())),
+            Gate::Beside => Box::new(CASES.read().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+}
+
 fn trial(
     setup: &Arc<Setup>,
     faults: &Arc<Faults>,
     flavour: &Flavour,
     case: &'static str,
     body: CaseFn,
+    gate: Gate,
 ) -> Trial {
     let setup = setup.clone();
     let faults = faults.clone();
     let flavour = flavour.clone();
     let name = format!("{}::{case}", flavour.name);
     Trial::test(name.clone(), move || {
+        let _turn = gate.enter();
         let started = std::time::Instant::now();
         let outcome = run_case(&setup, faults, flavour, case, body);
         if std::env::var_os("DISTLOCK_CASE_TIMES").is_some() {
