@@ -67,6 +67,11 @@ impl Side {
         }
     }
 
+    // The in-memory store keeps sides as they are, not as text.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn from_column(side: &str) -> Option<Side> {
         match side {
             "fair" => Some(Side::Fair),
