@@ -124,6 +124,12 @@ async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
         Scheme::Memory => Ok(Arc::new(crate::backends::memory::MemoryBackend::connect(
             url,
         )?)),
+        #[cfg(not(feature = "memory"))]
+        Scheme::Memory => Err(Error::new(
+            ErrorKind::Unsupported,
+            "the memory: backend is not part of this build of distlock (build with the `memory` \
+             feature, e.g. in [dev-dependencies]: it is for an application's unit tests)",
+        )),
         #[cfg(not(feature = "etcd"))]
         Scheme::Etcd => Err(Error::new(
             ErrorKind::Unsupported,

@@ -56,6 +56,10 @@
 //! # fn main() {}
 //! ```
 //!
+//! `advance` jumps at once, and a holder's watchdog renews on its own timers: to let time pass
+//! for a holder that should keep its lock, sleep instead (the paused clock then moves from timer
+//! to timer) or advance by less than a third of the lease at a time.
+//!
 //! `memory://NAME` is instead the store of that name in the process, shared by every client
 //! that connects to it, for a test of two "instances" that each connect on their own. It is one
 //! process's memory: not a distributed lock, and no stand-in for the real store in tests of

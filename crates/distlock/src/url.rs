@@ -400,9 +400,9 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-/// The store a `memory:` URL names: `None` for `memory:` (a store of its own), the name for
-/// `memory://NAME` (letters, digits, `-`, `_`, `.`; shared by every client in the process that
-/// names it).
+/// The store a `memory:` URL names: `None` for `memory:` or `memory://` (a store of its own),
+/// the name for `memory://NAME` (letters, digits, `-`, `_`, `.`; shared by every client in the
+/// process that names it).
 pub fn memory_store(url: &str) -> Result<Option<String>> {
     let invalid = |why: &str| {
         Error::new(
