@@ -194,8 +194,13 @@ async fn leases_on_paused_clock() -> Outcome {
         "another owner got in while the watchdog renewed"
     );
     check!(next.release().await?, "the renewed holder lost its lock");
+    // Paused time: the hour passes without being waited for (the bound is far from both).
+    eprintln!(
+        "an hour of paused time, a renewal every 10 s, took {:?} of wall time",
+        wall.elapsed()
+    );
     check!(
-        wall.elapsed() < Duration::from_secs(10),
+        wall.elapsed() < Duration::from_secs(600),
         "an hour of paused time took {:?} of wall time",
         wall.elapsed()
     );
@@ -293,7 +298,8 @@ async fn status_and_forced_release(ctx: Ctx) -> Outcome {
             "{}: the forced release of token {token} gave {forced:?}",
             flavour.name
         );
-        tokio::time::timeout(lease * 3, guard.lost())
+        // At its next renewal, a third of the lease later; the bound only guards against a hang.
+        tokio::time::timeout(Duration::from_secs(30), guard.lost())
             .await
             .map_err(|_| Failure(format!("{}: lost() did not fire", flavour.name)))?;
         let next = (flavour.make)(&ctx.client, &name)
@@ -359,7 +365,7 @@ async fn election_and_latch(ctx: Ctx) -> Outcome {
     );
     let term = first.term();
     check!(first.resign().await?, "the first leader had lost its term");
-    let second = tokio::time::timeout(Duration::from_secs(5), second)
+    let second = tokio::time::timeout(Duration::from_secs(30), second)
         .await
         .map_err(|_| Failure("the second candidate never led".into()))?
         .map_err(|e| Failure(e.to_string()))??;
@@ -386,7 +392,7 @@ async fn election_and_latch(ctx: Ctx) -> Outcome {
         ctx.client.latch(&latch).count_down().await? == 0,
         "the count did not reach 0"
     );
-    tokio::time::timeout(Duration::from_secs(5), waiting)
+    tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .map_err(|_| Failure("the latch's waiter was not released".into()))?
         .map_err(|e| Failure(e.to_string()))??;
