@@ -414,11 +414,10 @@ pub fn memory_store(url: &str) -> Result<Option<String>> {
             ),
         )
     };
-    let scheme_len = "memory:".len();
-    if url.len() < scheme_len || !url[..scheme_len].eq_ignore_ascii_case("memory:") {
-        return Err(invalid("not a memory: URL"));
-    }
-    let rest = &url[scheme_len..];
+    let rest = match url.split_at_checked("memory:".len()) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("memory:") => rest,
+        _ => return Err(invalid("not a memory: URL")),
+    };
     if rest.is_empty() || rest == "//" {
         return Ok(None);
     }
@@ -568,6 +567,8 @@ mod tests {
             "memory://app/x",
             "memory://app?x=1",
             "memory://u:secret@app",
+            "memoré:",
+            "redis://h",
         ] {
             let err = memory_store(bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{bad}");
