@@ -13,6 +13,7 @@
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
 //! | `memcached://h[:p][,h[:p]…]` | memcached; each lock on one server, chosen by its name | `memcached` |
+//! | `memory:`, `memory://NAME` | this process's memory, for an application's unit tests (not a distributed lock): `memory:` a store of its own, `memory://NAME` the store every client of the process naming it shares | `memory` |
 //!
 //! The SQL schemes take a lease lock (a row with an expiry, renewed by the watchdog) by default;
 //! `?lock=session` takes session locks instead (`pg_advisory_lock` / `GET_LOCK` on a dedicated
@@ -80,7 +81,8 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         feature = "mysql",
         feature = "etcd",
         feature = "zookeeper",
-        feature = "memcached"
+        feature = "memcached",
+        feature = "memory"
     )),
     allow(unused_variables)
 )]
@@ -117,6 +119,16 @@ async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
         #[cfg(feature = "memcached")]
         Scheme::Memcached => Ok(Arc::new(
             crate::backends::memcached::MemcachedBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "memory")]
+        Scheme::Memory => Ok(Arc::new(crate::backends::memory::MemoryBackend::connect(
+            url,
+        )?)),
+        #[cfg(not(feature = "memory"))]
+        Scheme::Memory => Err(Error::new(
+            ErrorKind::Unsupported,
+            "the memory: backend is not part of this build of distlock (build with the `memory` \
+             feature, e.g. in [dev-dependencies]: it is for an application's unit tests)",
         )),
         #[cfg(not(feature = "etcd"))]
         Scheme::Etcd => Err(Error::new(

@@ -20,6 +20,51 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Testing your application
+//!
+//! Code that takes a [`Client`] (or a [`Lock`], [`Election`], [`Latch`] made from one) does not
+//! care which store it came from, so its unit tests can hand it one from the in-memory backend
+//! (the `memory` feature, e.g. only under `[dev-dependencies]`): `connect("memory:")` gives a
+//! store of its own, empty, with every flavour, election, latch, status and forced release, and
+//! no server. Its leases run on tokio's clock, so a test on paused time
+//! (`tokio::time::pause()`, tokio's `test-util` feature) lets a lease run out in no time:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! /// The application's job: runs only if no other instance is running it.
+//! async fn nightly_report(client: &distlock::Client) -> distlock::Result<bool> {
+//!     let lock = client.lock("report:nightly").lease(Duration::from_secs(60));
+//!     match lock.try_acquire().await? {
+//!         Some(guard) => Ok(guard.release().await?), // … the work, then release
+//!         None => Ok(false),                          // another instance has it
+//!     }
+//! }
+//!
+//! #[tokio::test] // a current-thread runtime, which paused time needs
+//! async fn a_crashed_instance_blocks_the_report_for_one_lease() -> distlock::Result<()> {
+//!     tokio::time::pause();
+//!     let client = distlock::connect("memory:").await?;
+//!     // Another instance took the lock and died: nothing renews its lease.
+//!     let crashed = client.lock("report:nightly").lease(Duration::from_secs(60)).no_watchdog();
+//!     crashed.acquire().await?.leak();
+//!     assert!(!nightly_report(&client).await?);
+//!     tokio::time::advance(Duration::from_secs(61)).await; // no real wait
+//!     assert!(nightly_report(&client).await?);
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! `advance` jumps at once, and a holder's watchdog renews on its own timers: to let time pass
+//! for a holder that should keep its lock, sleep instead (the paused clock then moves from timer
+//! to timer) or advance by less than a third of the lease at a time.
+//!
+//! `memory://NAME` is instead the store of that name in the process, shared by every client
+//! that connects to it, for a test of two "instances" that each connect on their own. It is one
+//! process's memory: not a distributed lock, and no stand-in for the real store in tests of
+//! crashes, pauses or failovers (its page, `memory` under [`backends`], says what it is for and what not).
+//!
 //! # Layout
 //!
 //! * [`client`]: `connect(url)` and the scheme table; [`Client`] makes locks.

@@ -28,6 +28,8 @@ pub enum Scheme {
     Etcd,
     /// `memcached://h1:p1[,h2:p2…]`.
     Memcached,
+    /// `memory:`, `memory://NAME`: this process's memory, for unit tests.
+    Memory,
 }
 
 /// Every scheme's spellings.
@@ -46,6 +48,7 @@ const SPELLINGS: &[(&str, Scheme)] = &[
     ("etcd", Scheme::Etcd),
     ("etcds", Scheme::Etcd),
     ("memcached", Scheme::Memcached),
+    ("memory", Scheme::Memory),
 ];
 
 impl Scheme {
@@ -88,6 +91,7 @@ impl Scheme {
             Scheme::ZooKeeper => "zk",
             Scheme::Etcd => "etcd",
             Scheme::Memcached => "memcached",
+            Scheme::Memory => "memory",
         }
     }
 }
@@ -396,6 +400,43 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
+/// The store a `memory:` URL names: `None` for `memory:` or `memory://` (a store of its own),
+/// the name for `memory://NAME` (letters, digits, `-`, `_`, `.`; shared by every client in the
+/// process that names it).
+pub fn memory_store(url: &str) -> Result<Option<String>> {
+    let invalid = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidUrl,
+            format!(
+                "{:?}: {why}; expected memory: (a store of its own) or memory://NAME (the \
+                 store of that name in this process)",
+                redact(url)
+            ),
+        )
+    };
+    let rest = match url.split_at_checked("memory:".len()) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("memory:") => rest,
+        _ => return Err(invalid("not a memory: URL")),
+    };
+    if rest.is_empty() || rest == "//" {
+        return Ok(None);
+    }
+    let Some(name) = rest.strip_prefix("//") else {
+        return Err(invalid("a store's name follows \"//\""));
+    };
+    if name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        Ok(Some(name.to_string()))
+    } else {
+        Err(invalid(
+            "a store's name is letters, digits, '-', '_' and '.' (the memory backend takes no \
+             host, path or parameters)",
+        ))
+    }
+}
+
 /// A duration in a URL parameter: `10s`, `4000ms`, or whole seconds without a unit.
 #[cfg_attr(not(any(feature = "zookeeper", feature = "redlock")), allow(dead_code))]
 pub(crate) fn parse_duration(value: &str) -> Option<std::time::Duration> {
@@ -510,6 +551,29 @@ mod tests {
             Some("zk://127.0.0.1:9/chroot")
         );
         assert_eq!(with_hosts("sqlite:x.db", "h:1"), None);
+    }
+
+    #[test]
+    fn memory_stores() {
+        assert_eq!(Scheme::of("memory:").unwrap(), Scheme::Memory);
+        assert_eq!(memory_store("memory:").unwrap(), None);
+        assert_eq!(memory_store("memory://").unwrap(), None);
+        assert_eq!(
+            memory_store("MEMORY://app-tests_1.a").unwrap().as_deref(),
+            Some("app-tests_1.a")
+        );
+        for bad in [
+            "memory:app",
+            "memory://app/x",
+            "memory://app?x=1",
+            "memory://u:secret@app",
+            "memoré:",
+            "redis://h",
+        ] {
+            let err = memory_store(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{bad}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
     }
 
     #[test]

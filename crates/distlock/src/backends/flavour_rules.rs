@@ -1,7 +1,8 @@
 //! The rules of the fair lock, the read-write lock and the semaphore, shared by the SQL
 //! backends (PostgreSQL and MySQL/MariaDB), which lock the synchronizer's row, read its live
 //! holdings and waiters, decide here, then write, all in one transaction (the SQLite backend
-//! applies the same rules in its writer op, `sqlite/flavours.rs`; Redis in its scripts).
+//! applies the same rules in its writer op, `sqlite/flavours.rs`; the in-memory backend under its
+//! mutex, `memory/locks.rs`; Redis in its scripts).
 //!
 //! * fair lock: one holder; while it is free, only the first waiter in line (arrival order) may
 //!   take it, or anyone when nobody waits. A one-off attempt (`try_acquire`) never joins the
@@ -66,6 +67,11 @@ impl Side {
         }
     }
 
+    // The in-memory store keeps sides as they are, not as text.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn from_column(side: &str) -> Option<Side> {
         match side {
             "fair" => Some(Side::Fair),
@@ -101,7 +107,10 @@ impl Side {
     }
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(dead_code)
+)]
 /// A live holding of the synchronizer.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -112,7 +121,10 @@ pub(crate) struct Held {
     pub(crate) left_ms: i64,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(dead_code)
+)]
 /// A live place in line (the line is in arrival order).
 #[derive(Clone, Debug)]
 pub(crate) struct Place {
@@ -121,7 +133,10 @@ pub(crate) struct Place {
     pub(crate) left_ms: i64,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(dead_code)
+)]
 /// What a take does.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -135,7 +150,10 @@ pub(crate) enum Decision {
     Upgrade,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(dead_code)
+)]
 /// The take of `side` by `owner`, given the synchronizer's live holdings and line and a
 /// semaphore's `size`; `queue` when the caller is a waiter that keeps a place in line.
 pub(crate) fn decide(
@@ -287,7 +305,10 @@ pub(crate) enum Outcome {
     Upgrade,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(dead_code)
+)]
 /// The size a semaphore take goes by: `Ok(size)` or the size kept that differs from the one
 /// asked (the caller answers [`Outcome::SizeDiffers`]). `kept` is `None` on first use.
 pub(crate) fn semaphore_size(

@@ -6,16 +6,21 @@ pub(crate) mod sqlx_error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sqlx_tx;
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "sqlite",
+    feature = "memory"
+))]
 pub(crate) mod flavour_rules;
 
 #[cfg(feature = "mysql")]
 pub(crate) mod poll_watch;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
 pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
 pub(crate) mod sql_flavour_waiter;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_inspect;
@@ -53,3 +58,6 @@ pub mod zookeeper;
 
 #[cfg(feature = "memcached")]
 pub mod memcached;
+
+#[cfg(feature = "memory")]
+pub mod memory;

@@ -1,6 +1,6 @@
 //! The decision of a fenced election write, shared by the SQL backends, which read and lock the
-//! election's row, decide here, then write (the Redis and SQLite backends decide the same way
-//! in their script and writer op).
+//! election's row, decide here, then write, and by the in-memory backend under its mutex (the
+//! Redis and SQLite backends decide the same way in their script and writer op).
 
 /// What a fenced write of `(term, value)` does to an election whose row holds the latest entry
 /// `seq` with `value`, and the largest term written `max_term`.

@@ -1,5 +1,6 @@
 //! The waiter of a fair lock, read-write lock or semaphore on the PostgreSQL and MySQL
-//! backends: the same steps over each store's own statements ([`FlavourSteps`]).
+//! backends, and on the in-memory one: the same steps over each store's own statements, or its
+//! map ([`FlavourSteps`]).
 //!
 //! The first poll is a one-off attempt that never queues (a `try_acquire` leaves no place
 //! behind). The first [`changed`](Waiter::changed) starts listening for the synchronizer's
