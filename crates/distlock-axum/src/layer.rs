@@ -14,6 +14,7 @@ use distlock::{Client, ErrorKind, Guard, Lock, LockKind};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::extract::Held;
 use crate::{KeyRequest, LockGuard};
 
 /// The header a response carries when the lock was found lost after the handler had finished
@@ -191,7 +192,8 @@ impl<S: fmt::Debug, K> fmt::Debug for LockService<S, K> {
 impl<S, K, B> Service<Request<B>> for LockService<S, K>
 where
     S: Service<Request<B>> + Clone + Send + 'static,
-    S::Response: IntoResponse,
+    S::Response: IntoResponse + Send,
+    S::Error: Send,
     S::Future: Send + 'static,
     K: Fn(&KeyRequest<'_>) -> Option<String> + Send + Sync + 'static,
     B: Send + 'static,
@@ -216,26 +218,31 @@ where
                 let req = Request::from_parts(parts, body);
                 return Ok(inner.call(req).await?.into_response());
             };
-            let guard = match shared.take(&name).await {
-                Ok(Some(guard)) => Arc::new(guard),
+            let held = match shared.take(&name).await {
+                Ok(Some(guard)) => Arc::new(Held::new(guard)),
                 Ok(None) => return Ok(held(shared.when_held)),
                 Err(e) => return Ok(refused(&name, &e)),
             };
-            parts.extensions.insert(LockGuard(guard.clone()));
-            let handler = inner.call(Request::from_parts(parts, body));
+            let lost = LockGuard(held.clone()).lost();
+            parts.extensions.insert(LockGuard(held.clone()));
+            let mut handler = std::pin::pin!(inner.call(Request::from_parts(parts, body)));
             let mut response = match shared.on_lost {
                 OnLost::Cancel => {
-                    let lost = guard.lost();
                     tokio::select! {
                         // The handler first: a response that is ready is the one to give.
                         biased;
-                        response = handler => response?.into_response(),
-                        why = lost => cancelled(&why),
+                        response = &mut handler => response?.into_response(),
+                        why = lost => if held.released() {
+                            // The handler let the lock go early; what it does next is its own.
+                            handler.await?.into_response()
+                        } else {
+                            cancelled(&why)
+                        },
                     }
                 }
                 OnLost::Mark => handler.await?.into_response(),
             };
-            if !release(guard).await {
+            if !release(&held).await {
                 response
                     .headers_mut()
                     .insert(LOCK_LOST_HEADER, HeaderValue::from_static("true"));
@@ -275,22 +282,21 @@ impl<K> Shared<K> {
     }
 }
 
-/// Releases the layer's guard once the handler is done. `false` if the holding had been lost
-/// meanwhile (by the clock, by the store's answer, or found gone at the release).
-async fn release(guard: Arc<Guard>) -> bool {
+/// Releases the layer's guard once the handler is done, unless the handler released it early.
+/// `false` if the holding had been lost meanwhile (by the clock, by the store's answer, or found
+/// gone at the release).
+async fn release(held: &Held) -> bool {
+    let Some(guard) = held.take() else {
+        return true;
+    };
     let lost = guard.is_lost();
-    match Arc::try_unwrap(guard) {
-        Ok(guard) => match guard.release().await {
-            Ok(still_ours) => still_ours && !lost,
-            Err(e) => {
-                // Not the response's business: the lock frees at the end of its lease.
-                tracing::warn!(error = %e, "releasing a request's lock failed");
-                !lost
-            }
-        },
-        // The handler kept a clone (moved into a spawned task): the lock is released when the
-        // last clone is dropped, in the background.
-        Err(_) => !lost,
+    match guard.release().await {
+        Ok(still_ours) => still_ours && !lost,
+        Err(e) => {
+            // Not the response's business: the lock frees at the end of its lease.
+            tracing::warn!(error = %e, "releasing a request's lock failed");
+            !lost
+        }
     }
 }
 

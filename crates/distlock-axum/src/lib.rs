@@ -13,7 +13,7 @@
 //! use axum::routing::post;
 //! use distlock_axum::{KeyRequest, LockGuard, LockLayer};
 //!
-//! async fn order(LockGuard(guard): LockGuard) -> String {
+//! async fn order(guard: LockGuard) -> String {
 //!     // Pass the token to the store's write, which refuses one smaller than it has seen:
 //!     // a handler paused past its lease then cannot overwrite a newer holder's work.
 //!     let token = guard.fencing_token().get();
@@ -54,7 +54,8 @@
 //!    default), or the handler finishes and its response is marked with the
 //!    [`LOCK_LOST_HEADER`] header ([`OnLost::Mark`]).
 //! 4. When the handler's future completes, the lock is released before the response is sent:
-//!    the next request for the key can have it at once. If the release finds the holding gone,
+//!    the next request for the key can have it at once. A handler whose last steps need no lock
+//!    can release it earlier ([`LockGuard::release`]). If the release finds the holding gone,
 //!    the response is marked with [`LOCK_LOST_HEADER`]. If the handler panics or the client
 //!    disconnects, the guard is dropped and distlock releases it in the background.
 //!

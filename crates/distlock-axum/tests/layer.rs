@@ -62,7 +62,7 @@ async fn send(app: &Router, method: Method, path: &str) -> Answer {
 }
 
 /// The handler answers with the fencing token it was given.
-async fn token(LockGuard(guard): LockGuard) -> String {
+async fn token(guard: LockGuard) -> String {
     guard.fencing_token().get().to_string()
 }
 
@@ -168,7 +168,7 @@ fn gate() -> (Gate, mpsc::UnboundedReceiver<()>) {
 }
 
 /// Runs until the lock is lost, then "commits" (a write that would have been a late one).
-async fn work_until_lost(State(gate): State<Gate>, LockGuard(guard): LockGuard) -> &'static str {
+async fn work_until_lost(State(gate): State<Gate>, guard: LockGuard) -> &'static str {
     let _flag = DropFlag(gate.dropped.clone());
     let _ = gate.started.send(());
     let why = guard.lost().await;
@@ -317,5 +317,44 @@ async fn keys_from_headers_and_queries_and_a_bad_name_is_the_requests_fault() {
     // An empty name is an invalid lock name: the request's fault, not the store's.
     let empty = send(&app, Method::POST, "/pay?account=").await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST, "{}", empty.body);
+    s.client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_may_release_early_and_finish_without_the_lock() {
+    let s = store().await;
+    let proceed = Arc::new(tokio::sync::Notify::new());
+    let (released_tx, mut released) = mpsc::unbounded_channel::<bool>();
+    let handler = {
+        let proceed = proceed.clone();
+        move |guard: LockGuard| async move {
+            let was_ours = guard.clone().release().await.unwrap();
+            assert!(guard.is_lost(), "a released guard counts as lost");
+            assert_eq!(
+                guard.lost().await.kind(),
+                distlock::ErrorKind::NotHeld,
+                "resolves at once after the release"
+            );
+            let _ = released_tx.send(was_ours);
+            // The rest of the handler (recording the order) runs without the lock.
+            proceed.notified().await;
+            "recorded\n"
+        }
+    };
+    let app = Router::new()
+        .route("/order/{sku}", post(handler))
+        .layer(LockLayer::new(s.client.clone(), by_sku));
+    let request = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, Method::POST, "/order/a").await }
+    });
+    assert!(released.recv().await.unwrap(), "released while still ours");
+    let next = s.client.lock("stock:a").try_acquire().await.unwrap();
+    let next = next.expect("free while the handler still runs");
+    assert!(next.release().await.unwrap());
+    proceed.notify_one();
+    let answer = request.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(!answer.lost_header, "an early release is not a lost lock");
     s.client.shutdown().await;
 }
