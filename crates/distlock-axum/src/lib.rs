@@ -85,3 +85,8 @@ mod layer;
 pub use extract::{LockGuard, NoLock};
 pub use key::KeyRequest;
 pub use layer::{LOCK_LOST_HEADER, LockLayer, LockService, OnLost};
+
+// The README's example is compiled as a doctest too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
