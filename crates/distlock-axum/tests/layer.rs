@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use distlock::{Client, LockKind};
 use distlock_axum::{KeyRequest, LOCK_LOST_HEADER, LockGuard, LockLayer, OnLost};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tower_service::Service;
 
 struct Store {
@@ -188,19 +189,26 @@ async fn take_away(url: &str, name: &str) {
     other.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_cancels_the_handler_before_it_commits() {
-    let s = store().await;
+/// Sends `POST /order/a` to [`work_until_lost`] behind `layer`; returns once the handler runs.
+async fn start_gated<K>(layer: LockLayer<K>) -> (JoinHandle<Answer>, Gate)
+where
+    K: Fn(&KeyRequest<'_>) -> Option<String> + Send + Sync + 'static,
+{
     let (gate, mut started) = gate();
     let app = Router::new()
         .route("/order/{sku}", post(work_until_lost))
-        .layer(LockLayer::new(s.client.clone(), by_sku).lease(Duration::from_millis(300)))
+        .layer(layer)
         .with_state(gate.clone());
-    let request = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, Method::POST, "/order/a").await }
-    });
+    let request = tokio::spawn(async move { send(&app, Method::POST, "/order/a").await });
     started.recv().await.expect("the handler started");
+    (request, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_cancels_the_handler_before_it_commits() {
+    let s = store().await;
+    let layer = LockLayer::new(s.client.clone(), by_sku).lease(Duration::from_millis(300));
+    let (request, gate) = start_gated(layer).await;
     take_away(&s.url, "stock:a").await;
     let answer = request.await.unwrap();
     assert_eq!(
@@ -224,20 +232,10 @@ async fn a_lost_lease_cancels_the_handler_before_it_commits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_marks_the_response_when_asked_to() {
     let s = store().await;
-    let (gate, mut started) = gate();
-    let app = Router::new()
-        .route("/order/{sku}", post(work_until_lost))
-        .layer(
-            LockLayer::new(s.client.clone(), by_sku)
-                .lease(Duration::from_millis(300))
-                .on_lost(OnLost::Mark),
-        )
-        .with_state(gate.clone());
-    let request = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, Method::POST, "/order/a").await }
-    });
-    started.recv().await.expect("the handler started");
+    let layer = LockLayer::new(s.client.clone(), by_sku)
+        .lease(Duration::from_millis(300))
+        .on_lost(OnLost::Mark);
+    let (request, gate) = start_gated(layer).await;
     take_away(&s.url, "stock:a").await;
     let answer = request.await.unwrap();
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
@@ -249,16 +247,7 @@ async fn a_lost_lease_marks_the_response_when_asked_to() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_mid_handler_frees_its_lock() {
     let s = store().await;
-    let (gate, mut started) = gate();
-    let app = Router::new()
-        .route("/order/{sku}", post(work_until_lost))
-        .layer(LockLayer::new(s.client.clone(), by_sku))
-        .with_state(gate.clone());
-    let request = tokio::spawn({
-        let app = app.clone();
-        async move { send(&app, Method::POST, "/order/a").await }
-    });
-    started.recv().await.expect("the handler started");
+    let (request, gate) = start_gated(LockLayer::new(s.client.clone(), by_sku)).await;
     // The client went away: the server drops the request's future.
     request.abort();
     let _ = request.await;

@@ -62,7 +62,8 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
                   (one counter at 0, N \"+1\" requests: read, add, write).\n\
                   Strategies: none (no protection), local-mutex (a mutex inside each instance; \
                   also run with 1 instance when K > 1), optimistic (version compare-and-swap, \
-                  retried), lock (a distlock lock; once per --lock-url), atomic (one \
+                  retried), lock (a distlock lock on the request's key, taken by the service's \
+                  distlock-axum layer; once per --lock-url), atomic (one \
                   check-and-decrement statement), segmented (the hot stock split into \
                   --segments parts, one lock each, on the first --lock-url), row-lock (a \
                   transaction that locks the row with SELECT ... FOR UPDATE; PostgreSQL and MySQL \
