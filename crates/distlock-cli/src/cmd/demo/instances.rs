@@ -104,7 +104,7 @@ impl Instances {
             }
         };
         let starting = (1..=count).map(|number| {
-            let mut settings = settings.clone();
+            let mut settings = *settings;
             settings.instance = number;
             let mut command = Command::new(&exe);
             command

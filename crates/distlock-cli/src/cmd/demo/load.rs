@@ -15,6 +15,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::service::GAVE_UP;
 use crate::cmd::progress::Progress;
 
 /// How many distinct error texts a run keeps for its report.
@@ -96,11 +97,26 @@ pub(crate) enum Routing {
     AroundStopped { pid: u32 },
 }
 
-/// Sends requests 0 .. `requests` to `path?n=…` on `instances`, `concurrency` at a time, each
+/// Where request n goes: `path/{n mod keys}?n=n`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target {
+    /// The scenario's path.
+    pub(crate) path: &'static str,
+    /// Keys the requests are spread over.
+    pub(crate) keys: u32,
+}
+
+impl Target {
+    fn uri(self, n: u64) -> String {
+        format!("{}/{}?n={n}", self.path, n % u64::from(self.keys.max(1)))
+    }
+}
+
+/// Sends requests 0 .. `requests` to `target` on `instances`, `concurrency` at a time, each
 /// given `timeout` to be answered.
 pub(crate) async fn run(
     instances: &[SocketAddr],
-    path: &'static str,
+    target: Target,
     requests: u64,
     concurrency: u32,
     timeout: Duration,
@@ -114,7 +130,7 @@ pub(crate) async fn run(
             let done = progress.counter();
             let mut worker = Worker::new(instances.to_vec());
             let mut alone = tokio::spawn(async move {
-                worker.send(path, 0, 0, timeout).await;
+                worker.send(target.uri(0), 0, timeout).await;
                 done.fetch_add(1, Ordering::Relaxed);
                 worker.load
             });
@@ -143,8 +159,8 @@ pub(crate) async fn run(
                 if n >= requests {
                     break;
                 }
-                let target = targets[((n - first) % targets.len() as u64) as usize];
-                worker.send(path, n, target, timeout).await;
+                let instance = targets[((n - first) % targets.len() as u64) as usize];
+                worker.send(target.uri(n), instance, timeout).await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
             worker.load
@@ -183,9 +199,9 @@ impl Worker {
         }
     }
 
-    async fn send(&mut self, path: &str, n: u64, target: usize, timeout: Duration) {
+    async fn send(&mut self, uri: String, target: usize, timeout: Duration) {
         let started = Instant::now();
-        let answer = tokio::time::timeout(timeout, self.exchange(target, path, n)).await;
+        let answer = tokio::time::timeout(timeout, self.exchange(target, &uri)).await;
         let answer = match answer {
             Ok(a) => a,
             Err(_) => Err(format!("no answer within {timeout:?}")),
@@ -197,7 +213,9 @@ impl Worker {
                 match status {
                     StatusCode::OK => self.load.succeeded += 1,
                     StatusCode::CONFLICT => self.load.sold_out += 1,
-                    StatusCode::SERVICE_UNAVAILABLE => self.load.gave_up += 1,
+                    StatusCode::SERVICE_UNAVAILABLE if body.starts_with(GAVE_UP) => {
+                        self.load.gave_up += 1
+                    }
                     StatusCode::PRECONDITION_FAILED => self.load.refused += 1,
                     other => {
                         self.load.failed += 1;
@@ -219,12 +237,7 @@ impl Worker {
         }
     }
 
-    async fn exchange(
-        &mut self,
-        target: usize,
-        path: &str,
-        n: u64,
-    ) -> Result<(StatusCode, String), String> {
+    async fn exchange(&mut self, target: usize, uri: &str) -> Result<(StatusCode, String), String> {
         let addr = self.instances[target];
         let sender = match &mut self.connections[target] {
             Some(s) => s,
@@ -234,7 +247,7 @@ impl Worker {
             .ready()
             .await
             .map_err(|e| format!("connection to {addr} broke: {e}"))?;
-        let request = Request::post(format!("{path}?n={n}"))
+        let request = Request::post(uri)
             .header(hyper::header::HOST, addr.to_string())
             .body(Empty::new())
             .map_err(|e| format!("building the request: {e}"))?;

@@ -62,7 +62,8 @@ const PARENT_STORE_CONNECTIONS: u32 = 1;
                   (one counter at 0, N \"+1\" requests: read, add, write).\n\
                   Strategies: none (no protection), local-mutex (a mutex inside each instance; \
                   also run with 1 instance when K > 1), optimistic (version compare-and-swap, \
-                  retried), lock (a distlock lock; once per --lock-url), atomic (one \
+                  retried), lock (a distlock lock on the request's key, taken by the service's \
+                  distlock-axum layer; once per --lock-url), atomic (one \
                   check-and-decrement statement), segmented (the hot stock split into \
                   --segments parts, one lock each, on the first --lock-url), row-lock (a \
                   transaction that locks the row with SELECT ... FOR UPDATE; PostgreSQL and MySQL \
@@ -90,6 +91,12 @@ pub(crate) struct DemoArgs {
     /// Requests per run (N); the stock scenario puts N items on sale to N buyers.
     #[arg(long, short = 'n', default_value_t = 5000)]
     requests: u32,
+    /// Keys the requests are spread over, each its own lock (the lock strategies lock a request
+    /// by its key): stock splits the N items into that many groups of products, counter keeps
+    /// that many counters; request n names key n mod keys in its path. The pause scenario and
+    /// segmented use one key.
+    #[arg(long, default_value_t = 1)]
+    keys: u32,
     /// Requests in flight at once, spread over the instances. Enough to show every race; more
     /// mostly adds waiters polling the lock store.
     #[arg(long, short = 'c', default_value_t = 16)]
@@ -197,10 +204,18 @@ fn check(args: &DemoArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if args.requests == 0 || args.concurrency == 0 || args.segments == 0 || args.retries == 0 {
+    if args.requests == 0
+        || args.concurrency == 0
+        || args.segments == 0
+        || args.retries == 0
+        || args.keys == 0
+    {
         return Err(
-            "--requests, --concurrency, --segments and --retries must be at least 1".into(),
+            "--requests, --concurrency, --segments, --retries and --keys must be at least 1".into(),
         );
+    }
+    if args.keys > args.requests {
+        return Err("--keys cannot exceed --requests (each key needs an item)".into());
     }
     if let Some(url) = &args.store {
         Store::check_url(url).map_err(|e| format!("--store: {e}"))?;
@@ -407,6 +422,8 @@ fn plan(args: &DemoArgs, lock_stores: &[LockStore]) -> Vec<Plan> {
                     }
                 }
                 StrategyChoice::Atomic => add(plain(Method::Atomic), args.instances),
+                // Segments are the keys of segmented: it runs on one key of requests.
+                StrategyChoice::Segmented if args.keys > 1 => {}
                 StrategyChoice::Segmented => {
                     let strategy = Strategy {
                         method: Method::Segmented,
@@ -441,9 +458,14 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         problems: Vec::new(),
     };
     let segmented = report.strategy.method == Method::Segmented;
+    let keys = if scenario == Scenario::Pause || segmented {
+        1
+    } else {
+        args.keys
+    };
     let (products, slots) = match scenario {
         Scenario::Stock => (args.requests, 1),
-        Scenario::Counter | Scenario::Pause => (0, if segmented { args.segments } else { 1 }),
+        Scenario::Counter | Scenario::Pause => (0, if segmented { args.segments } else { keys }),
     };
     if let Err(e) = store.seed(products, 1, slots).await {
         report.problems.push(format!(
@@ -457,6 +479,7 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         method: report.strategy.method,
         instance: 0,
         products,
+        keys,
         segments: args.segments,
         pause: args.pause,
         retries: args.retries,
@@ -498,7 +521,10 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
     };
     let load = load::run(
         &running.addrs(),
-        scenario.path(),
+        load::Target {
+            path: scenario.path(),
+            keys,
+        },
         u64::from(args.requests),
         args.concurrency,
         args.request_timeout,

@@ -6,22 +6,28 @@
 //! `listening <addr>` on stdout once it accepts requests, and exits when its stdin closes (so it
 //! never outlives the parent). Problems go to stderr, which the parent reports.
 //!
-//! Requests: `POST /order?n=N` (stock) and `POST /increment?n=N` (counter), N being the request
-//! number. Answers: 200 done, 409 sold out, 503 the optimistic strategy gave up, 500 an error
-//! (its text in the body).
+//! Requests: `POST /order/{key}?n=N` (stock: buy from the key's products) and
+//! `POST /increment/{key}?n=N` (counter: add one to the key's counter), N being the request
+//! number. Answers: 200 done, 409 sold out, 412 a fenced write refused, 503 the optimistic
+//! strategy gave up (or the lock was lost: the body says which), 500 an error (its text in the
+//! body).
+//!
+//! The server is axum. The lock strategies lock a request by its `{key}` with
+//! [`distlock_axum::LockLayer`] around the handler, which is then the same code as with no
+//! protection at all: see [`router`].
 
-use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method as HttpMethod, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::serve::ListenerExt;
+use distlock_axum::{KeyRequest, LockGuard, LockLayer, OnLost};
 use tokio::net::TcpListener;
 
 use super::store::Store;
@@ -48,6 +54,8 @@ pub(crate) struct ServeArgs {
     instance: u32,
     #[arg(long)]
     products: u32,
+    #[arg(long)]
+    keys: u32,
     #[arg(long)]
     segments: u32,
     #[arg(long, value_parser = duration::parse)]
@@ -77,6 +85,8 @@ impl ServeArgs {
             settings.instance.to_string(),
             "--products".into(),
             settings.products.to_string(),
+            "--keys".into(),
+            settings.keys.to_string(),
             "--segments".into(),
             settings.segments.to_string(),
             "--pause".into(),
@@ -98,6 +108,7 @@ impl ServeArgs {
             method: self.method,
             instance: self.instance,
             products: self.products,
+            keys: self.keys,
             segments: self.segments,
             pause: self.pause,
             retries: self.retries,
@@ -133,7 +144,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     } else {
         None
     };
-    let protection = Arc::new(Protection::new(settings, store.clone(), locks));
+    let app = router(settings, store.clone(), locks);
 
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -145,34 +156,61 @@ async fn serve(args: ServeArgs) -> Result<()> {
             .and_then(|()| stdout.flush())
             .context("telling the parent the port")?;
     }
-
-    let accept = async {
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("instance: accepting a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let protection = protection.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| answer(protection.clone(), req));
-                // A connection the load generator drops mid-request is its business, not ours.
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    };
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    // Not a graceful shutdown: the load generator keeps its connections open, and the parent
+    // is gone or done with this instance.
     tokio::select! {
-        () = accept => {}
+        served = axum::serve(listener, app).into_future() => served.context("serving")?,
         () = parent_gone() => {}
     }
     store.close().await;
     Ok(())
+}
+
+/// The service: one route, `POST {scenario path}/{key}?n=N`.
+///
+/// The `lock` strategies wrap it in a [`LockLayer`] that locks each request by its `{key}`
+/// (`demo-stock-3`, `demo-counter-0`): the handler gets the guard as an extractor, and the lock is
+/// released when the response is produced (the stock handler lets it go earlier, before
+/// recording the order, which needs no lock). A request waits for its key up to the run's
+/// request timeout, then is answered 423. On a lost lease the layer stops the handler and
+/// answers 503 ("lost"), except in the pause scenario, whose point is what the late write does:
+/// there the handler is let finish (`OnLost::Mark`), and the fence or the audit tells.
+fn router(settings: Settings, store: Store, locks: Option<distlock::Client>) -> Router {
+    let scenario = settings.scenario;
+    let protection = Arc::new(Protection::new(settings, store, locks.clone()));
+    let expected = format!("POST {}/{{key}}?n=N", scenario.path());
+    let routes = Router::new()
+        .route(&format!("{}/{{key}}", scenario.path()), post(answer))
+        .with_state(protection);
+    let routes = match locks {
+        Some(client) if settings.method.locks_the_request() => {
+            let prefix = scenario.lock_prefix();
+            let mut layer = LockLayer::new(client.clone(), move |req: &KeyRequest| {
+                Some(format!("{prefix}-{}", req.path_param("key")?))
+            })
+            .wait(settings.lock_wait)
+            .when_held(StatusCode::LOCKED);
+            // On a session store the lease is at least the session's expiry, and SQL session
+            // locks take none (their holding is the connection's): what the store keeps.
+            if let Some(lease) = client.keepable_lease(settings.lease) {
+                layer = layer.lease(lease);
+            }
+            if scenario == Scenario::Pause {
+                layer = layer.on_lost(OnLost::Mark);
+            }
+            routes.route_layer(layer)
+        }
+        _ => routes,
+    };
+    routes.fallback(move || async move {
+        (
+            StatusCode::NOT_FOUND,
+            format!("this instance serves {expected}\n"),
+        )
+    })
 }
 
 /// Resolves when stdin reaches its end: the parent closed it, or died.
@@ -194,37 +232,40 @@ async fn parent_gone() {
 }
 
 async fn answer(
-    protection: Arc<Protection>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let expected = protection.scenario().path();
-    if req.method() != HttpMethod::POST || req.uri().path() != expected {
-        return Ok(reply(
-            StatusCode::NOT_FOUND,
-            format!("this instance serves POST {expected}?n=N\n"),
-        ));
-    }
-    let Some(n) = request_number(req.uri().query()) else {
-        return Ok(reply(StatusCode::BAD_REQUEST, "missing ?n=N\n".into()));
+    State(protection): State<Arc<Protection>>,
+    Path(key): Path<u32>,
+    RawQuery(query): RawQuery,
+    guard: Option<LockGuard>,
+) -> Response {
+    let Some(n) = request_number(query.as_deref()) else {
+        return reply(StatusCode::BAD_REQUEST, "missing ?n=N\n".into());
     };
-    Ok(match protection.serve(n).await {
+    match protection.serve(n, key, guard).await {
         Ok(Outcome::Done(v)) => reply(StatusCode::OK, format!("done {v}\n")),
         Ok(Outcome::SoldOut) => reply(StatusCode::CONFLICT, "sold out\n".into()),
         Ok(Outcome::GaveUp(tries)) => reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("gave up after {tries} conflicting writes\n"),
+            format!("{GAVE_UP} after {tries} conflicting writes\n"),
         ),
         Ok(Outcome::Refused) => reply(
             StatusCode::PRECONDITION_FAILED,
             "write refused: stale fencing token\n".into(),
+        ),
+        Ok(Outcome::NoSuchKey(keys)) => reply(
+            StatusCode::NOT_FOUND,
+            format!("no key {key}: this run has keys 0 ..= {}\n", keys - 1),
         ),
         Err(e) => {
             let e = distlock::error::chain(e.as_ref());
             eprintln!("instance: request {n}: {e}");
             reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
         }
-    })
+    }
 }
+
+/// How the body of the optimistic strategy's 503 starts (other 503s are failures: a lost lock,
+/// an unreachable lock store).
+pub(crate) const GAVE_UP: &str = "gave up";
 
 /// `n=123` from a query string.
 fn request_number(query: Option<&str>) -> Option<u64> {
@@ -234,10 +275,8 @@ fn request_number(query: Option<&str>) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
+fn reply(status: StatusCode, body: String) -> Response {
+    (status, body).into_response()
 }
 
 #[cfg(test)]

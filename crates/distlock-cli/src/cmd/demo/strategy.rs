@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
+use futures_util::FutureExt;
+
+use distlock_axum::LockGuard;
 
 use super::store::{Product, Store};
 
@@ -35,11 +38,19 @@ impl Scenario {
         }
     }
 
-    /// The HTTP path of one request.
+    /// The HTTP path of one request, before its `/{key}`.
     pub(crate) fn path(self) -> &'static str {
         match self {
             Scenario::Stock => "/order",
             Scenario::Counter | Scenario::Pause => "/increment",
+        }
+    }
+
+    /// The lock of key K is named `{prefix}-K`.
+    pub(crate) fn lock_prefix(self) -> &'static str {
+        match self {
+            Scenario::Stock => "demo-stock",
+            Scenario::Counter | Scenario::Pause => "demo-counter",
         }
     }
 }
@@ -85,6 +96,12 @@ impl Method {
     /// Whether this method takes distlock locks (and so needs a lock URL).
     pub(crate) fn uses_locks(self) -> bool {
         matches!(self, Method::Lock | Method::LockFence | Method::Segmented)
+    }
+
+    /// Whether the service locks each request by its key before the handler runs (the
+    /// `distlock_axum` layer); segmented takes its locks in the handler, one segment at a time.
+    pub(crate) fn locks_the_request(self) -> bool {
+        matches!(self, Method::Lock | Method::LockFence)
     }
 }
 
@@ -172,10 +189,12 @@ pub(crate) enum Outcome {
     GaveUp(u32),
     /// The store refused the write: a newer lock holder had written (`StaleToken`).
     Refused,
+    /// The request named a key this run does not have (it has this many).
+    NoSuchKey(u32),
 }
 
 /// The settings every instance of one run shares.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
     pub(crate) scenario: Scenario,
     pub(crate) method: Method,
@@ -183,6 +202,9 @@ pub(crate) struct Settings {
     pub(crate) instance: u32,
     /// Products on sale (the stock scenario); their ids are 1 ..= products.
     pub(crate) products: u32,
+    /// Keys the requests are spread over, each its own lock: groups of products (stock), or
+    /// counters (counter). Request n names key n mod keys in its path.
+    pub(crate) keys: u32,
     /// Segments of the segmented strategy.
     pub(crate) segments: u32,
     /// Time between reading and writing back, as a database round trip or business logic
@@ -227,21 +249,27 @@ impl Protection {
         }
     }
 
-    /// The scenario this instance serves.
-    pub(crate) fn scenario(&self) -> Scenario {
-        self.settings.scenario
-    }
-
-    /// Serves request number `n` of the run.
-    pub(crate) async fn serve(&self, n: u64) -> Result<Outcome> {
+    /// Serves request number `n` of the run, for `key`. `guard` is the request's lock, taken
+    /// by the service's layer for the lock strategies.
+    pub(crate) async fn serve(
+        &self,
+        n: u64,
+        key: u32,
+        guard: Option<LockGuard>,
+    ) -> Result<Outcome> {
+        let keys = self.settings.keys.max(1);
+        if key >= keys {
+            return Ok(Outcome::NoSuchKey(keys));
+        }
         match self.settings.scenario {
-            Scenario::Stock => self.order(n).await,
-            Scenario::Counter | Scenario::Pause => self.increment(n).await,
+            Scenario::Stock => self.order(n, key, guard).await,
+            Scenario::Counter | Scenario::Pause => self.increment(n, key, guard).await,
         }
     }
 
-    async fn order(&self, buyer: u64) -> Result<Outcome> {
-        let everything = 1..i64::from(self.settings.products) + 1;
+    /// A buyer orders the first item in stock among the key's products.
+    async fn order(&self, buyer: u64, key: u32, guard: Option<LockGuard>) -> Result<Outcome> {
+        let everything = segment_ids(self.settings.products, self.settings.keys, key);
         match self.settings.method {
             Method::None => {
                 let taken = self.take_unit(&everything).await?;
@@ -256,9 +284,11 @@ impl Protection {
             }
             Method::LockFence => Err(anyhow!("lock+fence runs in the pause scenario only")),
             Method::Lock => {
-                let guard = self.acquire("demo-stock").await?;
+                // The layer holds the key's lock; the order's insert needs none, so let it go
+                // first (else the layer releases it with the response).
+                let guard = layer_guard(guard)?;
                 let taken = self.take_unit(&everything).await;
-                release(guard).await?;
+                release_early(guard).await?;
                 self.record(taken?, buyer).await
             }
             Method::Optimistic => {
@@ -350,30 +380,27 @@ impl Protection {
         Ok(Outcome::Done(product))
     }
 
-    async fn increment(&self, n: u64) -> Result<Outcome> {
+    /// A "+1" to the key's counter.
+    async fn increment(&self, n: u64, key: u32, guard: Option<LockGuard>) -> Result<Outcome> {
+        let slot = key;
         match self.settings.method {
-            Method::None => self.add_one(0).await,
+            Method::None => self.add_one(slot).await,
             Method::LocalMutex => {
                 let _only_this_process = self.local.lock().await;
-                self.add_one(0).await
+                self.add_one(slot).await
             }
-            Method::Lock => {
-                let guard = self.acquire("demo-counter").await?;
-                let added = self.add_one(0).await;
-                self.release(guard).await?;
-                added
-            }
+            // The same code as `None`: the layer around the handler holds the key's lock, and
+            // releases it when the response is produced.
+            Method::Lock => self.add_one(slot).await,
             Method::LockFence => {
-                let guard = self.acquire("demo-counter").await?;
-                let read = self.store.read_counter(0).await?;
+                let guard = layer_guard(guard)?;
+                let read = self.store.read_counter(slot).await?;
                 self.pause().await;
                 self.stop_once();
-                let token = guard.fencing_token();
                 let written = self
                     .store
-                    .write_counter_fenced(0, read.value + 1, "demo-counter", token)
+                    .write_counter_fenced(slot, read.value + 1, guard.name(), guard.fencing_token())
                     .await;
-                self.release(guard).await?;
                 match written {
                     Ok(()) => Ok(Outcome::Done(read.value + 1)),
                     Err(e) if is_stale(&e) => Ok(Outcome::Refused),
@@ -382,16 +409,16 @@ impl Protection {
             }
             Method::Optimistic => {
                 for _ in 0..self.settings.retries {
-                    let read = self.store.read_counter(0).await?;
+                    let read = self.store.read_counter(slot).await?;
                     self.pause().await;
-                    if self.store.cas_counter(0, &read, read.value + 1).await? {
+                    if self.store.cas_counter(slot, &read, read.value + 1).await? {
                         return Ok(Outcome::Done(read.value + 1));
                     }
                 }
                 Ok(Outcome::GaveUp(self.settings.retries))
             }
             Method::Atomic => {
-                self.store.add_atomic(0).await?;
+                self.store.add_atomic(slot).await?;
                 Ok(Outcome::Done(0))
             }
             Method::Segmented => {
@@ -405,9 +432,9 @@ impl Protection {
             }
             Method::RowLock => {
                 let mut tx = self.store.begin().await?;
-                let read = tx.lock_counter(0).await?;
+                let read = tx.lock_counter(slot).await?;
                 self.pause().await;
-                tx.write_counter(0, read.value + 1).await?;
+                tx.write_counter(slot, read.value + 1).await?;
                 tx.commit().await?;
                 Ok(Outcome::Done(read.value + 1))
             }
@@ -449,16 +476,6 @@ impl Protection {
         }
     }
 
-    /// [`release`], except that in the pause scenario a lease lost to the stop is expected:
-    /// the audit, not the request, shows what it did.
-    async fn release(&self, guard: distlock::Guard) -> Result<()> {
-        if self.settings.scenario == Scenario::Pause {
-            guard.release().await.context("releasing the lock")?;
-            return Ok(());
-        }
-        release(guard).await
-    }
-
     async fn pause(&self) {
         if !self.settings.pause.is_zero() {
             tokio::time::sleep(self.settings.pause).await;
@@ -498,20 +515,43 @@ fn segment_ids(products: u32, segments: u32, segment: u32) -> Range<i64> {
     start..end
 }
 
+/// The lock the service's layer took for this request.
+fn layer_guard(guard: Option<LockGuard>) -> Result<LockGuard> {
+    guard.ok_or_else(|| anyhow!("the lock strategies run behind the service's lock layer"))
+}
+
 /// Releases `guard`, failing loudly if the lease had been lost meanwhile: someone else may have
 /// run the same critical section at the same time, and the audit will show it.
 async fn release(guard: distlock::Guard) -> Result<()> {
-    use futures_util::FutureExt;
     let name = guard.name().to_string();
-    // Why, if the client already knew (its clock, a renewal, the session's end); otherwise only
-    // the release itself found the holding gone from the store. Asked only of a guard already
-    // lost: the reason's future subscribes to the holding's state, which no request should pay.
+    // Asked only of a guard already lost: the reason's future subscribes to the holding's
+    // state, which no request should pay.
     let known = guard
         .is_lost()
         .then(|| guard.lost().now_or_never())
         .flatten();
-    let still_ours = guard
-        .release()
+    released(&name, known, guard.release()).await
+}
+
+/// [`release`] for the layer's guard, before the response.
+async fn release_early(guard: LockGuard) -> Result<()> {
+    let name = guard.name().to_string();
+    let known = guard
+        .is_lost()
+        .then(|| guard.lost().now_or_never())
+        .flatten();
+    released(&name, known, guard.release()).await
+}
+
+/// The outcome of `release`, with why the lock was lost if the client already knew (its
+/// clock, a renewal, the session's end: `known` is then ready); otherwise only the release
+/// itself found the holding gone from the store.
+async fn released(
+    name: &str,
+    known: Option<distlock::Error>,
+    release: impl Future<Output = distlock::Result<bool>>,
+) -> Result<()> {
+    let still_ours = release
         .await
         .with_context(|| format!("releasing lock {name:?}"))?;
     if still_ours {
