@@ -113,6 +113,43 @@ fn fifty_keys_through_the_lock_layer_lose_nothing_and_oversell_nothing() {
     }
 }
 
+/// The same app told not to wait (`--lock-wait 0s`): a request whose key is locked is answered
+/// the layer's configured 423 across the 3 processes, and the rest still oversell nothing.
+/// Request n goes to key n mod 50, so 64 requests in flight always have some on one key.
+#[test]
+fn a_held_key_answers_423_when_the_layer_may_not_wait() {
+    let all = runs(
+        &[
+            "--json",
+            "--scenario",
+            "stock",
+            "--keys",
+            "50",
+            "--instances",
+            "3",
+            "--strategy",
+            "lock",
+            "--lock-wait",
+            "0s",
+            "--concurrency",
+            "64",
+        ],
+        true,
+    );
+    let locked = find(&all, "stock", "lock:sqlite", 3);
+    assert_correct(locked);
+    let busy = locked["busy"].as_u64().unwrap_or(0);
+    let answered = locked["succeeded"].as_u64().unwrap_or(0) + busy;
+    assert!(
+        busy > 0,
+        "64 requests at once on 50 keys, none found its key locked: {locked}"
+    );
+    assert_eq!(
+        answered, 5000,
+        "every request sold (200) or busy (423): {locked}"
+    );
+}
+
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default, server).
 const SERVERS: &[(&str, &str, &str, &str)] = &[
     (

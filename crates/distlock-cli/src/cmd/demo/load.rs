@@ -33,6 +33,8 @@ pub(crate) struct Load {
     pub(crate) gave_up: u64,
     /// 412: the store refused a late holder's write (stale fencing token).
     pub(crate) refused: u64,
+    /// 423: the request's key was locked past `--lock-wait` (the lock layer's answer).
+    pub(crate) busy: u64,
     /// Any other answer, or no answer (the instance failed, the connection broke, timeout).
     pub(crate) failed: u64,
     /// A few of the failures' texts.
@@ -69,6 +71,7 @@ impl Load {
         self.sold_out += other.sold_out;
         self.gave_up += other.gave_up;
         self.refused += other.refused;
+        self.busy += other.busy;
         self.failed += other.failed;
         self.latencies_us.extend(other.latencies_us);
         for e in other.errors {
@@ -217,6 +220,7 @@ impl Worker {
                         self.load.gave_up += 1
                     }
                     StatusCode::PRECONDITION_FAILED => self.load.refused += 1,
+                    StatusCode::LOCKED => self.load.busy += 1,
                     other => {
                         self.load.failed += 1;
                         let instance = target + 1;

@@ -124,6 +124,10 @@ pub(crate) struct DemoArgs {
     /// How long a request may take before it counts as failed.
     #[arg(long, default_value = "60s", value_parser = duration::parse)]
     request_timeout: Duration,
+    /// How long a request of a lock strategy waits for its key's lock before the service answers
+    /// 423 Locked (counted as `busy`); 0s: the lock now or 423 [default: the request timeout].
+    #[arg(long, value_parser = duration::parse)]
+    lock_wait: Option<Duration>,
     /// Print one JSON object per run instead of the table.
     #[arg(long)]
     json: bool,
@@ -483,7 +487,7 @@ async fn run_one(args: &DemoArgs, store: &Store, store_url: &str, plan: Plan) ->
         segments: args.segments,
         pause: args.pause,
         retries: args.retries,
-        lock_wait: args.request_timeout,
+        lock_wait: args.lock_wait.unwrap_or(args.request_timeout),
         lease: if scenario == Scenario::Pause {
             PAUSE_LEASE
         } else {

@@ -78,6 +78,7 @@ impl RunReport {
             requests: self.requests,
             succeeded: load.map(|l| l.succeeded),
             refused: load.map(|l| l.refused),
+            busy: load.map(|l| l.busy),
             oversold: self.audit.as_ref().and_then(|a| a.oversold),
             lost_updates: self.audit.as_ref().and_then(|a| a.lost_updates),
             seconds: load.map(|l| round3(l.wall.as_secs_f64())),
@@ -147,6 +148,8 @@ struct JsonRun<'a> {
     succeeded: Option<u64>,
     /// Writes the store refused for a stale fencing token (lock+fence).
     refused: Option<u64>,
+    /// Requests answered 423: their key's lock was held past `--lock-wait`.
+    busy: Option<u64>,
     oversold: Option<i64>,
     lost_updates: Option<i64>,
     seconds: Option<f64>,

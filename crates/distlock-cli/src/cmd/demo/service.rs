@@ -174,8 +174,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
 /// The `lock` strategies wrap it in a [`LockLayer`] that locks each request by its `{key}`
 /// (`demo-stock-3`, `demo-counter-0`): the handler gets the guard as an extractor, and the lock is
 /// released when the response is produced (the stock handler lets it go earlier, before
-/// recording the order, which needs no lock). A request waits for its key up to the run's
-/// request timeout, then is answered 423. On a lost lease the layer stops the handler and
+/// recording the order, which needs no lock). A request waits for its key up to `--lock-wait`
+/// (the request timeout unless set), then is answered 423. On a lost lease the layer stops the handler and
 /// answers 503 ("lost"), except in the pause scenario, whose point is what the late write does:
 /// there the handler is let finish (`OnLost::Mark`), and the fence or the audit tells.
 fn router(settings: Settings, store: Store, locks: Option<distlock::Client>) -> Router {
