@@ -42,8 +42,8 @@ weight() {
     postgres) echo 415 ;;
     mysql) echo 450 ;;
     torture) echo 250 ;;
-    redis_sentinel) echo 170 ;;
-    redis_cluster) echo 180 ;;
+    redis_sentinel) echo 176 ;;
+    redis_cluster) echo 207 ;;
     postgres_session) echo 155 ;;
     secrets) echo 140 ;;
     sqlite) echo 137 ;;

@@ -3,7 +3,8 @@
 //! 127.0.0.1:7000-7005), for every flavour; then what only a cluster has: locks spread over the
 //! masters, multi-locks across slots, status and forced release across masters, replica
 //! acknowledgement (`?wait_replicas=N`) by each lock's master, and on private clusters, a
-//! SIGKILLed master, a resharding of a held lock's slot, and a password on every node.
+//! SIGKILLed master and a failover asked of its replica (`CLUSTER FAILOVER`), a resharding of a
+//! held lock's slot, and a password on every node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,9 +31,12 @@ fn main() -> std::process::ExitCode {
             "redis_cluster::multi_lock_across_slots",
             multi_lock_across_slots,
         )
+        .case("redis_cluster::killed_master_is_followed", |ctx| {
+            failover_is_followed(ctx, How::Killed)
+        })
         .case(
-            "redis_cluster::killed_master_is_followed",
-            killed_master_is_followed,
+            "redis_cluster::failover_asked_of_a_replica_is_followed",
+            |ctx| failover_is_followed(ctx, How::Asked),
         )
         .case(
             "redis_cluster::resharding_a_held_lock_keeps_it",
@@ -263,11 +267,20 @@ async fn connect(url: &str) -> Result<Client, Failure> {
 /// The holder's lease: longer than a failover takes on a loaded machine.
 const LEASE: Duration = Duration::from_secs(20);
 
-/// A lock held and waited for while its master is SIGKILLed: the replica takes over with the
-/// holding (replicated before the kill: the test waits for it), the holder keeps renewing it
-/// there, the waiter does not get in until the release on the new master wakes it, with a larger
-/// token; new takes on the same URL, no restart, draw tokens above every earlier one.
-async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// The master SIGKILLed; its replica takes over once the others judge it failed.
+    Killed,
+    /// `CLUSTER FAILOVER` on the master's replica: the two swap roles, the old master stays up.
+    Asked,
+}
+
+/// A lock held and waited for while its master is SIGKILLed, or hands over to its replica
+/// (`CLUSTER FAILOVER`): the replica takes over with the holding (replicated before: the test
+/// waits for it), the holder keeps renewing it there, the waiter does not get in until the
+/// release on the new master wakes it, with a larger token; new takes on the same URL, no
+/// restart, draw tokens above every earlier one.
+async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     let mut cluster: RedisCluster = blocking(start_redis_cluster)?;
     let url = cluster.url();
     let holder = connect(&url).await?;
@@ -302,7 +315,10 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
     check!(acked == "1", "the replica did not acknowledge: {acked}");
 
     let started = std::time::Instant::now();
-    blocking(|| cluster.node(old)?.kill())?;
+    match how {
+        How::Killed => blocking(|| cluster.node(old)?.kill())?,
+        How::Asked => blocking(|| cluster.fail_over_to_replica_of(old))?,
+    }
     let new = blocking(|| cluster.wait_for_new_master(&key, old))?;
     let promoted = started.elapsed();
     // The holder renews on the new master: its time to live goes back up there.
@@ -365,8 +381,8 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
         .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
     let woken_after = released.elapsed();
     eprintln!(
-        "resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the lock \
-         {woken_after:?} after the release"
+        "{how:?}: resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the \
+         lock {woken_after:?} after the release"
     );
     resubscribed?;
     // Woken by the release's message, not by its timer (bounded by the holder's lease left,
@@ -383,7 +399,8 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
     );
     taken.release().await?;
     eprintln!(
-        "master {old} -> {new} after {promoted:?}; the waiter got the lock after the release"
+        "{how:?}: master {old} -> {new} after {promoted:?}; the waiter got the lock after the \
+         release"
     );
     for client in [&holder, &waiter] {
         for lock_name in [name.clone(), ctx.unique_name("after")] {

@@ -160,6 +160,29 @@ impl RedisCluster {
         masters_as(self.any_running()?, self.password.as_deref())
     }
 
+    /// Asks the replica of the master on `master` to take over (`CLUSTER FAILOVER`, as an
+    /// operator does: the master stops taking writes until the replica has caught up, then the
+    /// two swap roles and the old master stays up as a replica).
+    /// [`wait_for_new_master`](Self::wait_for_new_master) waits until it is done.
+    pub fn fail_over_to_replica_of(&self, master: u16) -> Result<(), Failure> {
+        let id = self.cli(master, &["CLUSTER", "MYID"])?;
+        // CLUSTER NODES: "<id> <ip:port@bus> <flags> <master id> …".
+        let nodes = self.cli(master, &["CLUSTER", "NODES"])?;
+        let replica = nodes
+            .lines()
+            .map(|line| line.split(' ').collect::<Vec<_>>())
+            .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
+            .ok_or_else(|| Failure(format!("the master on {master} has no replica: {nodes}")))?;
+        let port = port_of(replica[1])?;
+        let answer = self.cli(port, &["CLUSTER", "FAILOVER"])?;
+        if answer != "OK" {
+            return Err(Failure(format!(
+                "CLUSTER FAILOVER on {port} answered {answer:?}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Waits until a node other than `old` serves `key`'s slot and every running node agrees
     /// (after `old` was killed). Answers the new master's port.
     pub fn wait_for_new_master(&self, key: &str, old: u16) -> Result<u16, Failure> {
