@@ -43,7 +43,7 @@ weight() {
     postgres) echo 415 ;;
     mysql) echo 450 ;;
     torture) echo 250 ;;
-    redis_sentinel) echo 170 ;;
+    redis_sentinel) echo 176 ;;
     redis_cluster) echo 180 ;;
     postgres_session) echo 155 ;;
     secrets) echo 140 ;;

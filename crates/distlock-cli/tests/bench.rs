@@ -132,24 +132,23 @@ fn redis_contended_lock_and_fair_lock() {
     assert_eq!(r["kind"], "fair");
 }
 
-/// Over a Redis Cluster: the uncontended workload's names spread over the masters, and the
-/// contended one hands one lock (on one master) from worker to worker.
+/// Over a Redis Cluster (the uncontended workload's names spread over the masters, and the
+/// contended one hands one lock, on one master, from worker to worker) and behind Sentinel.
 #[test]
-fn redis_cluster_uncontended_and_contended() {
-    let Some(url) = common::servers("distlock bench against a Redis Cluster")
-        .into_iter()
-        .find(|s| s.name == "redis-cluster")
-        .map(|s| s.url)
-    else {
-        return;
-    };
-    for workload in ["uncontended", "contended"] {
-        let r = bench(
-            &url,
-            &["--workload", workload, "--workers", "4", "--processes", "2"],
-        );
-        check_report(&r, workload, 4, 2);
-        assert_eq!(r["backend"], "redis", "{r}");
+fn redis_cluster_and_sentinel_uncontended_and_contended() {
+    let stores = common::servers("distlock bench against a Redis Cluster and Sentinel");
+    for store in stores
+        .iter()
+        .filter(|s| matches!(s.name, "redis-cluster" | "redis-sentinel"))
+    {
+        for workload in ["uncontended", "contended"] {
+            let r = bench(
+                &store.url,
+                &["--workload", workload, "--workers", "4", "--processes", "2"],
+            );
+            check_report(&r, workload, 4, 2);
+            assert_eq!(r["backend"], "redis", "{}: {r}", store.name);
+        }
     }
 }
 

@@ -159,6 +159,12 @@ const SERVERS: &[(&str, &str, &str, &str)] = &[
         "Redis",
     ),
     (
+        "redis-sentinel",
+        "DISTLOCK_REDIS_SENTINEL_URL",
+        "redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,127.0.0.1:6412/distlock",
+        "Redis behind Sentinel",
+    ),
+    (
         "redis-cluster",
         "DISTLOCK_REDIS_CLUSTER_URL",
         "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",

@@ -117,7 +117,10 @@ fn one_runs_at_a_time_and_the_other_takes_over_when_the_first_is_killed() {
 fn elect_on_every_server_store() {
     for store in common::servers("elect on every server store") {
         let s = Scratch::on(tempfile::tempdir().expect("tempdir"), store.url.clone());
-        if matches!(store.name, "redis" | "redis-cluster" | "postgres" | "mysql") {
+        if matches!(
+            store.name,
+            "redis" | "redis-sentinel" | "redis-cluster" | "postgres" | "mysql"
+        ) {
             take_over(&s, TAKE_OVER);
             continue;
         }

@@ -1,14 +1,19 @@
 //! The conformance suite against a Redis Cluster (DISTLOCK_REDIS_CLUSTER_URL, default the
 //! cluster `scripts/services.sh cluster` starts: three masters and a replica each on
 //! 127.0.0.1:7000-7005), for every flavour; then what only a cluster has: locks spread over the
-//! masters, multi-locks across slots, status and forced release across masters, and on private
-//! clusters, a SIGKILLed master and a resharding of a held lock's slot.
+//! masters, multi-locks across slots, status and forced release across masters, replica
+//! acknowledgement (`?wait_replicas=N`) by each lock's master, and on private clusters, a
+//! failover asked of a master's replica (`CLUSTER FAILOVER`) then a SIGKILLed master, a
+//! resharding of a held lock's slot, and a password on every node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind, LockKind};
-use distlock_testkit::servers::{RedisCluster, cluster_masters, redis_cli, start_redis_cluster};
+use distlock_testkit::servers::{
+    RedisCluster, cluster_masters, redis_cli, redis_cli_as, start_redis_cluster,
+    start_redis_cluster_with,
+};
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
@@ -27,12 +32,20 @@ fn main() -> std::process::ExitCode {
             multi_lock_across_slots,
         )
         .case(
-            "redis_cluster::killed_master_is_followed",
-            killed_master_is_followed,
+            "redis_cluster::failover_asked_then_killed_master_are_followed",
+            failovers_are_followed,
         )
         .case(
             "redis_cluster::resharding_a_held_lock_keeps_it",
             resharding_keeps_the_lock,
+        )
+        .case(
+            "redis_cluster::wait_replicas_counts_the_locks_master_replicas",
+            wait_replicas,
+        )
+        .case(
+            "redis_cluster::password_on_every_node",
+            password_on_every_node,
         )
         .run()
 }
@@ -251,12 +264,29 @@ async fn connect(url: &str) -> Result<Client, Failure> {
 /// The holder's lease: longer than a failover takes on a loaded machine.
 const LEASE: Duration = Duration::from_secs(20);
 
-/// A lock held and waited for while its master is SIGKILLed: the replica takes over with the
-/// holding (replicated before the kill: the test waits for it), the holder keeps renewing it
-/// there, the waiter does not get in until the release on the new master wakes it, with a larger
-/// token; new takes on the same URL, no restart, draw tokens above every earlier one.
-async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// The master SIGKILLed; its replica takes over once the others judge it failed.
+    Killed,
+    /// `CLUSTER FAILOVER` on the master's replica: the two swap roles, the old master stays up.
+    Asked,
+}
+
+/// Both failovers on one private cluster, one after the other (two private clusters failing
+/// over at once beside the other cases starved a 2-core machine: a holder missed its renewals):
+/// first one asked of the lock's master's replica, then the master of another lock SIGKILLed.
+async fn failovers_are_followed(ctx: Ctx) -> Outcome {
     let mut cluster: RedisCluster = blocking(start_redis_cluster)?;
+    failover_is_followed(&ctx, &mut cluster, How::Asked).await?;
+    failover_is_followed(&ctx, &mut cluster, How::Killed).await
+}
+
+/// A lock held and waited for while its master is SIGKILLed, or hands over to its replica
+/// (`CLUSTER FAILOVER`): the replica takes over with the holding (replicated before: the test
+/// waits for it), the holder keeps renewing it there, the waiter does not get in until the
+/// release on the new master wakes it, with a larger token; new takes on the same URL, no
+/// restart, draw tokens above every earlier one.
+async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -> Outcome {
     let url = cluster.url();
     let holder = connect(&url).await?;
     let waiter = connect(&url).await?;
@@ -290,7 +320,10 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
     check!(acked == "1", "the replica did not acknowledge: {acked}");
 
     let started = std::time::Instant::now();
-    blocking(|| cluster.node(old)?.kill())?;
+    match how {
+        How::Killed => blocking(|| cluster.node(old)?.kill())?,
+        How::Asked => blocking(|| cluster.fail_over_to_replica_of(old))?,
+    }
     let new = blocking(|| cluster.wait_for_new_master(&key, old))?;
     let promoted = started.elapsed();
     // The holder renews on the new master: its time to live goes back up there.
@@ -353,8 +386,8 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
         .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
     let woken_after = released.elapsed();
     eprintln!(
-        "resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the lock \
-         {woken_after:?} after the release"
+        "{how:?}: resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the \
+         lock {woken_after:?} after the release"
     );
     resubscribed?;
     // Woken by the release's message, not by its timer (bounded by the holder's lease left,
@@ -371,7 +404,8 @@ async fn killed_master_is_followed(ctx: Ctx) -> Outcome {
     );
     taken.release().await?;
     eprintln!(
-        "master {old} -> {new} after {promoted:?}; the waiter got the lock after the release"
+        "{how:?}: master {old} -> {new} after {promoted:?}; the waiter got the lock after the \
+         release"
     );
     for client in [&holder, &waiter] {
         for lock_name in [name.clone(), ctx.unique_name("after")] {
@@ -505,5 +539,218 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
         "the waiter's token is not above the holder's"
     );
     taken.release().await?;
+    Ok(())
+}
+
+/// Every node of the cluster the node on `asked` knows (`CLUSTER NODES`), failed ones included.
+fn every_node(asked: u16) -> Result<Vec<u16>, Failure> {
+    let nodes = redis_cli(asked, &["CLUSTER", "NODES"])?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .filter_map(|addr| addr.split('@').next()?.rsplit_once(':')?.1.parse().ok())
+        .collect())
+}
+
+/// How many nodes, masters and replicas, hold the holding of `token` under `key` right now
+/// (replicas asked after `READONLY`; a node that does not serve the key's slot answers `MOVED`).
+async fn copies(nodes: &[u16], key: &str, token: u64) -> Result<usize, Failure> {
+    let mut found = 0;
+    for port in nodes {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+            continue;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
+        let _: Result<(), _> = redis::cmd("READONLY").query_async(&mut conn).await;
+        let value: Result<Option<String>, _> =
+            redis::cmd("GET").arg(key).query_async(&mut conn).await;
+        if let Ok(Some(value)) = value
+            && value
+                .split('\t')
+                .next()
+                .is_some_and(|v| v.ends_with(&format!(":{token}")))
+        {
+            found += 1;
+        }
+    }
+    Ok(found)
+}
+
+/// `?wait_replicas=1` on the shared cluster (a replica per master): every take gives a guard
+/// only once the lock's master's replica has it (the take's pipeline and its `WAIT` went to that
+/// master), on locks of every master, and acknowledged renewals keep a lease past its first end.
+/// `?wait_replicas=2` asks for more replicas than a master has: every take answers `NoQuorum`
+/// and is undone (a plain client takes the lock at once).
+async fn wait_replicas(ctx: Ctx) -> Outcome {
+    let first = first_port(&ctx.url)?;
+    let masters = blocking(|| cluster_masters(first))?;
+    let nodes = blocking(|| every_node(first))?;
+    check!(
+        masters.len() == 3 && nodes.len() == 6,
+        "the shared cluster should have 3 masters and 3 replicas: {masters:?} of {nodes:?}"
+    );
+    let joint = if ctx.url.contains('?') { '&' } else { '?' };
+    let one = connect(&format!(
+        "{}{joint}wait_replicas=1&wait_timeout=300ms",
+        ctx.url
+    ))
+    .await?;
+    let two = connect(&format!(
+        "{}{joint}wait_replicas=2&wait_timeout=100ms",
+        ctx.url
+    ))
+    .await?;
+    let base = ctx.unique_name("acked");
+    // Names until every master has one.
+    let mut by_master: BTreeMap<u16, String> = BTreeMap::new();
+    for i in 0..100 {
+        let name = format!("{base}/{i}");
+        let key = lock_key(&name);
+        let guard = one
+            .lock(&name)
+            .lease(Duration::from_secs(1))
+            .acquire_timeout(Duration::from_secs(5))
+            .await?;
+        let token = guard.fencing_token().get();
+        let held = copies(&nodes, &key, token).await?;
+        check!(
+            held == 2,
+            "{name}: {held} nodes hold the take of token {token} when its guard is given, not \
+             the master and its replica"
+        );
+        let master = *placement(&masters, std::slice::from_ref(&key))
+            .await?
+            .keys()
+            .next()
+            .ok_or_else(|| Failure(format!("{key} on no master")))?;
+        if by_master.is_empty() {
+            // Past the first lease's end: only acknowledged renewals keep it.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            check!(
+                !guard.is_lost(),
+                "acknowledged renewals did not keep the lease past its first end"
+            );
+        }
+        check!(guard.release().await?, "{name}: the release failed");
+        by_master.entry(master).or_insert(name);
+        if by_master.len() == 3 {
+            break;
+        }
+    }
+    check!(
+        by_master.len() == 3,
+        "acknowledged takes reached the masters {by_master:?} only"
+    );
+    for name in by_master.values() {
+        let err = match two.lock(name).try_acquire().await {
+            Ok(taken) => {
+                return Err(Failure(format!(
+                    "{name}: a take two replicas had to acknowledge answered {:?}",
+                    taken.map(|g| g.fencing_token().get())
+                )));
+            }
+            Err(e) => e,
+        };
+        check!(
+            err.kind() == ErrorKind::NoQuorum
+                && err.is_retryable()
+                && err.to_string().contains("1 of the 2 replicas")
+                && err.to_string().contains("undone"),
+            "{name}: {err}"
+        );
+        let plain = ctx.client.lock(name).try_acquire().await?;
+        let Some(plain) = plain else {
+            return Err(Failure(format!(
+                "{name} is held after a take that was undone"
+            )));
+        };
+        plain.release().await?;
+    }
+    Ok(())
+}
+
+/// A private cluster whose nodes ask for a password (`requirepass`, `masterauth`): the URL's
+/// password logs in to every node, the subscriber's included (a waiter is woken by the release),
+/// and a status by prefix reaches every master; a wrong or missing password is a typed error
+/// that never shows it.
+async fn password_on_every_node(ctx: Ctx) -> Outcome {
+    const PASSWORD: &str = "cluster-s3cret";
+    let cluster = blocking(|| start_redis_cluster_with(Some(PASSWORD)))?;
+    let url = cluster.url();
+    let hosts = url
+        .rsplit_once('@')
+        .map(|(_, hosts)| hosts.to_string())
+        .ok_or_else(|| Failure(format!("no password in {url}")))?;
+    let options = distlock::Options::default().retry_for(Duration::from_millis(200));
+    for wrong in [
+        format!("redis-cluster://:wrong-s3cret@{hosts}"),
+        format!("redis-cluster://{hosts}"),
+    ] {
+        let err = distlock::connect_with(&wrong, &options)
+            .await
+            .map(drop)
+            .unwrap_err();
+        let shown = distlock::error::chain(&err);
+        check!(
+            err.kind() == ErrorKind::Backend && shown.contains("password"),
+            "{}: {shown}",
+            distlock::redact(&wrong)
+        );
+        check!(
+            !shown.contains("s3cret"),
+            "the error shows a password: {shown}"
+        );
+    }
+    let holder = connect(&url).await?;
+    let waiter = connect(&url).await?;
+    let base = ctx.unique_name("login");
+    let name = format!("{base}/a");
+    let key = lock_key(&name);
+    let first = holder
+        .lock(&name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await?;
+    let first_token = first.fencing_token();
+    let waiting = tokio::spawn({
+        let lock = waiter.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
+    });
+    let master = blocking(|| cluster.master_of(&key))?;
+    let channel = format!("{key}:free");
+    distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {
+        let channel = channel.clone();
+        async move {
+            let ask = ["PUBSUB", "SHARDNUMSUB", &channel];
+            let n = blocking(|| redis_cli_as(master, Some(PASSWORD), &ask))?;
+            Ok(n.lines().nth(1) == Some("1"))
+        }
+    })
+    .await?;
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        guards.push(holder.lock(format!("{base}/{i}")).try_acquire().await?);
+    }
+    // The 20 and the one the waiter waits for.
+    let seen = holder.status_prefix(&base).await?;
+    check!(
+        seen.len() == 21,
+        "a status by prefix found {} of the 21 locks held",
+        seen.len()
+    );
+    check!(first.release().await?, "the release failed");
+    let second = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    check!(
+        second.fencing_token() > first_token,
+        "the waiter's token is not above the holder's"
+    );
+    second.release().await?;
+    for guard in guards.into_iter().flatten() {
+        guard.release().await?;
+    }
     Ok(())
 }

@@ -3,12 +3,15 @@
 //! on 127.0.0.1:6410-6412), for every flavour; then failovers on a private group of the same
 //! shape: one asked of the Sentinels (`SENTINEL FAILOVER`) and a SIGKILLed master, each while a
 //! lock is held and waited for. Then replica acknowledgement (`?wait_replicas=N`): on the shared
-//! group with both replicas up, and on a private group with a replica stopped.
+//! group with both replicas up, and on a private group with a replica stopped. Last, a private
+//! group with passwords on the data nodes and on the Sentinels.
 
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind};
-use distlock_testkit::servers::{redis_cli, start_sentinel_group};
+use distlock_testkit::servers::{
+    GroupPasswords, redis_cli, redis_cli_as, start_sentinel_group, start_sentinel_group_with,
+};
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
@@ -40,6 +43,10 @@ fn main() -> std::process::ExitCode {
         .case(
             "redis_sentinel::wait_replicas_nonsense_is_refused",
             wait_replicas_refused,
+        )
+        .case(
+            "redis_sentinel::passwords_on_nodes_and_sentinels_across_a_failover",
+            passwords,
         )
         .run()
 }
@@ -279,8 +286,18 @@ async fn take(client: &Client, name: &str) -> Result<distlock::Guard, Failure> {
 
 /// Waits until the node on `port` has a subscriber on `channel`.
 async fn wait_for_subscriber(port: u16, channel: &str, what: &str) -> Outcome {
+    wait_for_subscriber_as(None, port, channel, what).await
+}
+
+/// [`wait_for_subscriber`] on a node that asks for `password`.
+async fn wait_for_subscriber_as(
+    password: Option<&str>,
+    port: u16,
+    channel: &str,
+    what: &str,
+) -> Outcome {
     for _ in 0..200 {
-        let answer = blocking(|| redis_cli(port, &["PUBSUB", "NUMSUB", channel]))?;
+        let answer = blocking(|| redis_cli_as(port, password, &["PUBSUB", "NUMSUB", channel]))?;
         if answer.lines().nth(1).is_some_and(|n| n != "0") {
             return Ok(());
         }
@@ -547,5 +564,133 @@ async fn wait_replicas_refused(ctx: Ctx) -> Outcome {
         e.kind() == ErrorKind::InvalidLease,
         "a 2 s lease with a 1 s wait: {e:?}"
     );
+    Ok(())
+}
+
+/// The data nodes' password (`requirepass`, `masterauth`) in the private group of [`passwords`].
+const NODE_PASSWORD: &str = "node-s3cret";
+/// The Sentinels' own password (their `requirepass`).
+const SENTINEL_PASSWORD: &str = "sentinel-s3cret";
+
+/// A private group with a password on the data nodes and another on the Sentinels: the URL's
+/// user-info logs in to the nodes and `?sentinel_password=` to the Sentinels. A lock is taken
+/// and waited for (the waiter's subscription and the follower log in too); each wrong or missing
+/// password is a `Backend` error naming which login failed and never the password; after a
+/// failover the same clients take, renew, release and wake on the promoted replica, logged in.
+async fn passwords(ctx: Ctx) -> Outcome {
+    let group = blocking(|| {
+        start_sentinel_group_with(&GroupPasswords {
+            nodes: Some(NODE_PASSWORD.into()),
+            sentinels: Some(SENTINEL_PASSWORD.into()),
+        })
+    })?;
+    let url = group.url();
+    let hosts = url
+        .split_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map(|(hosts, _)| hosts.to_string())
+        .ok_or_else(|| Failure(format!("no hosts in {url}")))?;
+    // Fails at once rather than after the not-sent retries.
+    let options = distlock::Options::default().retry_for(Duration::from_millis(200));
+    for (wrong, says) in [
+        (
+            format!(
+                "redis-sentinel://:wrong-node@{hosts}/distlock?sentinel_password={SENTINEL_PASSWORD}"
+            ),
+            "refused the user or password in the URL",
+        ),
+        (
+            format!("redis-sentinel://{hosts}/distlock?sentinel_password={SENTINEL_PASSWORD}"),
+            "asks for one the URL does not give",
+        ),
+        (
+            format!(
+                "redis-sentinel://:{NODE_PASSWORD}@{hosts}/distlock?sentinel_password=wrong-sentinel"
+            ),
+            "a Sentinel refused the URL's sentinel_user/sentinel_password",
+        ),
+        (
+            format!("redis-sentinel://:{NODE_PASSWORD}@{hosts}/distlock"),
+            "give it as ?sentinel_password=",
+        ),
+    ] {
+        let err = distlock::connect_with(&wrong, &options)
+            .await
+            .map(drop)
+            .unwrap_err();
+        let shown = distlock::error::chain(&err);
+        check!(
+            err.kind() == ErrorKind::Backend && shown.contains(says),
+            "{}: expected a Backend error saying {says:?}, got {err:?}",
+            distlock::redact(&wrong)
+        );
+        for secret in [
+            "wrong-node",
+            "wrong-sentinel",
+            NODE_PASSWORD,
+            SENTINEL_PASSWORD,
+        ] {
+            check!(
+                !shown.contains(secret),
+                "the error shows a password: {shown}"
+            );
+        }
+    }
+
+    let holder = distlock::connect(&url).await?;
+    let waiter = distlock::connect(&url).await?;
+    let name = ctx.unique_name("login");
+    let lock = holder.lock(&name).lease(LEASE);
+    let first = lock.acquire_timeout(Duration::from_secs(5)).await?;
+    let first_token = first.fencing_token();
+    let waiting = tokio::spawn({
+        let lock = waiter.lock(&name).lease(LEASE);
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    let old = blocking(|| group.master_port())?;
+    let channel = format!("distlock:lock:{{{name}}}:free");
+    let on = Some(NODE_PASSWORD);
+    wait_for_subscriber_as(on, old, &channel, "the waiter to subscribe").await?;
+    check!(first.release().await?, "the first release failed");
+    let second = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    check!(
+        second.fencing_token() > first_token,
+        "the waiter's token is not above the first holder's"
+    );
+
+    // Across a failover: the waiter holds, the holder waits.
+    let waiting = tokio::spawn({
+        let lock = holder.lock(&name).lease(LEASE);
+        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
+    });
+    wait_for_subscriber_as(on, old, &channel, "the holder to subscribe").await?;
+    blocking(|| group.wait_replicated())?;
+    let new = blocking(|| group.failover())?;
+    check!(new != old, "the master stayed on {old}");
+    let what = "the holder to subscribe on the new master";
+    wait_for_subscriber_as(on, new, &channel, what).await?;
+    let key = format!("distlock:lock:{{{name}}}");
+    let value = blocking(|| group.node_cli(new, &["GET", &key]))?;
+    let second_token = second.fencing_token();
+    check!(
+        holds_token(&value, second.fencing_token().get()),
+        "the new master {new} lacks the holding: {value:?}"
+    );
+    check!(
+        second.release().await?,
+        "the release on the new master found no holding"
+    );
+    let third = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure("the waiter did not get the lock in 30 s after the failover".into()))?
+        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    check!(
+        third.fencing_token() > second_token,
+        "the token after the failover is not above the one before"
+    );
+    check!(third.release().await?, "the last release failed");
     Ok(())
 }

@@ -8,8 +8,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
-    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redis-cluster, redlock, postgres, mysql, etcd,
-    /// zk, memcached.
+    /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redis-sentinel, redis-cluster, redlock,
+    /// postgres, mysql, etcd, zk, memcached.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -18,6 +18,11 @@ pub struct Store {
 /// The server backends: (name in DISTLOCK_SKIP, URL variable, loopback default).
 const SERVERS: &[(&str, &str, &str)] = &[
     ("redis", "DISTLOCK_REDIS_URL", "redis://127.0.0.1:6379"),
+    (
+        "redis-sentinel",
+        "DISTLOCK_REDIS_SENTINEL_URL",
+        "redis-sentinel://127.0.0.1:6410,127.0.0.1:6411,127.0.0.1:6412/distlock",
+    ),
     (
         "redis-cluster",
         "DISTLOCK_REDIS_CLUSTER_URL",

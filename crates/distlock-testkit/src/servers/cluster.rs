@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{Launch, PrivateServer, accepts, free_port, on_free_ports, redis_cli};
+use super::{Launch, PrivateServer, accepts, free_port, on_free_ports, redis_cli_as};
 use crate::Failure;
 
 /// How long a node goes unanswered before the cluster judges it failing: short, so a killed
@@ -21,20 +21,32 @@ const NODE_TIMEOUT_MS: u64 = 2000;
 pub struct RedisCluster {
     /// The nodes, in the order they were started.
     pub nodes: Vec<PrivateServer>,
+    /// Every node's `requirepass` (and `masterauth`), if any.
+    password: Option<String>,
 }
 
 /// Starts a cluster and waits until every node serves every slot (`cluster_state:ok`) and
 /// knows the five others.
 pub fn start_redis_cluster() -> Result<RedisCluster, Failure> {
+    start_redis_cluster_with(None)
+}
+
+/// [`start_redis_cluster`] with `password` as every node's `requirepass` and `masterauth` (the
+/// replicas log in to their masters with it).
+pub fn start_redis_cluster_with(password: Option<&str>) -> Result<RedisCluster, Failure> {
     on_free_ports(|| {
         let nodes = (0..6)
-            .map(|_| start_node())
+            .map(|_| start_node(password))
             .collect::<Result<Vec<_>, _>>()?;
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
-        let out = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli");
+        if let Some(password) = password {
+            create.env("REDISCLI_AUTH", password);
+        }
+        let out = create
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -51,7 +63,10 @@ pub fn start_redis_cluster() -> Result<RedisCluster, Failure> {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster {
+            nodes,
+            password: password.map(str::to_string),
+        };
         cluster.wait_until(Duration::from_secs(30), "the cluster to form", |c| {
             c.ready()
         })?;
@@ -59,11 +74,18 @@ pub fn start_redis_cluster() -> Result<RedisCluster, Failure> {
     })
 }
 
-fn start_node() -> Result<PrivateServer, Failure> {
+fn start_node(password: Option<&str>) -> Result<PrivateServer, Failure> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
     let bus = free_port()?;
     let data = dir.path().to_path_buf();
+    let login: Vec<String> = password
+        .map(|p| {
+            ["--requirepass", p, "--masterauth", p]
+                .map(str::to_string)
+                .to_vec()
+        })
+        .unwrap_or_default();
     PrivateServer::start(Launch {
         name: "Redis Cluster node",
         dir,
@@ -81,7 +103,8 @@ fn start_node() -> Result<PrivateServer, Failure> {
                 .arg(NODE_TIMEOUT_MS.to_string())
                 .args(["--cluster-config-file", "nodes.conf"])
                 .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(&data);
+                .arg(&data)
+                .args(&login);
             command
         }),
         ready: accepts,
@@ -90,13 +113,19 @@ fn start_node() -> Result<PrivateServer, Failure> {
 }
 
 impl RedisCluster {
-    /// `redis-cluster://` over the first three nodes (the client learns the others).
+    /// `redis-cluster://` over the first three nodes (the client learns the others), with the
+    /// nodes' password as the user-info if they have one.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self.nodes[..3]
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        format!("redis-cluster://{}", hosts.join(","))
+        let url = cluster_url(self.nodes[..3].iter().map(PrivateServer::port));
+        match &self.password {
+            Some(password) => url.replacen("://", &format!("://:{password}@"), 1),
+            None => url,
+        }
+    }
+
+    /// `redis-cli` on the node on `port`, logged in with the nodes' password if any.
+    pub fn cli(&self, port: u16, args: &[&str]) -> Result<String, Failure> {
+        redis_cli_as(port, self.password.as_deref(), args)
     }
 
     /// The node on `port`.
@@ -119,15 +148,39 @@ impl RedisCluster {
     /// The master serving `key`'s slot, as a running node says (`CLUSTER SLOTS`).
     pub fn master_of(&self, key: &str) -> Result<u16, Failure> {
         let asked = self.any_running()?;
-        let slot: u16 = redis_cli(asked, &["CLUSTER", "KEYSLOT", key])?
+        let slot: u16 = self
+            .cli(asked, &["CLUSTER", "KEYSLOT", key])?
             .parse()
             .map_err(|_| Failure(format!("CLUSTER KEYSLOT {key} answered no number")))?;
-        master_of_slot(asked, slot)
+        master_of_slot_as(asked, self.password.as_deref(), slot)
     }
 
     /// The masters, as `CLUSTER NODES` on a running node lists them (failed ones left out).
     pub fn masters(&self) -> Result<Vec<u16>, Failure> {
-        masters(self.any_running()?)
+        masters_as(self.any_running()?, self.password.as_deref())
+    }
+
+    /// Asks the replica of the master on `master` to take over (`CLUSTER FAILOVER`, as an
+    /// operator does: the master stops taking writes until the replica has caught up, then the
+    /// two swap roles and the old master stays up as a replica).
+    /// [`wait_for_new_master`](Self::wait_for_new_master) waits until it is done.
+    pub fn fail_over_to_replica_of(&self, master: u16) -> Result<(), Failure> {
+        let id = self.cli(master, &["CLUSTER", "MYID"])?;
+        // CLUSTER NODES: "<id> <ip:port@bus> <flags> <master id> …".
+        let nodes = self.cli(master, &["CLUSTER", "NODES"])?;
+        let replica = nodes
+            .lines()
+            .map(|line| line.split(' ').collect::<Vec<_>>())
+            .find(|f| f.len() > 3 && f[2].contains("slave") && f[3] == id)
+            .ok_or_else(|| Failure(format!("the master on {master} has no replica: {nodes}")))?;
+        let port = port_of(replica[1])?;
+        let answer = self.cli(port, &["CLUSTER", "FAILOVER"])?;
+        if answer != "OK" {
+            return Err(Failure(format!(
+                "CLUSTER FAILOVER on {port} answered {answer:?}"
+            )));
+        }
+        Ok(())
     }
 
     /// Waits until a node other than `old` serves `key`'s slot and every running node agrees
@@ -137,16 +190,18 @@ impl RedisCluster {
         self.wait_until(Duration::from_secs(30), "a replica to take over", |c| {
             let mut seen = Vec::new();
             for node in c.nodes.iter().filter(|n| n.is_running()) {
-                let slot: u16 = redis_cli(node.port(), &["CLUSTER", "KEYSLOT", key])?
+                let slot: u16 = c
+                    .cli(node.port(), &["CLUSTER", "KEYSLOT", key])?
                     .parse()
                     .unwrap_or(0);
-                seen.push(master_of_slot(node.port(), slot).ok());
+                seen.push(master_of_slot_as(node.port(), c.password.as_deref(), slot).ok());
             }
             let agreed = seen.first().copied().flatten();
             if let Some(port) = agreed
                 && port != old
                 && seen.iter().all(|s| *s == Some(port))
-                && redis_cli(port, &["CLUSTER", "INFO"])?.contains("cluster_state:ok")
+                && c.cli(port, &["CLUSTER", "INFO"])?
+                    .contains("cluster_state:ok")
             {
                 new = Some(port);
                 return Ok(true);
@@ -160,11 +215,11 @@ impl RedisCluster {
     /// master (a failover is possible).
     fn ready(&self) -> Result<bool, Failure> {
         for node in &self.nodes {
-            let info = redis_cli(node.port(), &["CLUSTER", "INFO"])?;
+            let info = self.cli(node.port(), &["CLUSTER", "INFO"])?;
             if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
                 return Ok(false);
             }
-            let replication = redis_cli(node.port(), &["INFO", "replication"])?;
+            let replication = self.cli(node.port(), &["INFO", "replication"])?;
             let synced = if replication.contains("role:master") {
                 replication.contains("connected_slaves:1")
             } else {
@@ -201,8 +256,13 @@ impl RedisCluster {
 /// The master of `slot` as the node on `asked` says (`CLUSTER SLOTS`, as redis-cli prints it:
 /// one value a line).
 pub fn master_of_slot(asked: u16, slot: u16) -> Result<u16, Failure> {
+    master_of_slot_as(asked, None, slot)
+}
+
+/// [`master_of_slot`], logged in with `password` if any.
+fn master_of_slot_as(asked: u16, password: Option<&str>, slot: u16) -> Result<u16, Failure> {
     // CLUSTER NODES: "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slots…>".
-    let nodes = redis_cli(asked, &["CLUSTER", "NODES"])?;
+    let nodes = redis_cli_as(asked, password, &["CLUSTER", "NODES"])?;
     for line in nodes.lines() {
         let fields: Vec<&str> = line.split(' ').collect();
         if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
@@ -224,7 +284,12 @@ pub fn master_of_slot(asked: u16, slot: u16) -> Result<u16, Failure> {
 
 /// The masters that serve slots, as the node on `asked` says.
 pub fn masters(asked: u16) -> Result<Vec<u16>, Failure> {
-    let nodes = redis_cli(asked, &["CLUSTER", "NODES"])?;
+    masters_as(asked, None)
+}
+
+/// [`masters`], logged in with `password` if any.
+fn masters_as(asked: u16, password: Option<&str>) -> Result<Vec<u16>, Failure> {
+    let nodes = redis_cli_as(asked, password, &["CLUSTER", "NODES"])?;
     let mut ports = Vec::new();
     for line in nodes.lines() {
         let fields: Vec<&str> = line.split(' ').collect();

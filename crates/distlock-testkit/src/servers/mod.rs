@@ -18,6 +18,7 @@ mod zookeeper;
 
 pub use cluster::{
     RedisCluster, cluster_url, master_of_slot, masters as cluster_masters, start_redis_cluster,
+    start_redis_cluster_with,
 };
 pub use etcd::{
     EtcdCluster, PrivateEtcd, TlsEtcd, start_etcd, start_etcd_cluster,
@@ -28,7 +29,10 @@ pub use memcached::{start_memcached, start_memcached_without_evictions};
 pub use postgres::start_postgres;
 pub use redis::{Persistence, start_redis, start_redis_with_args};
 pub use redlock::{RedlockMasters, redlock_url, start_redlock};
-pub use sentinel::{SENTINEL_MASTER, SentinelGroup, redis_cli, sentinel_url, start_sentinel_group};
+pub use sentinel::{
+    GroupPasswords, SENTINEL_MASTER, SentinelGroup, redis_cli, redis_cli_as, sentinel_url,
+    start_sentinel_group, start_sentinel_group_with,
+};
 pub use zookeeper::{
     SHARED_ZOOKEEPER, ZkEnsemble, shared_zookeeper, start_zookeeper, start_zookeeper_ensemble,
     start_zookeeper_ensemble_with_peer_links, zk_command,

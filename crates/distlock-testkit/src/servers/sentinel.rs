@@ -7,8 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::{
-    Launch, Persistence, PrivateServer, accepts, free_port, on_free_ports, start_redis,
-    start_redis_with_args,
+    Launch, Persistence, PrivateServer, accepts, free_port, on_free_ports, start_redis_with_args,
 };
 use crate::Failure;
 
@@ -27,26 +26,49 @@ pub struct SentinelGroup {
     pub nodes: Vec<PrivateServer>,
     /// The Sentinels.
     pub sentinels: Vec<PrivateServer>,
+    passwords: GroupPasswords,
+}
+
+/// The passwords of a private group: none by default.
+#[derive(Clone, Debug, Default)]
+pub struct GroupPasswords {
+    /// The data nodes' `requirepass` (and the replicas' `masterauth`, and the Sentinels'
+    /// `sentinel auth-pass`, so replication and failovers work with it).
+    pub nodes: Option<String>,
+    /// The Sentinels' own `requirepass` (which they also use with each other).
+    pub sentinels: Option<String>,
 }
 
 /// Starts a group and waits until every Sentinel knows both replicas and the two other
 /// Sentinels, and both replicas are in sync (a failover is possible).
 pub fn start_sentinel_group() -> Result<SentinelGroup, Failure> {
+    start_sentinel_group_with(&GroupPasswords::default())
+}
+
+/// [`start_sentinel_group`] with `passwords` on the data nodes and the Sentinels.
+pub fn start_sentinel_group_with(passwords: &GroupPasswords) -> Result<SentinelGroup, Failure> {
+    let mut node_args: Vec<&str> = Vec::new();
+    if let Some(password) = &passwords.nodes {
+        node_args.extend(["--requirepass", password, "--masterauth", password]);
+    }
     on_free_ports(|| {
-        let master = start_redis(Persistence::None)?;
+        let master = start_redis_with_args(Persistence::None, &node_args)?;
         let master_port = master.port().to_string();
         let mut nodes = vec![master];
         for _ in 0..2 {
-            nodes.push(start_redis_with_args(
-                Persistence::None,
-                &["--replicaof", "127.0.0.1", &master_port],
-            )?);
+            let mut args = node_args.clone();
+            args.extend(["--replicaof", "127.0.0.1", &master_port]);
+            nodes.push(start_redis_with_args(Persistence::None, &args)?);
         }
         let ports: Vec<u16> = nodes.iter().map(PrivateServer::port).collect();
         let sentinels = (0..3)
-            .map(|_| start_sentinel(ports[0]))
+            .map(|_| start_sentinel(ports[0], passwords))
             .collect::<Result<Vec<_>, _>>()?;
-        let group = SentinelGroup { nodes, sentinels };
+        let group = SentinelGroup {
+            nodes,
+            sentinels,
+            passwords: passwords.clone(),
+        };
         group.wait_until(Duration::from_secs(30), "the group to be ready", |g| {
             g.ready()
         })?;
@@ -54,10 +76,19 @@ pub fn start_sentinel_group() -> Result<SentinelGroup, Failure> {
     })
 }
 
-fn start_sentinel(master_port: u16) -> Result<PrivateServer, Failure> {
+fn start_sentinel(master_port: u16, passwords: &GroupPasswords) -> Result<PrivateServer, Failure> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
     let conf = dir.path().join("sentinel.conf");
+    let mut logins = String::new();
+    if let Some(password) = &passwords.nodes {
+        logins.push_str(&format!(
+            "sentinel auth-pass {SENTINEL_MASTER} {password}\n"
+        ));
+    }
+    if let Some(password) = &passwords.sentinels {
+        logins.push_str(&format!("requirepass {password}\n"));
+    }
     // A Sentinel rewrites its configuration as it learns (replicas, other Sentinels, a new
     // master), so the file is its own and written once, before the first start.
     std::fs::write(
@@ -67,7 +98,7 @@ fn start_sentinel(master_port: u16) -> Result<PrivateServer, Failure> {
              sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} 2\n\
              sentinel down-after-milliseconds {SENTINEL_MASTER} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {SENTINEL_MASTER} 5000\n\
-             sentinel parallel-syncs {SENTINEL_MASTER} 2\n",
+             sentinel parallel-syncs {SENTINEL_MASTER} 2\n{logins}",
             dir = dir.path().display()
         ),
     )?;
@@ -99,7 +130,17 @@ pub fn sentinel_url(ports: impl IntoIterator<Item = u16>) -> String {
 /// `redis-cli -p PORT ARGS…`'s answer, one line per value. Blocks: call it from
 /// `tokio::task::block_in_place` in async code.
 pub fn redis_cli(port: u16, args: &[&str]) -> Result<String, Failure> {
-    let out = Command::new("redis-cli")
+    redis_cli_as(port, None, args)
+}
+
+/// [`redis_cli`] logged in with `password` (given through `REDISCLI_AUTH`, not the command
+/// line), if any.
+pub fn redis_cli_as(port: u16, password: Option<&str>, args: &[&str]) -> Result<String, Failure> {
+    let mut command = Command::new("redis-cli");
+    if let Some(password) = password {
+        command.env("REDISCLI_AUTH", password);
+    }
+    let out = command
         .args(["-h", "127.0.0.1", "-p"])
         .arg(port.to_string())
         .args(args)
@@ -113,15 +154,34 @@ pub fn redis_cli(port: u16, args: &[&str]) -> Result<String, Failure> {
 }
 
 impl SentinelGroup {
-    /// The URL a client connects with.
+    /// The URL a client connects with: with the group's passwords, the data nodes' as the
+    /// user-info and the Sentinels' as `sentinel_password`.
     pub fn url(&self) -> String {
-        sentinel_url(self.sentinels.iter().map(PrivateServer::port))
+        let url = sentinel_url(self.sentinels.iter().map(PrivateServer::port));
+        let url = match &self.passwords.nodes {
+            Some(password) => url.replacen("://", &format!("://:{password}@"), 1),
+            None => url,
+        };
+        match &self.passwords.sentinels {
+            Some(password) => format!("{url}?sentinel_password={password}"),
+            None => url,
+        }
+    }
+
+    /// `redis-cli` on the data node on `port`, logged in with the nodes' password.
+    pub fn node_cli(&self, port: u16, args: &[&str]) -> Result<String, Failure> {
+        redis_cli_as(port, self.passwords.nodes.as_deref(), args)
+    }
+
+    /// `redis-cli` on the Sentinel on `port`, logged in with the Sentinels' password.
+    pub fn sentinel_cli(&self, port: u16, args: &[&str]) -> Result<String, Failure> {
+        redis_cli_as(port, self.passwords.sentinels.as_deref(), args)
     }
 
     /// The master's port as the first Sentinel that answers says.
     pub fn master_port(&self) -> Result<u16, Failure> {
         for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
-            let answer = redis_cli(
+            let answer = self.sentinel_cli(
                 sentinel.port(),
                 &["SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER],
             )?;
@@ -154,14 +214,14 @@ impl SentinelGroup {
 
     /// Whether the node on `port` answers `ROLE` with `master`.
     pub fn is_master(&self, port: u16) -> Result<bool, Failure> {
-        Ok(redis_cli(port, &["ROLE"])?.lines().next() == Some("master"))
+        Ok(self.node_cli(port, &["ROLE"])?.lines().next() == Some("master"))
     }
 
     /// Asks a Sentinel for a failover (`SENTINEL FAILOVER`) and waits until every Sentinel names
     /// a new master and that node says it is one. Answers the new master's port.
     pub fn failover(&self) -> Result<u16, Failure> {
         let old = self.master_port()?;
-        let answer = redis_cli(
+        let answer = self.sentinel_cli(
             self.sentinels[0].port(),
             &["SENTINEL", "FAILOVER", SENTINEL_MASTER],
         )?;
@@ -181,7 +241,7 @@ impl SentinelGroup {
             |g| {
                 let mut named = Vec::new();
                 for sentinel in g.sentinels.iter().filter(|s| s.is_running()) {
-                    let answer = redis_cli(
+                    let answer = g.sentinel_cli(
                         sentinel.port(),
                         &["SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER],
                     )?;
@@ -206,7 +266,7 @@ impl SentinelGroup {
     pub fn wait_replicated(&self) -> Result<(), Failure> {
         let master = self.master_port()?;
         let offset = |port: u16, field: &str| -> Result<Option<u64>, Failure> {
-            let info = redis_cli(port, &["INFO", "replication"])?;
+            let info = self.node_cli(port, &["INFO", "replication"])?;
             Ok(info
                 .lines()
                 .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -233,7 +293,8 @@ impl SentinelGroup {
     /// Every Sentinel knows both replicas and both other Sentinels, and the replicas are in sync.
     fn ready(&self) -> Result<bool, Failure> {
         for sentinel in &self.sentinels {
-            let answer = redis_cli(sentinel.port(), &["SENTINEL", "master", SENTINEL_MASTER])?;
+            let answer =
+                self.sentinel_cli(sentinel.port(), &["SENTINEL", "master", SENTINEL_MASTER])?;
             let fields: Vec<&str> = answer.lines().collect();
             let field = |name: &str| {
                 fields
@@ -247,7 +308,7 @@ impl SentinelGroup {
             }
         }
         for node in &self.nodes[1..] {
-            let info = redis_cli(node.port(), &["INFO", "replication"])?;
+            let info = self.node_cli(node.port(), &["INFO", "replication"])?;
             if !info.contains("master_link_status:up") {
                 return Ok(false);
             }

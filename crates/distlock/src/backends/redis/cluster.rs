@@ -1,5 +1,6 @@
-//! Redis Cluster (`redis-cluster://[user:password@]h1:p1[,h2:p2…][?prefix=P]`): the same
-//! scripts, keys and core as one server, over redis-rs' cluster client.
+//! Redis Cluster
+//! (`redis-cluster://[user:password@]h1:p1[,h2:p2…][?prefix=P&wait_replicas=N&wait_timeout=D]`):
+//! the same scripts, keys and core as one server, over redis-rs' cluster client.
 //!
 //! * **Routing.** Every key of one lock, election or latch carries the hash tag `{name}`
 //!   (`keys.rs`), so each script touches one slot and redis-rs sends it to that slot's master by
@@ -20,6 +21,12 @@
 //!   Redis 7.0 and RESP3, which the subscriber's connection speaks.
 //! * **Inspection.** `status` by prefix `SCAN`s every master ([`scan`]); a status or forced
 //!   release of one name goes to its slot's master like any script.
+//! * **Replica acknowledgement** (`?wait_replicas=N&wait_timeout=D`, see `replicas.rs`): the
+//!   take and its `WAIT` go out as one pipeline, which redis-rs routes by its one keyed command
+//!   (the script's first key) to the lock's master, so `WAIT` counts that master's replicas
+//!   (redis-rs alone would send a bare `WAIT` to every master and answer the minimum). Each
+//!   acknowledged request has a cluster connection of its own ([`ClusterParts::acked`]), since
+//!   `WAIT` blocks the node connection it is sent on.
 //! * **Fencing tokens** follow the server clock as for `redis-sentinel://` (`prelude.lua`): a
 //!   replica promoted by a failover may have missed the last counter steps.
 
@@ -38,6 +45,7 @@ use tokio::time::Instant;
 
 use super::invoke::from_redis;
 use super::keys::check_prefix;
+use super::replicas::{ReplicaAck, WAIT_REPLICAS, WAIT_TIMEOUT};
 use super::scripts::SHARDED;
 use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
 use super::{CONNECT_TIMEOUT, NAME, RESPONSE_TIMEOUT};
@@ -48,7 +56,8 @@ use crate::url::{authority, for_driver, redact, userinfo_end};
 /// The scheme of Redis Cluster.
 const SCHEME: &str = "redis-cluster://";
 
-const EXPECTED: &str = "redis-cluster://[user:password@]host:port[,host:port…][?prefix=app1:]";
+const EXPECTED: &str = "redis-cluster://[user:password@]host:port[,host:port…]\
+                        [?prefix=app1:&wait_replicas=N&wait_timeout=100ms]";
 
 /// A node's port, for a host given without one.
 const DEFAULT_PORT: u16 = 6379;
@@ -77,6 +86,9 @@ pub(super) struct ClusterConfig {
     password: Option<String>,
     /// Put before every key and channel (`?prefix=`), or empty.
     pub(super) prefix: String,
+    /// Replicas of the lock's master that must acknowledge each take
+    /// (`?wait_replicas=N&wait_timeout=D`), if any.
+    pub(super) ack: Option<ReplicaAck>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -128,19 +140,24 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
         ));
     }
     let mut prefix = String::new();
+    let (mut wait_replicas, mut wait_timeout) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("prefix", value)) => {
                 check_prefix(value).map_err(bad)?;
                 prefix = value.to_string();
             }
+            Some((WAIT_REPLICAS, value)) => wait_replicas = Some(value),
+            Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
             _ => {
                 return Err(bad(
-                    "an unknown parameter (redis-cluster:// takes prefix=P)",
+                    "an unknown parameter (redis-cluster:// takes prefix, wait_replicas and \
+                     wait_timeout)",
                 ));
             }
         }
     }
+    let ack = ReplicaAck::from_params(wait_replicas, wait_timeout).map_err(|why| bad(&why))?;
     // redis-rs reads the user-info as it does for redis:// (%-escapes, a password alone).
     let node_url = match userinfo {
         Some(userinfo) => format!("redis://{userinfo}@127.0.0.1:6379/0"),
@@ -155,6 +172,7 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
         username: settings.username().map(str::to_string),
         password: settings.password().map(str::to_string),
         prefix,
+        ack,
     })
 }
 
@@ -172,12 +190,20 @@ pub(super) struct Shards {
 type MakeClient =
     dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync;
 
+/// What [`connect`] makes.
+pub(super) struct ClusterParts {
+    /// The command connection, shared by every request.
+    pub(super) conn: ClusterConnection,
+    /// The subscriber's clients.
+    pub(super) shards: Shards,
+    /// With `?wait_replicas=`: the client of the acknowledged requests' connections, its
+    /// response timeout grown by the wait (a `WAIT` is answered only when it ends).
+    pub(super) acked: Option<ClusterClient>,
+}
+
 /// Connects to the cluster `config` names (learns its slots from the first seed that answers),
 /// and makes the subscriber's client, which connects at the first wait.
-pub(super) async fn connect(
-    config: &ClusterConfig,
-    options: &Options,
-) -> Result<(ClusterConnection, Shards)> {
+pub(super) async fn connect(config: &ClusterConfig, options: &Options) -> Result<ClusterParts> {
     let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
     let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
     let seeds: Vec<String> = config
@@ -193,7 +219,7 @@ pub(super) async fn connect(
         })
         .collect();
     let (username, password) = (config.username.clone(), config.password.clone());
-    let builder = move || {
+    let builder = move |response_timeout| {
         let mut builder = ClusterClientBuilder::new(seeds.clone())
             .connection_timeout(connect_timeout)
             .response_timeout(response_timeout)
@@ -219,24 +245,50 @@ pub(super) async fn connect(
         )
         .with_backend(NAME)
     };
-    let conn = builder()
+    let conn = builder(response_timeout)
         .build()
         .map_err(rejected)?
         .get_async_connection()
         .await
-        .map_err(|e| from_redis(&format!("connecting to {}", config.shown), e))?;
+        .map_err(|e| from_redis(&format!("connecting to {}", config.shown), login_refused(e)))?;
+    let acked = config
+        .ack
+        .map(|ack| builder(response_timeout + ack.timeout).build())
+        .transpose()
+        .map_err(rejected)?;
     // Sharded pub/sub needs RESP3, whose pushes come through the channel given.
     let make = move |pushes| {
-        builder()
+        builder(response_timeout)
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(pushes)
             .build()
     };
-    Ok((
+    Ok(ClusterParts {
         conn,
-        Shards {
+        shards: Shards {
             make: Box::new(make),
         },
+        acked,
+    })
+}
+
+/// `e` as an authentication failure when it is one: redis-rs reports a node that refused the
+/// URL's password (or asked for one) while it learns the cluster as an I/O error, "Failed to
+/// create initial connections", with the node's refusal only in its text (its kinds are not
+/// kept), which would read as an unreachable cluster.
+fn login_refused(e: RedisError) -> RedisError {
+    let text = e.to_string();
+    let refused = ["AuthenticationFailed", "NOAUTH", "WRONGPASS"]
+        .iter()
+        .any(|sign| text.contains(sign));
+    if e.kind() == RedisKind::AuthenticationFailed || !refused {
+        return e;
+    }
+    // The nodes' text (`WRONGPASS …`, `NOAUTH …`) never holds the password.
+    RedisError::from((
+        RedisKind::AuthenticationFailed,
+        "authentication failed",
+        text,
     ))
 }
 
@@ -574,6 +626,13 @@ mod tests {
         let c = parse("redis-cluster://:hunter2@h:1").unwrap();
         assert_eq!(c.password.as_deref(), Some("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(c.ack.is_none());
+        let c = parse("redis-cluster://h:1?wait_replicas=1&wait_timeout=200ms&prefix=a:").unwrap();
+        let ack = c.ack.unwrap();
+        assert_eq!(
+            (ack.replicas, ack.timeout, c.prefix.as_str()),
+            (1, std::time::Duration::from_millis(200), "a:")
+        );
     }
 
     #[test]
@@ -586,6 +645,14 @@ mod tests {
             ("redis-cluster://u:hunter2@h:1,,h:2", "no host"),
             ("redis-cluster://u:hunter2@h:1#x", "fragment"),
             ("redis-cluster://u:hunter2@h:1?prefix=a{b}", "prefix"),
+            (
+                "redis-cluster://u:hunter2@h:1?wait_replicas=1",
+                "wait_timeout",
+            ),
+            (
+                "redis-cluster://u:hunter2@h:1?wait_replicas=1&wait_timeout=0",
+                "wait forever",
+            ),
             ("redis://u:hunter2@h:1", "not a redis-cluster"),
         ] {
             let err = parse(url).unwrap_err();

@@ -1,6 +1,6 @@
 //! `redis://[user:password@]host:port[/db]`, `rediss://…` and
-//! `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` → connection
-//! settings.
+//! `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N&sentinel_password=P]`
+//! → connection settings.
 //!
 //! The URL is checked here so a typo gets a precise [`ErrorKind::InvalidUrl`] naming the part at
 //! fault; redis-rs then builds its connection info from the same string. Every message shows the
@@ -153,7 +153,13 @@ pub(super) fn is_sentinel(url: &str) -> bool {
 }
 
 const SENTINEL_EXPECTED: &str = "redis-sentinel://[user:password@]host:port[,host:port…]/\
-                                 MASTER_NAME[?db=N&prefix=app1:&wait_replicas=N&wait_timeout=100ms]";
+                                 MASTER_NAME[?db=N&prefix=app1:&wait_replicas=N&wait_timeout=100ms\
+                                 &sentinel_user=U&sentinel_password=P]";
+
+/// The parameters of a `redis-sentinel://` URL that log in to the Sentinels themselves (their
+/// `requirepass`, or an ACL user of theirs); the URL's user-info is the data nodes'.
+const SENTINEL_USER: &str = "sentinel_user";
+const SENTINEL_PASSWORD: &str = "sentinel_password";
 
 /// Sentinel's own port, for a host given without one.
 const SENTINEL_PORT: u16 = 26379;
@@ -173,6 +179,25 @@ pub(super) struct SentinelConfig {
     pub(super) prefix: String,
     /// Replicas that must acknowledge each take (`?wait_replicas=N&wait_timeout=D`), if any.
     pub(super) ack: Option<ReplicaAck>,
+    /// How to log in to the Sentinels (`?sentinel_user=U&sentinel_password=P`, %-decoded):
+    /// the password, and the user if any. `None`: they are asked without logging in.
+    pub(super) sentinel_login: Option<SentinelLogin>,
+}
+
+/// The Sentinels' own user and password (not the data nodes').
+#[derive(Clone)]
+pub(crate) struct SentinelLogin {
+    pub(crate) user: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for SentinelLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("SentinelLogin")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for SentinelConfig {
@@ -187,7 +212,9 @@ impl std::fmt::Debug for SentinelConfig {
 }
 
 /// Checks a `redis-sentinel://` URL. The user and password are the data nodes' (the master's
-/// and replicas'); the Sentinels are asked without them.
+/// and replicas'); the Sentinels are asked with `sentinel_user` and `sentinel_password` when
+/// the URL gives them (a Sentinel's `requirepass` is its own: Redis's docs set it apart from the
+/// nodes' `requirepass`, which the Sentinels reach with `sentinel auth-pass`).
 pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
     let bad = |why: &str| {
         Error::new(
@@ -234,11 +261,23 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
     let mut db = 0u32;
     let mut prefix = String::new();
     let (mut wait_replicas, mut wait_timeout) = (None, None);
+    let (mut sentinel_user, mut sentinel_password) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("prefix", value)) => {
                 check_prefix(value).map_err(bad)?;
                 prefix = value.to_string();
+            }
+            Some((SENTINEL_USER, value)) => {
+                sentinel_user = Some(
+                    percent_decode(value).ok_or_else(|| bad("a bad %-escape in sentinel_user"))?,
+                );
+            }
+            Some((SENTINEL_PASSWORD, value)) => {
+                sentinel_password = Some(
+                    percent_decode(value)
+                        .ok_or_else(|| bad("a bad %-escape in sentinel_password"))?,
+                );
             }
             Some(("db", value)) => {
                 db = value
@@ -249,12 +288,26 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
             Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
             _ => {
                 return Err(bad(
-                    "an unknown parameter (redis-sentinel:// takes db, prefix, wait_replicas \
-                     and wait_timeout)",
+                    "an unknown parameter (redis-sentinel:// takes db, prefix, wait_replicas, \
+                     wait_timeout, sentinel_user and sentinel_password)",
                 ));
             }
         }
     }
+    let sentinel_login = match (sentinel_user, sentinel_password) {
+        (None, None) => None,
+        (_, Some(password)) if password.is_empty() => {
+            return Err(bad(
+                "sentinel_password is empty (leave it out for Sentinels without a password)",
+            ));
+        }
+        (user, Some(password)) => Some(SentinelLogin { user, password }),
+        (Some(_), None) => {
+            return Err(bad(
+                "sentinel_user without sentinel_password (a Sentinel's user logs in with a password)",
+            ));
+        }
+    };
     let ack = ReplicaAck::from_params(wait_replicas, wait_timeout).map_err(|why| bad(&why))?;
     // redis-rs reads the user-info and database as it does for redis://; the address is a
     // placeholder, replaced by each master's.
@@ -271,6 +324,7 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
         node,
         prefix,
         ack,
+        sentinel_login,
     })
 }
 
@@ -315,6 +369,42 @@ mod tests {
         let c = parse_sentinel("redis-sentinel://:hunter2@h:1/m").unwrap();
         assert_eq!(c.node.redis_settings().password(), Some("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(c.sentinel_login.is_none());
+    }
+
+    #[test]
+    fn the_sentinels_own_login() {
+        let url = "redis-sentinel://:nodes@h:1/m?sentinel_password=s%26cr%3Dt&db=2";
+        let c = parse_sentinel(url).unwrap();
+        let login = c.sentinel_login.clone().unwrap();
+        assert_eq!((login.user, login.password.as_str()), (None, "s&cr=t"));
+        assert_eq!(c.node.redis_settings().password(), Some("nodes"));
+        assert_eq!(c.node.redis_settings().db(), 2);
+        assert_eq!(
+            c.shown,
+            "redis-sentinel://:***@h:1/m?sentinel_password=***&db=2"
+        );
+        assert!(!format!("{c:?}").contains("s&cr=t"), "{c:?}");
+        let c = parse_sentinel("redis-sentinel://h:1/m?sentinel_user=watch&sentinel_password=pw");
+        let login = c.unwrap().sentinel_login.unwrap();
+        assert_eq!(login.user.as_deref(), Some("watch"));
+        assert!(!format!("{login:?}").contains("pw\""));
+        for (url, fault) in [
+            (
+                "redis-sentinel://h:1/m?sentinel_user=watch",
+                "without sentinel_password",
+            ),
+            ("redis-sentinel://h:1/m?sentinel_password=", "empty"),
+            (
+                "redis-sentinel://h:1/m?sentinel_password=hunter2%zz",
+                "%-escape",
+            ),
+        ] {
+            let err = parse_sentinel(url).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
+            assert!(err.to_string().contains(fault), "{url}: {err}");
+            assert!(!err.to_string().contains("hunter2"), "{url}: {err}");
+        }
     }
 
     #[test]

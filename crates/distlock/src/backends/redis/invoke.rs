@@ -81,6 +81,9 @@ struct AckedConns {
 enum OpenConn {
     Pipelined(Target),
     Managed(Box<::redis::Client>, ConnectionManagerConfig),
+    /// A cluster client (its response timeout grown by the wait): each connection of it
+    /// reaches every master, and the take's pipeline goes to the lock's.
+    Cluster(Box<::redis::cluster::ClusterClient>),
 }
 
 /// At most this many idle connections are kept for acknowledged requests.
@@ -116,6 +119,7 @@ impl AckedConns {
                     .get_connection_manager_with_config(config.clone())
                     .await?,
             ),
+            OpenConn::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
         })
     }
 
@@ -235,6 +239,7 @@ impl Server {
             config.sentinels,
             config.master_name,
             config.node,
+            config.sentinel_login,
             connect_timeout,
             response_timeout,
         ));
@@ -276,18 +281,21 @@ impl Server {
     /// routes each script to its slot's master, and sharded pub/sub (see `cluster.rs`).
     async fn connect_cluster(url: &str, options: &Options) -> Result<Self> {
         let config = cluster::parse(url)?;
-        let (conn, shards) = cluster::connect(&config, options).await.map_err(|e| {
+        let parts = cluster::connect(&config, options).await.map_err(|e| {
             e.with_hint("are the cluster's nodes running, and is one of them in the URL?")
         })?;
+        let acked = config
+            .ack
+            .zip(parts.acked)
+            .map(|(ack, client)| AckedConns::new(ack, OpenConn::Cluster(Box::new(client))));
         Ok(Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
-            conn: Conn::Cluster(conn),
-            subscriber: Subscriber::start_sharded(shards),
+            conn: Conn::Cluster(parts.conn),
+            subscriber: Subscriber::start_sharded(parts.shards),
             shown_url: config.shown,
             prefix: config.prefix,
             follower: None,
-            // `?wait_replicas=` is not offered on a cluster yet: its URL refuses it.
-            acked: None,
+            acked,
         })
     }
 
@@ -590,13 +598,23 @@ pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
     if matches!(
         e.kind(),
         Redis::AuthenticationFailed | Redis::Server(ServerErrorKind::NoPerm)
-    ) {
-        return Error::new(
-            ErrorKind::Backend,
-            format!("{what}: the server refused the user or password in the URL, or its ACL forbids scripts"),
-        )
-        .with_backend(NAME)
-        .with_source(e);
+    ) || e.code() == Some("NOAUTH")
+    {
+        let text = e.to_string();
+        // Behind Sentinel, the Sentinels' own login (see `sentinel.rs`) or the data nodes'.
+        let whose = [
+            sentinel::SENTINEL_REFUSED_LOGIN,
+            sentinel::SENTINEL_WANTS_LOGIN,
+        ]
+        .into_iter()
+        .find(|why| text.contains(why))
+        .unwrap_or(
+            "the server refused the user or password in the URL (or asks for one the URL \
+                 does not give), or its ACL forbids scripts",
+        );
+        return Error::new(ErrorKind::Backend, format!("{what}: {whose}"))
+            .with_backend(NAME)
+            .with_source(e);
     }
     let kind = if e.is_io_error()
         || e.is_connection_dropped()

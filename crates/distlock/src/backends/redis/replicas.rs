@@ -1,12 +1,14 @@
-//! Replica acknowledgement: `?wait_replicas=N&wait_timeout=D` on `redis://` and
-//! `redis-sentinel://`. A take (and a renewal) counts only once `N` replicas acknowledged it:
-//! the script is followed by `WAIT N ms` on the same connection, in the same write, so `WAIT`
-//! waits for exactly the replication offset of that take. Fewer acknowledgements undo the take
+//! Replica acknowledgement: `?wait_replicas=N&wait_timeout=D` on `redis://`,
+//! `redis-sentinel://` and `redis-cluster://`. A take (and a renewal) counts only once `N`
+//! replicas acknowledged it: the script is followed by `WAIT N ms` on the same connection, in
+//! the same write, so `WAIT` waits for exactly the replication offset of that take. Fewer acknowledgements undo the take
 //! (released by its token) and the caller gets [`ErrorKind::NoQuorum`], never a guard.
 //!
-//! The pieces here know nothing of how a connection reaches the lock's master, so a backend that
-//! routes by key (a cluster) sends [`ReplicaAck::command`] after the take on the connection the
-//! take went to, and judges the answer with [`ReplicaAck::judge`].
+//! The pieces here know nothing of how a connection reaches the lock's master: on a cluster the
+//! take and [`ReplicaAck::command`] go out as one pipeline, routed by the take's key to the
+//! lock's master (`cluster.rs`), and `WAIT` counts that master's replicas only. Asking for more
+//! replicas than the lock's master has is not refused up front (a replica may be added, or come
+//! back, at any time): each take then answers [`ErrorKind::NoQuorum`].
 //!
 //! What it buys and costs is in docs.md ("Replica acknowledgement").
 

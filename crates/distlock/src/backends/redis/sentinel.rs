@@ -31,6 +31,7 @@ use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 use futures_util::StreamExt;
 
+use super::config::SentinelLogin;
 use super::pipelined::Pipelined;
 use super::subscriber::Follower;
 
@@ -55,6 +56,8 @@ pub(crate) struct Sentinels {
     master_name: String,
     /// The data nodes' user, password and database (the URL's); the address is set per node.
     node: ConnectionInfo,
+    /// The Sentinels' own user and password (`?sentinel_user=&sentinel_password=`), if any.
+    login: Option<SentinelLogin>,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// The Sentinel that answered last: asked first next time.
@@ -66,6 +69,7 @@ impl Sentinels {
         addrs: Vec<Addr>,
         master_name: String,
         node: ConnectionInfo,
+        login: Option<SentinelLogin>,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
@@ -73,6 +77,7 @@ impl Sentinels {
             addrs,
             master_name,
             node,
+            login,
             connect_timeout,
             response_timeout,
             last_good: AtomicUsize::new(0),
@@ -110,13 +115,34 @@ impl Sentinels {
 
     /// One Sentinel's answer: the master's address, or `None` if it knows no such master.
     async fn ask(&self, at: usize) -> RedisResult<Option<Addr>> {
-        let mut conn = self.sentinel_connection(at).await?;
+        let mut conn = self
+            .sentinel_connection(at)
+            .await
+            .map_err(|e| self.refused_login(e))?;
         let answer: Option<(String, u16)> = ::redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.master_name)
             .query_async(&mut conn)
-            .await?;
+            .await
+            .map_err(|e| self.refused_login(e))?;
         Ok(answer)
+    }
+
+    /// A Sentinel's refusal to log in (a wrong `sentinel_password`, or none given to one that
+    /// asks for it) as an error saying it was a Sentinel and which parameters, so it is not taken
+    /// for the data nodes' password (the URL's user-info) in the message `from_redis` writes.
+    fn refused_login(&self, e: RedisError) -> RedisError {
+        let refused = e.kind() == ::redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if !refused {
+            return e;
+        }
+        let why = match &self.login {
+            Some(_) => SENTINEL_REFUSED_LOGIN,
+            None => SENTINEL_WANTS_LOGIN,
+        };
+        // The server's text (`WRONGPASS …`, `NOAUTH …`) never holds the password.
+        RedisError::from((::redis::ErrorKind::AuthenticationFailed, why, e.to_string()))
     }
 
     async fn sentinel_connection(&self, at: usize) -> RedisResult<MultiplexedConnection> {
@@ -128,10 +154,22 @@ impl Sentinels {
             .await
     }
 
-    /// Sentinels are asked without the URL's user and password (those are the data nodes').
+    /// Sentinels are asked without the URL's user and password (those are the data nodes'),
+    /// with `sentinel_user` and `sentinel_password` if the URL gives them.
     fn sentinel_client(&self, at: usize) -> RedisResult<::redis::Client> {
         let (host, port) = &self.addrs[at];
-        ::redis::Client::open(ConnectionAddr::Tcp(host.clone(), *port))
+        let info = ::redis::IntoConnectionInfo::into_connection_info(ConnectionAddr::Tcp(
+            host.clone(),
+            *port,
+        ))?;
+        let Some(login) = &self.login else {
+            return ::redis::Client::open(info);
+        };
+        let mut settings = info.redis_settings().clone().set_password(&login.password);
+        if let Some(user) = &login.user {
+            settings = settings.set_username(user);
+        }
+        ::redis::Client::open(info.set_redis_settings(settings))
     }
 
     /// A redis-rs client of the current master (for the pub/sub connection), and its address.
@@ -144,6 +182,13 @@ impl Sentinels {
         Ok((::redis::Client::open(info)?, addr))
     }
 }
+
+/// What a Sentinel that refused the URL's `sentinel_password` is reported as.
+pub(crate) const SENTINEL_REFUSED_LOGIN: &str =
+    "a Sentinel refused the URL's sentinel_user/sentinel_password";
+/// What a Sentinel that wants a password the URL does not give is reported as.
+pub(crate) const SENTINEL_WANTS_LOGIN: &str =
+    "a Sentinel asks for a password (its requirepass): give it as ?sentinel_password=";
 
 /// The error of a Sentinel or master that cannot be used now: a refused connection, so a
 /// request that needed it surely was not sent and is retried (`invoke::surely_not_sent`).

@@ -124,8 +124,9 @@ pub(super) fn parse(url: &str, options: &Options) -> Result<RedlockConfig> {
         if matches!(*key, "wait_replicas" | "wait_timeout") {
             return Err(invalid(
                 url,
-                "wait_replicas is for redis:// and redis-sentinel:// (a master and its replicas); \
-                 Redlock's masters are independent, and a majority of them is what a take needs",
+                "wait_replicas is for redis://, redis-sentinel:// and redis-cluster:// (a master \
+                 and its replicas); Redlock's masters are independent, and a majority of them is \
+                 what a take needs",
             ));
         }
         let timeout = parse_duration(value)
