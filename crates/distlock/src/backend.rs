@@ -450,6 +450,25 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// For session holdings this only confirms the holding; the duration is not used.
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>>;
 
+    /// How many renewals [`extend_many`](Backend::extend_many) takes in one call: the watchdog
+    /// renews the holdings due in one round in batches of at most this many. 1, the default,
+    /// renews each holding by its own [`extend`](Backend::extend).
+    fn max_batch(&self) -> usize {
+        1
+    }
+
+    /// [`extend`](Backend::extend) for each holding of `batch` (at most
+    /// [`max_batch`](Backend::max_batch) of them, of any flavour), answered in the same order,
+    /// each exactly as its own `extend` would answer: a store that renews many holdings in one
+    /// step checks each by its own owner and token. The default runs the `extend`s side by side.
+    async fn extend_many(
+        &self,
+        batch: &[(LockRequest, FencingToken)],
+    ) -> Vec<Result<Option<Duration>>> {
+        futures_util::future::join_all(batch.iter().map(|(req, token)| self.extend(req, *token)))
+            .await
+    }
+
     /// Frees the lock if `req.owner` holds it: only the holding `token` names when it is
     /// `Some` (every guard release), whatever holding the owner has when it is `None` (the
     /// owner-token release of [`crate::Lock::release`]). `Ok(true)` if it was freed, `Ok(false)`
