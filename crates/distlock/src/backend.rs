@@ -7,6 +7,8 @@
 //! * [`Backend::try_take`]: one attempt, answering a token and what keeps the grant alive
 //!   ([`Hold`]: a lease valid for a duration the store states, or a session with an end signal);
 //! * [`Backend::extend`] and [`Backend::release`], naming the exact holding by its token;
+//! * optionally, [`Backend::extend_many`] with [`Backend::max_batch`]: many renewals in one
+//!   call, which the watchdog then sends a round's renewals in (Redis: up to 100 per script);
 //! * how a waiter waits: by default the core polls `try_take` and wakes on
 //!   [`Backend::watch_free`]; a store whose waiters hold a place in a queue (a fair lock, a
 //!   ZooKeeper node, an etcd key) supplies its own [`Waiter`] instead;
