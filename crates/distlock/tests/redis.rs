@@ -724,7 +724,8 @@ async fn script_calls(url: &str) -> Result<u64, Failure> {
 /// One client holds 1,000 locks with a 900 ms lease for 3 s (ten renewal periods) on a private
 /// server, whose only traffic it is: every lock stays held (another client takes none), in far
 /// fewer script calls than one per lock and period (batches of up to 100). A holding removed in
-/// the store is reported lost at the next round, alone: the other 999 stay held.
+/// the store is reported lost at the next round, alone: the other 999 stay held. With the server
+/// stopped, all are lost by their leases' end.
 async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
     const LOCKS: usize = 1000;
     const LEASE: Duration = Duration::from_millis(900);
@@ -779,5 +780,20 @@ async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
     tokio::time::sleep(LEASE * 2 / 3).await;
     let lost: Vec<usize> = (0..LOCKS).filter(|&i| guards[i].is_lost()).collect();
     check!(lost == [7], "lost after one forced release: {lost:?}");
+
+    // A server that stops answering: the batches get no answer, and every holding is lost by
+    // its lease's end (none hangs on the batch), then free for another client.
+    server.signal(libc::SIGSTOP)?;
+    let all_lost = futures_util::future::join_all(guards.iter().map(|g| g.lost()));
+    let all_lost = tokio::time::timeout(Duration::from_secs(10), all_lost).await;
+    server.signal(libc::SIGCONT)?;
+    check!(
+        all_lost.is_ok(),
+        "holdings of a stopped server were not all lost"
+    );
+    for name in &names[..10] {
+        let taken = other.lock(name).lease(LEASE).try_acquire().await?;
+        check!(taken.is_some(), "{name}, lost by its holder, was not free");
+    }
     Ok(())
 }
