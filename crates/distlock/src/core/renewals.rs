@@ -5,9 +5,10 @@
 //!
 //! Where the store renews many holdings in one call ([`Backend::max_batch`] above 1), a round
 //! also takes the holdings due within a tenth of their lease after it (renewed that much early,
-//! never late), and sends them in batches: holdings taken one after another fall into step
-//! after their first renewal, so a client holding 10,000 locks renews them in a hundred calls per
-//! round instead of 10,000.
+//! never late), and sends them in batches; renewed together, they stay in step. However the
+//! holdings were taken, the renewals of one period (a third of the lease) then fall into at most
+//! four such rounds, so a client holding 10,000 locks of one lease renews them in about a
+//! hundred calls per period (at most 10,000 / `max_batch` + 4) instead of 10,000.
 //!
 //! A holding leaves the queue when its last guard goes or it is dropped ([`Renewals::cancel`]),
 //! so the queue holds only live holdings; one lost meanwhile is skipped when it comes up.
