@@ -72,6 +72,10 @@ fn main() -> std::process::ExitCode {
             "redis::renewals_go_in_batches_each_judged_alone",
             renewals_go_in_batches,
         )
+        .case(
+            "redis::extend_many_answers_each_holding_as_extend_would",
+            extend_many_answers_each,
+        )
         .run()
 }
 
@@ -794,6 +798,63 @@ async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
     for name in &names[..10] {
         let taken = other.lock(name).lease(LEASE).try_acquire().await?;
         check!(taken.is_some(), "{name}, lost by its holder, was not free");
+    }
+    Ok(())
+}
+
+/// One batch of renewals of mixed flavours and holdings (two exclusive locks in the batch's
+/// script, a fair and a read lock each by its own call beside it): each answered as its own
+/// `extend` would, in order: the owner's holdings renewed, a stale token and another owner not.
+async fn extend_many_answers_each(ctx: Ctx) -> Outcome {
+    use distlock::backend::{Attempt, Backend, LockRequest};
+    use distlock::{FencingToken, Lease, LockKind, LockName};
+    let backend = distlock::backends::redis::RedisBackend::connect(&ctx.url).await?;
+    let (owner, stranger) = (OwnerToken::random(), OwnerToken::random());
+    let lease = Lease::new(Duration::from_secs(5))?;
+    let request = |what: &str, kind: LockKind, owner: &OwnerToken| {
+        let name = LockName::new(ctx.unique_name(what))?;
+        Ok::<_, Failure>(LockRequest::new(name, kind, owner.clone(), lease))
+    };
+    let reqs = [
+        request("many-a", LockKind::Mutex, &owner)?,
+        request("many-b", LockKind::Mutex, &owner)?,
+        request("many-fair", LockKind::Fair, &owner)?,
+        request("many-read", LockKind::Read, &owner)?,
+    ];
+    let mut tokens = Vec::new();
+    for req in &reqs {
+        match backend.try_take(req).await? {
+            Attempt::Acquired { token, .. } => tokens.push(token),
+            other => return Err(Failure(format!("{}: {other:?}", req.name))),
+        }
+    }
+    let stale = FencingToken::new(tokens[1].get() - 1);
+    let mut strangers = reqs[0].clone();
+    strangers.owner = stranger;
+    let batch = [
+        (reqs[0].clone(), tokens[0]),
+        (reqs[2].clone(), tokens[2]),
+        (reqs[1].clone(), stale),
+        (reqs[3].clone(), tokens[3]),
+        (strangers, tokens[0]),
+        (reqs[1].clone(), tokens[1]),
+    ];
+    let answers: Vec<Option<Duration>> = backend
+        .extend_many(&batch)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let five = Some(Duration::from_secs(5));
+    check!(
+        answers == [five, five, None, five, None, five],
+        "answers {answers:?}"
+    );
+    for (req, token) in reqs.iter().zip(&tokens) {
+        check!(
+            backend.release(req, Some(*token)).await?,
+            "{} not freed",
+            req.name
+        );
     }
     Ok(())
 }
