@@ -7,6 +7,8 @@
 //! * [`Backend::try_take`]: one attempt, answering a token and what keeps the grant alive
 //!   ([`Hold`]: a lease valid for a duration the store states, or a session with an end signal);
 //! * [`Backend::extend`] and [`Backend::release`], naming the exact holding by its token;
+//! * optionally, [`Backend::extend_many`] with [`Backend::max_batch`]: many renewals in one
+//!   call, which the watchdog then sends a round's renewals in (Redis: up to 100 per script);
 //! * how a waiter waits: by default the core polls `try_take` and wakes on
 //!   [`Backend::watch_free`]; a store whose waiters hold a place in a queue (a fair lock, a
 //!   ZooKeeper node, an etcd key) supplies its own [`Waiter`] instead;
@@ -449,6 +451,25 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// lease ended, someone else took it, or the same owner took it again as a new holding).
     /// For session holdings this only confirms the holding; the duration is not used.
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>>;
+
+    /// How many renewals [`extend_many`](Backend::extend_many) takes in one call: the watchdog
+    /// renews the holdings due in one round in batches of at most this many. 1, the default,
+    /// renews each holding by its own [`extend`](Backend::extend).
+    fn max_batch(&self) -> usize {
+        1
+    }
+
+    /// [`extend`](Backend::extend) for each holding of `batch` (at most
+    /// [`max_batch`](Backend::max_batch) of them, of any flavour), answered in the same order,
+    /// each exactly as its own `extend` would answer: a store that renews many holdings in one
+    /// step checks each by its own owner and token. The default runs the `extend`s side by side.
+    async fn extend_many(
+        &self,
+        batch: &[(LockRequest, FencingToken)],
+    ) -> Vec<Result<Option<Duration>>> {
+        futures_util::future::join_all(batch.iter().map(|(req, token)| self.extend(req, *token)))
+            .await
+    }
 
     /// Frees the lock if `req.owner` holds it: only the holding `token` names when it is
     /// `Some` (every guard release), whatever holding the owner has when it is `None` (the

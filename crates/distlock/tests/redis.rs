@@ -68,6 +68,14 @@ fn main() -> std::process::ExitCode {
             "redis::key_prefix_keeps_applications_apart",
             key_prefix_keeps_applications_apart,
         )
+        .case(
+            "redis::renewals_go_in_batches_each_judged_alone",
+            renewals_go_in_batches,
+        )
+        .case(
+            "redis::extend_many_answers_each_holding_as_extend_would",
+            extend_many_answers_each,
+        )
         .run()
 }
 
@@ -698,6 +706,155 @@ async fn key_prefix_keeps_applications_apart(ctx: Ctx) -> Outcome {
             .map(drop)
             .unwrap_err();
         check!(e.kind() == ErrorKind::InvalidUrl, "{bad}: {e:?}");
+    }
+    Ok(())
+}
+
+/// How many script calls (`EVALSHA`) the server at `url` has run.
+async fn script_calls(url: &str) -> Result<u64, Failure> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw(url).await?)
+        .await?;
+    let calls = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(Ok(0), str::parse)
+        .map_err(|e| Failure(format!("INFO commandstats: {e}")))?;
+    Ok(calls)
+}
+
+/// One client holds 1,000 locks with a 900 ms lease for 3 s (ten renewal periods) on a private
+/// server, whose only traffic it is: every lock stays held (another client takes none), in far
+/// fewer script calls than one per lock and period (batches of up to 100). A holding removed in
+/// the store is reported lost at the next round, alone: the other 999 stay held. With the server
+/// stopped, all are lost by their leases' end.
+async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
+    const LOCKS: usize = 1000;
+    const LEASE: Duration = Duration::from_millis(900);
+    const HOLD: Duration = Duration::from_secs(3);
+    use distlock_testkit::servers::PrivateStore;
+    let server = start_redis(Persistence::None)?;
+    let url = server.url().to_string();
+    let holder = distlock::connect(&url).await?;
+    let other = distlock::connect(&url).await?;
+    let names: Vec<String> = (0..LOCKS).map(|i| format!("batch/{i}")).collect();
+    let takes = names
+        .iter()
+        .map(|name| holder.lock(name).lease(LEASE))
+        .map(|lock| async move { lock.try_acquire().await });
+    let mut guards = Vec::new();
+    for taken in futures_util::future::join_all(takes).await {
+        guards.push(taken?.ok_or_else(|| Failure("a free lock was not taken".into()))?);
+    }
+    let before = script_calls(&url).await?;
+    tokio::time::sleep(HOLD).await;
+    let renewals = script_calls(&url).await?.saturating_sub(before);
+    let periods = (HOLD.as_millis() / (LEASE / 3).as_millis()) as u64;
+    let unbatched = LOCKS as u64 * periods;
+    println!(
+        "{renewals} renewal calls for {LOCKS} locks over {periods} periods (one each: {unbatched})"
+    );
+    check!(
+        renewals * 20 <= unbatched,
+        "{renewals} renewal calls for {LOCKS} locks over {periods} periods: not batched"
+    );
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    check!(lost == 0, "{lost} of {LOCKS} renewed locks were lost");
+    for name in &names {
+        let taken = other.lock(name).lease(LEASE).try_acquire().await?;
+        check!(
+            taken.is_none(),
+            "{name}, held and renewed, was taken by another client"
+        );
+    }
+
+    // One holding removed in the store: its renewal in the next batch says so, for it alone.
+    let forced = other
+        .force_release("batch/7", distlock::LockKind::Mutex)
+        .await?;
+    check!(
+        !forced.removed.is_empty(),
+        "nothing to force-release: {forced:?}"
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(10), guards[7].lost()).await;
+    check!(lost.is_ok(), "the forced release was not reported lost");
+    // Two more periods: every other holding renewed through them.
+    tokio::time::sleep(LEASE * 2 / 3).await;
+    let lost: Vec<usize> = (0..LOCKS).filter(|&i| guards[i].is_lost()).collect();
+    check!(lost == [7], "lost after one forced release: {lost:?}");
+
+    // A server that stops answering: the batches get no answer, and every holding is lost by
+    // its lease's end (none hangs on the batch), then free for another client.
+    server.signal(libc::SIGSTOP)?;
+    let all_lost = futures_util::future::join_all(guards.iter().map(|g| g.lost()));
+    let all_lost = tokio::time::timeout(Duration::from_secs(10), all_lost).await;
+    server.signal(libc::SIGCONT)?;
+    check!(
+        all_lost.is_ok(),
+        "holdings of a stopped server were not all lost"
+    );
+    for name in &names[..10] {
+        let taken = other.lock(name).lease(LEASE).try_acquire().await?;
+        check!(taken.is_some(), "{name}, lost by its holder, was not free");
+    }
+    Ok(())
+}
+
+/// One batch of renewals of mixed flavours and holdings (two exclusive locks in the batch's
+/// script, a fair and a read lock each by its own call beside it): each answered as its own
+/// `extend` would, in order: the owner's holdings renewed, a stale token and another owner not.
+async fn extend_many_answers_each(ctx: Ctx) -> Outcome {
+    use distlock::backend::{Attempt, Backend, LockRequest};
+    use distlock::{FencingToken, Lease, LockKind, LockName};
+    let backend = distlock::backends::redis::RedisBackend::connect(&ctx.url).await?;
+    let (owner, stranger) = (OwnerToken::random(), OwnerToken::random());
+    let lease = Lease::new(Duration::from_secs(5))?;
+    let request = |what: &str, kind: LockKind, owner: &OwnerToken| {
+        let name = LockName::new(ctx.unique_name(what))?;
+        Ok::<_, Failure>(LockRequest::new(name, kind, owner.clone(), lease))
+    };
+    let reqs = [
+        request("many-a", LockKind::Mutex, &owner)?,
+        request("many-b", LockKind::Mutex, &owner)?,
+        request("many-fair", LockKind::Fair, &owner)?,
+        request("many-read", LockKind::Read, &owner)?,
+    ];
+    let mut tokens = Vec::new();
+    for req in &reqs {
+        match backend.try_take(req).await? {
+            Attempt::Acquired { token, .. } => tokens.push(token),
+            other => return Err(Failure(format!("{}: {other:?}", req.name))),
+        }
+    }
+    let stale = FencingToken::new(tokens[1].get() - 1);
+    let mut strangers = reqs[0].clone();
+    strangers.owner = stranger;
+    let batch = [
+        (reqs[0].clone(), tokens[0]),
+        (reqs[2].clone(), tokens[2]),
+        (reqs[1].clone(), stale),
+        (reqs[3].clone(), tokens[3]),
+        (strangers, tokens[0]),
+        (reqs[1].clone(), tokens[1]),
+    ];
+    let answers: Vec<Option<Duration>> = backend
+        .extend_many(&batch)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let five = Some(Duration::from_secs(5));
+    check!(
+        answers == [five, five, None, five, None, five],
+        "answers {answers:?}"
+    );
+    for (req, token) in reqs.iter().zip(&tokens) {
+        check!(
+            backend.release(req, Some(*token)).await?,
+            "{} not freed",
+            req.name
+        );
     }
     Ok(())
 }

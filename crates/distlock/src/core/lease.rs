@@ -570,23 +570,12 @@ pub(crate) enum Renewed {
 /// when to renew next (a third of the new validity after this request was sent, or a quarter
 /// period later after a failure that left time).
 pub(crate) async fn renew_once(backend: &dyn Backend, lease: &HeldLease) -> Renewed {
-    let state = &lease.state;
-    let (req, token) = (&lease.req, lease.token);
     let sent = Instant::now();
-    let Some(until) = state.borrow().valid_until else {
-        return Renewed::Lost;
+    let until = match renewal_start(backend, lease, sent) {
+        Ok(until) => until,
+        Err(lost) => return lost,
     };
-    let lost = |why: String| {
-        tracing::warn!(lock = %req.name, backend = backend.name(), "lease lost: {why}");
-        mark_lost(state, &why);
-        Renewed::Lost
-    };
-    if sent >= until {
-        // Woken after the lease ended (the process was paused, say): the holding may be
-        // someone else's by now. No question to the store can make it ours again.
-        let error = state.borrow().renewal_error.clone();
-        return lost(lease_ended(req.lease.duration(), true, error.as_deref()));
-    }
+    let (req, token) = (&lease.req, lease.token);
     let span = tracing::debug_span!(
         "distlock.renew",
         backend = backend.name(),
@@ -594,31 +583,128 @@ pub(crate) async fn renew_once(backend: &dyn Backend, lease: &HeldLease) -> Rene
         token = token.get(),
     );
     let extended = tokio::time::timeout_at(until, backend.extend(req, token)).instrument(span);
-    let answer = extended.await;
+    let answer = extended.await.ok();
+    renewal_end(backend, lease, sent, until, answer)
+}
+
+/// One renewal of each holding of `batch` in one call to the store
+/// ([`Backend::extend_many`]); each is judged exactly as [`renew_once`] judges its own. The call
+/// waits at most until the earliest of their leases ends: a holding whose lease ended by then
+/// is lost, the others retry as after a failed renewal.
+pub(crate) async fn renew_batch(
+    backend: &dyn Backend,
+    batch: Vec<Arc<HeldLease>>,
+) -> Vec<(Arc<HeldLease>, Renewed)> {
+    let sent = Instant::now();
+    let mut done = Vec::with_capacity(batch.len());
+    let mut asked = Vec::with_capacity(batch.len());
+    for lease in batch {
+        match renewal_start(backend, &lease, sent) {
+            Ok(until) => asked.push((lease, until)),
+            Err(lost) => done.push((lease, lost)),
+        }
+    }
+    let Some(first_end) = asked.iter().map(|(_, until)| *until).min() else {
+        return done;
+    };
+    let requests: Vec<(LockRequest, FencingToken)> = asked
+        .iter()
+        .map(|(lease, _)| (lease.req.clone(), lease.token))
+        .collect();
+    let span = tracing::debug_span!(
+        "distlock.renew_batch",
+        backend = backend.name(),
+        locks = requests.len()
+    );
+    let answers = tokio::time::timeout_at(first_end, backend.extend_many(&requests))
+        .instrument(span)
+        .await;
+    let mut answers = answers.map(Vec::into_iter).ok();
+    for (lease, until) in asked {
+        let answer = match answers.as_mut() {
+            Some(answers) => Some(answers.next().unwrap_or_else(|| {
+                Err(Error::new(
+                    ErrorKind::Backend,
+                    "the store answered fewer renewals than it was asked",
+                )
+                .with_backend(backend.name()))
+            })),
+            // Timed out at the earliest lease's end: later ones still have time to retry.
+            None if Instant::now() < until => Some(Err(Error::new(
+                ErrorKind::Timeout,
+                "a batch of renewals got no answer before one of its leases ended",
+            )
+            .with_backend(backend.name()))),
+            None => None,
+        };
+        let renewed = renewal_end(backend, &lease, sent, until, answer);
+        done.push((lease, renewed));
+    }
+    done
+}
+
+/// Before a renewal sent at `sent`: the end of the lease as confirmed so far, or the loss if it
+/// has ended already.
+fn renewal_start(
+    backend: &dyn Backend,
+    lease: &HeldLease,
+    sent: Instant,
+) -> std::result::Result<Instant, Renewed> {
+    let state = &lease.state;
+    let Some(until) = state.borrow().valid_until else {
+        return Err(Renewed::Lost);
+    };
+    if sent >= until {
+        // Woken after the lease ended (the process was paused, say): the holding may be
+        // someone else's by now. No question to the store can make it ours again.
+        let error = state.borrow().renewal_error.clone();
+        let why = lease_ended(lease.req.lease.duration(), true, error.as_deref());
+        return Err(renewal_lost(backend, lease, why));
+    }
+    Ok(until)
+}
+
+fn renewal_lost(backend: &dyn Backend, lease: &HeldLease, why: String) -> Renewed {
+    tracing::warn!(lock = %lease.req.name, backend = backend.name(), "lease lost: {why}");
+    mark_lost(&lease.state, &why);
+    Renewed::Lost
+}
+
+/// What the store answered a renewal sent at `sent` (`None`: nothing before the lease's end,
+/// `until`) means for `lease`, and when to renew it next.
+fn renewal_end(
+    backend: &dyn Backend,
+    lease: &HeldLease,
+    sent: Instant,
+    until: Instant,
+    answer: Option<Result<Option<Duration>>>,
+) -> Renewed {
+    let (state, req) = (&lease.state, &lease.req);
+    let lost = |why: String| renewal_lost(backend, lease, why);
     match &answer {
-        Ok(Ok(Some(_))) => lease.labels.renewed(),
-        Ok(Ok(None)) => {}
-        Ok(Err(_)) | Err(_) => lease.labels.renewal_failed(),
+        Some(Ok(Some(_))) => lease.labels.renewed(),
+        Some(Ok(None)) => {}
+        Some(Err(_)) | None => lease.labels.renewal_failed(),
     }
     match answer {
-        Ok(Ok(Some(valid_for))) => {
+        Some(Ok(Some(valid_for))) => {
             if !confirm(state, sent, valid_for) {
                 return lost("the renewal was confirmed only after the lease had ended".into());
             }
             Renewed::Next(sent + valid_for / 3)
         }
-        Ok(Ok(None)) => lost("the store no longer lists this holding as the owner".into()),
-        Ok(Err(e)) if Instant::now() < until => {
+        Some(Ok(None)) => lost("the store no longer lists this holding as the owner".into()),
+        Some(Err(e)) if Instant::now() < until => {
             tracing::debug!(lock = %req.name, "renewal failed, retrying: {e}");
             let why = crate::error::chain(&e);
             state.send_modify(|s| s.renewal_error = Some(why.into()));
             let period = req.lease.duration() / 3;
             Renewed::Next(Instant::now() + (period / 4).max(Duration::from_millis(5)))
         }
-        Ok(Err(e)) => lost(format!(
+        Some(Err(e)) => lost(format!(
             "renewal failed until the lease ended: {}",
             crate::error::chain(&e)
         )),
-        Err(_) => lost("renewal got no answer before the lease ended".into()),
+        None => lost("renewal got no answer before the lease ended".into()),
     }
 }

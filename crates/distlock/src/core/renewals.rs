@@ -3,6 +3,13 @@
 //! due; the task sleeps until the earliest, runs the due renewals side by side (a slow store
 //! delays no other holding's renewal), and queues each again for the time its step names.
 //!
+//! Where the store renews many holdings in one call ([`Backend::max_batch`] above 1), a round
+//! also takes the holdings due within a tenth of their lease after it (renewed that much early,
+//! never late), and sends them in batches; renewed together, they stay in step. However the
+//! holdings were taken, the renewals of one period (a third of the lease) then fall into at most
+//! four such rounds, so a client holding 10,000 locks of one lease renews them in about a
+//! hundred calls per period (at most 10,000 / `max_batch` + 4) instead of 10,000.
+//!
 //! A holding leaves the queue when its last guard goes or it is dropped ([`Renewals::cancel`]),
 //! so the queue holds only live holdings; one lost meanwhile is skipped when it comes up.
 //! Queueing costs a lock and, only when the new entry is due before the task would look again by
@@ -13,17 +20,26 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::core::lease::{HeldLease, Renewed, renew_once};
+use crate::core::lease::{HeldLease, Renewed, renew_batch, renew_once};
 
 /// How long the task keeps looking by itself after the queue empties (see
 /// [`Renewals::next_look`]).
 const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// A holding due within its lease divided by this after a round is renewed with that round
+/// (batching stores only): early enough to share its calls, still most of a period (a third of
+/// the lease) after its last renewal.
+const JOIN_EARLY_DIVISOR: u32 = 10;
+
+/// Sets a smaller batch than the store's (1: every holding renewed by its own call, as before
+/// batching), for measuring what batching saves (`docs/benchmarks.md`).
+const BATCH_ENV: &str = "DISTLOCK_RENEW_BATCH";
 
 /// Where a renewal sits in the queue: when it is due, ties broken by queueing order.
 pub(crate) type QueueKey = (Instant, u64);
@@ -40,6 +56,8 @@ struct Queue {
 /// The renewals of one client's holdings.
 pub(crate) struct Renewals {
     backend: Arc<dyn Backend>,
+    /// The most renewals one call carries (1: each its own `extend`).
+    batch: usize,
     queue: Mutex<Queue>,
     /// Something was queued before everything else: the task must look again.
     earlier: Arc<Notify>,
@@ -54,8 +72,13 @@ impl Renewals {
         backend: Arc<dyn Backend>,
         runtime: Option<tokio::runtime::Handle>,
     ) -> Arc<Self> {
+        let batch = batch_size(
+            backend.max_batch(),
+            std::env::var(BATCH_ENV).ok().as_deref(),
+        );
         Arc::new(Renewals {
             backend,
+            batch,
             queue: Mutex::default(),
             earlier: Arc::new(Notify::new()),
             runtime,
@@ -105,11 +128,25 @@ impl Renewals {
         });
     }
 
-    /// The due holdings that still want renewal, taken off the queue.
+    /// The due holdings that still want renewal, taken off the queue; where renewals are
+    /// batched and some are due, with them those due within a [`JOIN_EARLY_DIVISOR`]th of their
+    /// lease.
     fn take_due(&self, now: Instant) -> Vec<Arc<HeldLease>> {
         let mut queue = self.queue();
         let mut due = Vec::new();
-        while queue.due.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+        let mut any_due = false;
+        while let Some((key, lease)) = queue.due.first_key_value() {
+            if key.0 > now {
+                let joins = any_due
+                    && self.batch > 1
+                    && lease.upgrade().is_none_or(|lease| {
+                        key.0 <= now + lease.req.lease.duration() / JOIN_EARLY_DIVISOR
+                    });
+                if !joins {
+                    break;
+                }
+            }
+            any_due = true;
             if let Some((_, lease)) = queue.due.pop_first()
                 && let Some(lease) = lease.upgrade()
                 && lease.wants_renewal()
@@ -162,12 +199,35 @@ async fn run(renewals: Weak<Renewals>, earlier: Arc<Notify>) {
         let earlier = earlier.notified();
         tokio::pin!(earlier);
         earlier.as_mut().enable();
-        for lease in this.take_due(Instant::now()) {
+        let mut due = this.take_due(Instant::now());
+        if this.batch > 1 {
+            while !due.is_empty() {
+                let batch: Vec<_> = due.drain(..due.len().min(this.batch)).collect();
+                let backend = this.backend.clone();
+                running.push(
+                    async move {
+                        match <[_; 1]>::try_from(batch) {
+                            // One alone goes as a plain renewal.
+                            Ok([lease]) => {
+                                let renewed = renew_once(&*backend, &lease).await;
+                                vec![(lease, renewed)]
+                            }
+                            Err(batch) => renew_batch(&*backend, batch).await,
+                        }
+                    }
+                    .boxed(),
+                );
+            }
+        }
+        for lease in due {
             let backend = this.backend.clone();
-            running.push(async move {
-                let renewed = renew_once(&*backend, &lease).await;
-                (lease, renewed)
-            });
+            running.push(
+                async move {
+                    let renewed = renew_once(&*backend, &lease).await;
+                    vec![(lease, renewed)]
+                }
+                .boxed(),
+            );
         }
         let next;
         (next, quiet_since) = this.next_look(Instant::now(), quiet_since);
@@ -182,13 +242,43 @@ async fn run(renewals: Weak<Renewals>, earlier: Arc<Notify>) {
         tokio::select! {
             () = sleep => {}
             () = &mut earlier => {}
-            Some((lease, renewed)) = running.next(), if !running.is_empty() => {
-                if let (Renewed::Next(at), Some(this)) = (renewed, renewals.upgrade())
-                    && lease.wants_renewal()
-                {
-                    this.schedule(at, &lease);
+            Some(renewed) = running.next(), if !running.is_empty() => {
+                let Some(this) = renewals.upgrade() else {
+                    return;
+                };
+                for (lease, renewed) in renewed {
+                    if let Renewed::Next(at) = renewed
+                        && lease.wants_renewal()
+                    {
+                        this.schedule(at, &lease);
+                    }
                 }
             }
         }
+    }
+}
+
+/// The renewals one call carries: the store's `max_batch`, or a smaller positive number
+/// `BATCH_ENV` sets.
+fn batch_size(max_batch: usize, env: Option<&str>) -> usize {
+    let max_batch = max_batch.max(1);
+    env.and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n >= 1)
+        .map_or(max_batch, |n| n.min(max_batch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_size;
+
+    #[test]
+    fn the_env_var_only_lowers_the_batch() {
+        assert_eq!(batch_size(100, None), 100);
+        assert_eq!(batch_size(100, Some("1")), 1);
+        assert_eq!(batch_size(100, Some("500")), 100);
+        assert_eq!(batch_size(100, Some("0")), 100);
+        assert_eq!(batch_size(100, Some("x")), 100);
+        assert_eq!(batch_size(1, Some("50")), 1);
+        assert_eq!(batch_size(0, None), 1);
     }
 }

@@ -35,6 +35,10 @@ struct FakeBackend {
     session_until: Mutex<Option<tokio::sync::watch::Receiver<tokio::time::Instant>>>,
     /// What it says it can do, when not a lease store's.
     caps: Mutex<Option<Capabilities>>,
+    /// Its [`Backend::max_batch`] (0: the default, 1).
+    max_batch: AtomicU32,
+    /// Calls of [`Backend::extend_many`].
+    batches: AtomicU32,
 }
 
 #[async_trait]
@@ -103,6 +107,24 @@ impl Backend for FakeBackend {
         Ok(ours.then(|| req.lease.duration()))
     }
 
+    fn max_batch(&self) -> usize {
+        self.max_batch.load(Ordering::SeqCst).max(1) as usize
+    }
+
+    async fn extend_many(
+        &self,
+        batch: &[(LockRequest, FencingToken)],
+    ) -> Vec<Result<Option<Duration>>> {
+        assert!(
+            batch.len() <= self.max_batch(),
+            "a batch of {}",
+            batch.len()
+        );
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        futures_util::future::join_all(batch.iter().map(|(req, token)| self.extend(req, *token)))
+            .await
+    }
+
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         self.releases.fetch_add(1, Ordering::SeqCst);
         let mut held = self.held.lock().unwrap();
@@ -123,7 +145,14 @@ impl FakeBackend {
 }
 
 fn engine() -> (Arc<Engine>, Arc<FakeBackend>) {
-    let backend = Arc::new(FakeBackend::default());
+    engine_with(|_| {})
+}
+
+/// An engine over a fake backend set up by `setup` first.
+fn engine_with(setup: impl FnOnce(&FakeBackend)) -> (Arc<Engine>, Arc<FakeBackend>) {
+    let backend = FakeBackend::default();
+    setup(&backend);
+    let backend = Arc::new(backend);
     (
         Arc::new(Engine::new(backend.clone(), super::DEFAULT_EXIT_WAIT)),
         backend,
@@ -178,6 +207,37 @@ async fn watchdog_renews_every_third_of_the_lease() {
     assert_eq!(backend.extends.load(Ordering::SeqCst), 10);
     assert!(!held.is_lost());
     assert!(engine.release(&held).await.unwrap());
+}
+
+/// 25 holdings taken 10 ms apart, on a store that renews up to 10 in one call: the first round
+/// takes those due within a tenth of the lease after it (all of them), and from then on all 25
+/// renew together, in 3 calls a round, each holding at least every second as alone (never
+/// later). One the store no longer lists is lost alone.
+#[tokio::test(start_paused = true)]
+async fn renewals_due_together_go_in_batches() {
+    let (engine, backend) = engine_with(|b| b.max_batch.store(10, Ordering::SeqCst));
+    let mut held = Vec::new();
+    for i in 0..25 {
+        held.push(take(&engine, fresh(&format!("b{i}"), LEASE)).await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let (batches, extends) = (
+        backend.batches.load(Ordering::SeqCst),
+        backend.extends.load(Ordering::SeqCst),
+    );
+    // Rounds at 1 s, 2 s, … 12 s after the first take: 12 renewals of each, in 3 batches a round.
+    assert!(extends >= 25 * 12, "{extends} renewals");
+    assert!(
+        batches <= 3 * 12,
+        "{batches} batches for {extends} renewals"
+    );
+    assert!(held.iter().all(|h| !h.is_lost()));
+
+    backend.held.lock().unwrap().remove("b3");
+    tokio::time::sleep(LEASE / 2).await;
+    let lost: Vec<usize> = (0..25).filter(|&i| held[i].is_lost()).collect();
+    assert_eq!(lost, [3]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -360,6 +360,12 @@ impl Server {
         Ok(value)
     }
 
+    /// Whether this is a Redis Cluster (`redis-cluster://`), where one script's keys must share
+    /// a slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     /// The replicas each take must reach (`?wait_replicas=N&wait_timeout=D`), if any.
     pub(crate) fn replica_ack(&self) -> Option<&ReplicaAck> {
         self.acked.as_ref().map(|acked| &acked.ack)

@@ -68,6 +68,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// While the server is unreachable (restarting), requests that surely were not sent are retried
 /// this long before the error reaches the caller.
 const NOT_SENT_RETRY_FOR: Duration = Duration::from_secs(5);
+/// The most renewals one call carries (`extend_many.lua`), as Redisson's watchdog: a script
+/// runs alone on the server, so a batch must stay short (100 renewals take ~0.1 ms).
+const MAX_BATCH: usize = 100;
 
 /// Locks in one Redis server. Built by [`crate::connect`] from `redis://` or `rediss://`, or
 /// from `redis-sentinel://` for the master a set of Sentinels names (followed across failovers),
@@ -191,6 +194,66 @@ async fn release_holding(
     Ok(freed == 1)
 }
 
+/// Renews exclusive locks' holdings in one call (`extend_many.lua`), each answered as `extend`
+/// answers it. With `?wait_replicas=N` the replicas' count covers the whole call: too few fail
+/// every renewal that took effect, as for one.
+async fn extend_mutexes(
+    server: &Server,
+    batch: &[&(LockRequest, FencingToken)],
+) -> Vec<Result<Option<Duration>>> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    // The exclusive lock's one key each, as for `extend.lua`.
+    let keys: Vec<String> = batch
+        .iter()
+        .flat_map(|(req, _)| Keys::new(&server.prefix, req.kind, &req.name).extend())
+        .collect();
+    let owned: Vec<[String; 2]> = batch
+        .iter()
+        .map(|(req, token)| [req.lease.as_millis().to_string(), token.to_string()])
+        .collect();
+    let args: Vec<&str> = batch
+        .iter()
+        .zip(&owned)
+        .flat_map(|((req, _), [lease, token])| [req.owner.as_str(), lease, token])
+        .collect();
+    let what = &format!("extending the leases of {} locks in one call", batch.len());
+    let answer: Result<(Vec<i64>, _)> = server
+        .run_acked(&SCRIPTS.extend_many, &keys, &args, what)
+        .await;
+    let failed = |e: &Error| Err(Error::new(e.kind(), crate::error::chain(e)).with_backend(NAME));
+    let (renewed, acks) = match answer {
+        Ok((renewed, _)) if renewed.len() != batch.len() => {
+            let e = Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "{what}: {} answers to {} renewals",
+                    renewed.len(),
+                    batch.len()
+                ),
+            );
+            return batch.iter().map(|_| failed(&e)).collect();
+        }
+        Ok(answer) => answer,
+        Err(e) => return batch.iter().map(|_| failed(&e)).collect(),
+    };
+    let short = match (server.replica_ack(), acks) {
+        (Some(ack), Some(acks)) if renewed.contains(&1) => {
+            ack.judge(acks, &batch[0].0.name, what).err()
+        }
+        _ => None,
+    };
+    renewed
+        .into_iter()
+        .zip(batch)
+        .map(|(renewed, (req, _))| match (&short, renewed) {
+            (Some(e), 1) => failed(e),
+            (_, renewed) => Ok((renewed == 1).then(|| req.lease.duration())),
+        })
+        .collect()
+}
+
 /// The size the semaphore `name` keeps (`None`: never used) and how many of its permits are
 /// held now.
 async fn sem_count(server: &Server, name: &LockName) -> Result<(Option<u32>, u32)> {
@@ -282,6 +345,42 @@ impl Backend for RedisBackend {
             ack.judge(acks, &req.name, what)?;
         }
         Ok((renewed == 1).then(|| req.lease.duration()))
+    }
+
+    fn max_batch(&self) -> usize {
+        // A cluster's script may touch one slot only, and each lock has its own: its renewals
+        // go one by one.
+        if self.server.is_cluster() {
+            1
+        } else {
+            MAX_BATCH
+        }
+    }
+
+    async fn extend_many(
+        &self,
+        batch: &[(LockRequest, FencingToken)],
+    ) -> Vec<Result<Option<Duration>>> {
+        // The exclusive locks in one script; the other flavours (whose keys and checks differ)
+        // each by its own call, side by side with it.
+        let (mutexes, others): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].0.kind == LockKind::Mutex);
+        let singles = futures_util::future::join_all(
+            others.iter().map(|&i| self.extend(&batch[i].0, batch[i].1)),
+        );
+        let mutex_batch: Vec<_> = mutexes.iter().map(|&i| &batch[i]).collect();
+        let (many, singles) = tokio::join!(extend_mutexes(&self.server, &mutex_batch), singles);
+        let mut answers: Vec<Option<Result<Option<Duration>>>> =
+            (0..batch.len()).map(|_| None).collect();
+        for (i, answer) in mutexes
+            .into_iter()
+            .zip(many)
+            .chain(others.into_iter().zip(singles))
+        {
+            answers[i] = Some(answer);
+        }
+        // Every index was in one of the two parts.
+        answers.into_iter().flatten().collect()
     }
 
     async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {

@@ -45,6 +45,8 @@ pub(crate) struct Scripts {
     fair: Ops,
     rw: Ops,
     sem: Ops,
+    /// The exclusive lock's `extend` for many holdings in one call (the watchdog's batches).
+    pub(super) extend_many: Script,
     pub(super) fair_abandon: Script,
     pub(super) rw_abandon: Script,
     pub(super) sem_available: Script,
@@ -167,6 +169,10 @@ impl Scripts {
                 include_str!("scripts/sem_extend.lua"),
                 include_str!("scripts/sem_release.lua"),
             ),
+            extend_many: make(&with_helpers(
+                prelude,
+                include_str!("scripts/extend_many.lua"),
+            )),
             fair_abandon: make(&with_helpers(
                 prelude,
                 include_str!("scripts/fair_abandon.lua"),
