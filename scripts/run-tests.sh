@@ -34,8 +34,9 @@ jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable !
           (.manifest_path | sub("/Cargo.toml$"; "")), .executable] | @tsv' \
   "$work/build.json" >"$work/binaries.tsv"
 
-# The slowest binaries first (seconds of a full run on an otherwise idle 2-core machine, 2026-11-29), so no lane is left with a
-# long one at the end; binaries not listed run after them, in name order.
+# The slowest binaries first (seconds of a full run on an otherwise idle 2-core machine,
+# 2026-11-29), so no lane is left with a long one at the end; binaries not listed run after
+# them, in name order.
 weight() {
   case "$1" in
     zookeeper) echo 273 ;;
