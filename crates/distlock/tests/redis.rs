@@ -729,7 +729,7 @@ async fn script_calls(url: &str) -> Result<u64, Failure> {
 /// server, whose only traffic it is: every lock stays held (another client takes none), in far
 /// fewer script calls than one per lock and period (batches of up to 100). A holding removed in
 /// the store is reported lost at the next round, alone: the other 999 stay held. With the server
-/// stopped, all are lost by their leases' end.
+/// stopped, all are lost by their leases' end, and free in the store within a lease after.
 async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
     const LOCKS: usize = 1000;
     const LEASE: Duration = Duration::from_millis(900);
@@ -795,9 +795,20 @@ async fn renewals_go_in_batches(_ctx: Ctx) -> Outcome {
         all_lost.is_ok(),
         "holdings of a stopped server were not all lost"
     );
+    // Free within a lease, not at once: the client judges a lease from when it sent the take or
+    // renewal, the server from when it ran it, and a renewal sent before the stop runs on
+    // SIGCONT if the server has not yet expired the key by then (one CI run found batch/0 so
+    // extended). The holder has stopped renewing it: it lapses like a crashed holder's.
     for name in &names[..10] {
-        let taken = other.lock(name).lease(LEASE).try_acquire().await?;
-        check!(taken.is_some(), "{name}, lost by its holder, was not free");
+        let taken = other
+            .lock(name)
+            .lease(LEASE)
+            .acquire_timeout(LEASE * 3)
+            .await;
+        check!(
+            taken.is_ok(),
+            "{name}, lost by its holder, was not free within a lease: {taken:?}"
+        );
     }
     Ok(())
 }
