@@ -755,8 +755,8 @@ impl Suite {
         let mut args = Arguments::from_args();
         // Most cases spend their time waiting (a lease running out, a session expiring, a paused
         // process, a server restarting), each with its own names, child processes and private
-        // servers: a few run side by side. The ones that drive thousands of contended hand-offs
-        // run alone (see `Gate`). `--test-threads 1` runs every case on its own.
+        // servers: a few run side by side. The ones that drive thousands of contended hand-offs,
+        // or end the process's connections, run alone (see `ALONE`). `--test-threads 1` runs every case on its own.
         args.test_threads.get_or_insert(CASES_AT_ONCE);
 
         let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
@@ -817,7 +817,7 @@ impl Suite {
                 if !applies {
                     continue;
                 }
-                let gate = if HEAVY.contains(&case) {
+                let gate = if ALONE.contains(&case) {
                     Gate::Alone
                 } else {
                     Gate::Beside
@@ -900,14 +900,20 @@ impl Setup {
 /// How many cases of a suite run at once, unless `--test-threads` says otherwise.
 const CASES_AT_ONCE: usize = 3;
 
-/// The cases that keep several processes handing a lock over thousands of times as fast as the
-/// store allows: beside others on 2 cores they starved them (a 500 ms lease not renewed in time)
-/// and each other (MySQL's fair lock past a 300 s budget), so each runs alone.
-const HEAVY: &[&str] = &[
+/// The cases that run alone:
+/// * those that keep several processes handing a lock over thousands of times as fast as the
+///   store allows: beside others on 2 cores they starved them (a 500 ms lease not renewed in
+///   time) and each other (MySQL's fair lock past a 300 s budget);
+/// * those that have the server end every connection this process opened since a moment: beside
+///   others they ended those cases' sessions too (a holder's advisory lock went with its
+///   session, and another case's waiter got in).
+const ALONE: &[&str] = &[
     "exclusion_across_processes",
     "exclusion_between_tasks",
     "fencing_tokens_increase_across_processes",
     "election_one_leader_across_processes",
+    "holder_session_ended_by_server",
+    "waiter_session_ended_by_server",
 ];
 
 /// Whether a case may run beside others of its binary.
