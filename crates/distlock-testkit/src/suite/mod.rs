@@ -756,7 +756,8 @@ impl Suite {
         // Most cases spend their time waiting (a lease running out, a session expiring, a paused
         // process, a server restarting), each with its own names, child processes and private
         // servers: a few run side by side. The ones that drive thousands of contended hand-offs,
-        // or end the process's connections, run alone (see `ALONE`). `--test-threads 1` runs every case on its own.
+        // or end the process's connections, run alone (see `ALONE`). `--test-threads 1` runs
+        // every case on its own.
         args.test_threads.get_or_insert(CASES_AT_ONCE);
 
         let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
