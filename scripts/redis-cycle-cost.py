@@ -3,23 +3,30 @@
 
 Counts with valgrind's callgrind, so the figures repeat whatever else the machine is doing (a
 shared 2-core machine makes timings too noisy to compare cycles that differ by a few µs). Each
-variant runs on a private `redis-server` under callgrind: once with no cycles (start-up and
-shutdown) and once with N cycles over 50 keys, pipelined 100 at a time; the difference over N is
-the cost of one cycle, parsing and replies included.
+measurement runs a private `redis-server` under callgrind twice: once with W warm-up cycles and
+once with W + N; the difference over N is the cost of one cycle, parsing and replies included.
 
-Variants:
-  distlock      the Redis backend's acquire.lua and release.lua as distlock sends them (EVALSHA,
-                prelude.lua's constants and the helpers each calls in front, with a holder record)
-  every-helper  the same with all of prelude.lua in front of each (distlock before it left out
-                the helpers a script does not call)
-  unfenced      rslock's cycle: SET key owner NX PX, then its compare-and-delete script
-  lean-script   a fenced take reduced to GET, INCR, SET in a script; release GET, DEL
-  functions     distlock's scripts registered once as Redis functions (FCALL): the prelude's
-                helpers are defined at load, not at every call
-  multi-take    a fenced take without Lua: MULTI, SET NX PX GET, INCR, EXEC (the holding could
-                then not carry its token); lean release script
+Real clients (the figure that matters): `examples/redis_vs_rslock --cycles N --library L` makes
+exactly N acquire + release cycles on one key with one worker, as a user's program does
+(library defaults: distlock's holder record, watchdog and re-entry; rslock's `SET NX PX` and its
+compare-and-delete script). Both libraries wait for each answer, so every request is a read of
+its own on the server, as in production at low load.
 
-    scripts/redis-cycle-cost.py [N]        (default N = 3000; needs valgrind and redis-server)
+Layouts (synthetic requests, pipelined 100 cycles at a time over 50 keys; what a layout costs
+the server, without any client):
+  distlock        the Redis backend's acquire.lua and release.lua as the library sends them
+                  (EVALSHA, prelude.lua's constants and the helpers each calls, a holder record)
+  functions       the same scripts registered once as Redis functions (FCALL)
+  token-floor     the least a take can do that draws a fencing token and stores it in the
+                  holding, in a script: GET, INCR, SET … PX; release GET, compare, DEL. No clock
+                  part, no holder record, no waiter mark: a floor, not a candidate
+  token-floor-fn  the same as functions
+  multi-take      a fenced take without Lua: MULTI, SET NX PX GET, INCR, EXEC (the holding
+                  cannot carry the token the INCR draws); release as rslock's
+  unfenced        rslock's cycle: SET key owner NX PX, then its compare-and-delete script
+
+    scripts/redis-cycle-cost.py [N]     (default N = 2000; needs valgrind, redis-server, cargo)
+    scripts/redis-cycle-cost.py --layouts-only [N]
 """
 
 import re
@@ -29,24 +36,27 @@ import sys
 import time
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "crates/distlock/src/backends/redis/scripts"
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "crates/distlock/src/backends/redis/scripts"
+EXAMPLE = ROOT / "target/release/examples/redis_vs_rslock"
 OWNER = "0123456789abcdef0123456789abcdef"
-RECORD = "pid 1234 host bench"
+RECORD = "1234\tbenchhost\tbench"
+WARM_UP = 200
 
-LEAN_TAKE = """local held = redis.call('GET', KEYS[1])
-if not held then
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
-  return {1, token}
+TOKEN_FLOOR_TAKE = """if redis.call('GET', KEYS[1]) then
+  return -1
 end
-return {0, redis.call('PTTL', KEYS[1])}"""
-LEAN_RELEASE = """local held = redis.call('GET', KEYS[1])
-if held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
-  redis.call('DEL', KEYS[1])
-  return 1
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+return token"""
+# Compares the owner part only (the synthetic client does not read the token back).
+TOKEN_FLOOR_RELEASE = """local held = redis.call('GET', KEYS[1])
+if held and string.find(held, ARGV[1], 1, true) == 1 then
+  return redis.call('DEL', KEYS[1])
 end
 return 0"""
-UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+UNLOCK = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+          "else return 0 end")
 
 
 def resp(*args):
@@ -62,15 +72,18 @@ class Server:
 
     def __init__(self, port, out):
         self.out = out
+        self.port = port
         self.proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "redis-server",
              "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(300):
+        for _ in range(1200):
             try:
                 self.sock = socket.create_connection(("127.0.0.1", port))
                 break
             except OSError:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"redis-server under valgrind exited ({out} writable?)")
                 time.sleep(0.1)
         else:
             raise SystemExit(f"redis-server under valgrind did not start on port {port}")
@@ -103,12 +116,12 @@ class Server:
         return int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))
 
 
-def with_prelude(body, every_helper=False):
-    """`body` behind prelude.lua, as `with_helpers` in scripts.rs puts it: the prelude's head and
-    only the helpers the body calls (or that those call), unless `every_helper`."""
+def with_prelude(body):
+    """`body` behind prelude.lua as `with_helpers` in scripts.rs puts it: the prelude's head and
+    only the helpers the body calls (or that those call)."""
     head, *helpers = (SCRIPTS / "prelude.lua").read_text().split("\nlocal function ")
     names = [part.split("(")[0].strip() for part in helpers]
-    wanted = [every_helper or f"{name}(" in body for name in names]
+    wanted = [f"{name}(" in body for name in names]
     while True:
         more = [w or any(t and f"{name}(" in part for part, t in zip(helpers, wanted))
                 for name, w in zip(names, wanted)]
@@ -119,65 +132,90 @@ def with_prelude(body, every_helper=False):
                              for part, w in zip(helpers, wanted) if w]) + "\n" + body
 
 
-def prepare(server, variant):
+def layout(server, variant):
     """Loads what `variant` needs; answers (requests of one cycle on `key`, replies per cycle)."""
-    acquire = (SCRIPTS / "acquire.lua").read_text()
-    release = (SCRIPTS / "release.lua").read_text()
-
-    def evalsha(take, free):
+    fence = "{%s}:fence"
+    if variant in ("distlock", "functions"):
+        take = with_prelude((SCRIPTS / "acquire.lua").read_text())
+        free = with_prelude((SCRIPTS / "release.lua").read_text())
+        take_args, free_args = [OWNER, 30000, RECORD], [OWNER + ":"]
+    elif variant.startswith("token-floor"):
+        take, free = TOKEN_FLOOR_TAKE, TOKEN_FLOOR_RELEASE
+        take_args, free_args = [OWNER, 30000], [OWNER + ":"]
+    if variant in ("distlock", "token-floor"):
         take_sha = server.call("SCRIPT", "LOAD", take).decode()
         free_sha = server.call("SCRIPT", "LOAD", free).decode()
-        return (lambda k: resp("EVALSHA", take_sha, 2, k, "{%s}:fence" % k, OWNER, 30000, RECORD)
-                + resp("EVALSHA", free_sha, 1, k, "ch", OWNER, "")), 2
-
-    if variant == "distlock":
-        return evalsha(with_prelude(acquire), with_prelude(release))
-    if variant == "every-helper":
-        return evalsha(with_prelude(acquire, True), with_prelude(release, True))
-    if variant == "lean-script":
-        return evalsha(LEAN_TAKE, LEAN_RELEASE)
-    if variant == "unfenced":
-        sha = server.call("SCRIPT", "LOAD", UNLOCK).decode()
-        return (lambda k: resp("SET", k, OWNER, "NX", "PX", 30000)
-                + resp("EVALSHA", sha, 1, k, OWNER)), 2
-    if variant == "functions":
-        library = (f"#!lua name=distlock_cost\n{(SCRIPTS / 'prelude.lua').read_text()}\n"
-                   f"redis.register_function('take', function(KEYS, ARGV)\n{acquire}\nend)\n"
-                   f"redis.register_function('free', function(KEYS, ARGV)\n{release}\nend)\n")
-        server.call("FUNCTION", "LOAD", library)
-        return (lambda k: resp("FCALL", "take", 2, k, "{%s}:fence" % k, OWNER, 30000, RECORD)
-                + resp("FCALL", "free", 1, k, "ch", OWNER, "")), 2
+        return (lambda k: resp("EVALSHA", take_sha, 2, k, fence % k, *take_args)
+                + resp("EVALSHA", free_sha, 1, k, *free_args)), 2
+    if variant in ("functions", "token-floor-fn"):
+        server.call("FUNCTION", "LOAD",
+                    f"#!lua name=cost\n"
+                    f"redis.register_function('take', function(KEYS, ARGV)\n{take}\nend)\n"
+                    f"redis.register_function('free', function(KEYS, ARGV)\n{free}\nend)\n")
+        return (lambda k: resp("FCALL", "take", 2, k, fence % k, *take_args)
+                + resp("FCALL", "free", 1, k, *free_args)), 2
+    unlock = server.call("SCRIPT", "LOAD", UNLOCK).decode()
     if variant == "multi-take":
-        sha = server.call("SCRIPT", "LOAD", LEAN_RELEASE).decode()
-        return (lambda k: resp("MULTI") + resp("SET", k, OWNER + ":n", "NX", "PX", 30000, "GET")
-                + resp("INCR", "{%s}:fence" % k) + resp("EXEC")
-                + resp("EVALSHA", sha, 1, k, "ch", OWNER, "")), 5
+        value = OWNER + ":1"
+        return (lambda k: resp("MULTI") + resp("SET", k, value, "NX", "PX", 30000, "GET")
+                + resp("INCR", fence % k) + resp("EXEC")
+                + resp("EVALSHA", unlock, 1, k, value)), 5
+    if variant == "unfenced":
+        return (lambda k: resp("SET", k, OWNER, "NX", "PX", 30000)
+                + resp("EVALSHA", unlock, 1, k, OWNER)), 2
     raise SystemExit(f"unknown variant {variant}")
 
 
-def run(variant, cycles, port):
-    server = Server(port, f"/tmp/redis-cycle-cost.{variant}.{cycles}.out")
-    cycle, replies = prepare(server, variant)
+PORT = [6611]
+
+
+def server(tag, cycles):
+    PORT[0] += 1
+    return Server(PORT[0], f"/tmp/redis-cycle-cost.{tag}.{cycles}.out")
+
+
+def layout_run(variant, cycles):
+    srv = server(variant, cycles)
+    cycle, replies = layout(srv, variant)
     batch = 100
     for _ in range(cycles // batch):
-        server.sock.sendall(b"".join(cycle(f"lock{i % 50}") for i in range(batch)))
+        srv.sock.sendall(b"".join(cycle(f"lock{i % 50}") for i in range(batch)))
         for _ in range(batch * replies):
-            server.reply()
-    return server.instructions()
+            srv.reply()
+    return srv.instructions()
+
+
+def client_run(library, cycles):
+    srv = server(library, cycles)
+    subprocess.run([str(EXAMPLE), "--url", f"redis://127.0.0.1:{srv.port}", "--cycles",
+                    str(cycles), "--library", library], check=True, stdout=subprocess.DEVNULL)
+    return srv.instructions()
+
+
+def per_cycle(run, what, n):
+    return (run(what, WARM_UP + n) - run(what, WARM_UP)) / n
 
 
 def main():
-    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    print(f"server instructions per uncontended cycle (take + release), {cycles} cycles each")
-    port = 6611
+    args = sys.argv[1:]
+    layouts_only = "--layouts-only" in args
+    args = [a for a in args if a != "--layouts-only"]
+    n = int(args[0]) if args else 2000
+    if not layouts_only:
+        subprocess.run(["cargo", "build", "--quiet", "--release", "-p", "distlock", "--features",
+                        "redis", "--example", "redis_vs_rslock"], check=True, cwd=ROOT)
+        print(f"server instructions per uncontended cycle, real clients, {n} cycles, one worker")
+        real = {lib: per_cycle(client_run, lib, n) for lib in ["rslock", "distlock"]}
+        for lib, cost in real.items():
+            print(f"  {lib:14} {cost:9,.0f}   ({cost / real['rslock']:.2f}x rslock's)",
+                  flush=True)
+    print(f"server instructions per uncontended cycle by layout, {n} pipelined cycles")
     results = {}
-    for variant in ["distlock", "every-helper", "unfenced", "lean-script", "functions", "multi-take"]:
-        idle = run(variant, 0, port)
-        busy = run(variant, cycles, port + 1)
-        port += 2
-        results[variant] = (busy - idle) / cycles
-        ratio = results[variant] / results["distlock"]
-        print(f"  {variant:12} {results[variant]:9,.0f}   ({ratio:.2f} of distlock's)", flush=True)
+    for variant in ["unfenced", "distlock", "functions", "token-floor", "token-floor-fn",
+                    "multi-take"]:
+        results[variant] = per_cycle(layout_run, variant, n)
+        print(f"  {variant:14} {results[variant]:9,.0f}   "
+              f"({results[variant] / results['unfenced']:.2f}x the unfenced cycle)", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@
 //! Workers are spread over processes (this program started again with `RVR_CHILD` set), as
 //! services run as many instances. With `--url redlock://h1:p1,h2:p2,…` (and `--features
 //! redlock`) both libraries run Redlock over the same masters.
+//!
+//! `--cycles N --library distlock|rslock` instead makes exactly N uncontended cycles with one
+//! worker in this process and exits: what `scripts/redis-cycle-cost.py` runs against a server
+//! under callgrind, to count the server's work per cycle with the real clients.
 
 use std::os::unix::fs::FileExt;
 use std::process::Stdio;
@@ -46,6 +50,8 @@ struct Settings {
     seconds: u64,
     rounds: u32,
     contended: bool,
+    /// `--cycles N --library L`: N cycles of one library, one worker, then exit.
+    cycles: Option<(u64, Library)>,
 }
 
 fn settings() -> Result<Settings, String> {
@@ -56,7 +62,9 @@ fn settings() -> Result<Settings, String> {
         seconds: 5,
         rounds: 3,
         contended: false,
+        cycles: None,
     };
+    let mut library = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -71,6 +79,14 @@ fn settings() -> Result<Settings, String> {
             "--processes" => s.processes = number()? as u32,
             "--seconds" => s.seconds = number()?,
             "--rounds" => s.rounds = number()? as u32,
+            "--cycles" => s.cycles = Some((number()?, Library::Distlock)),
+            "--library" => {
+                library = Some(match value.as_str() {
+                    "distlock" => Library::Distlock,
+                    "rslock" => Library::Rslock,
+                    other => return Err(format!("--library {other}: distlock or rslock")),
+                })
+            }
             "--workload" => {
                 s.contended = match value.as_str() {
                     "contended" => true,
@@ -80,6 +96,11 @@ fn settings() -> Result<Settings, String> {
             }
             other => return Err(format!("unknown flag {other}")),
         }
+    }
+    match (&mut s.cycles, library) {
+        (Some((_, chosen)), Some(library)) => *chosen = library,
+        (None, None) => {}
+        _ => return Err("--cycles and --library go together".into()),
     }
     if s.workers == 0 || s.processes == 0 || !s.workers.is_multiple_of(s.processes) {
         return Err("--workers must be a positive multiple of --processes".into());
@@ -97,6 +118,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let s = settings()?;
+    if let Some((cycles, library)) = s.cycles {
+        let took = runtime.block_on(counted_cycles(&s.url, library, cycles))?;
+        println!("{cycles} {} cycles in {took:?}", library.name());
+        return Ok(());
+    }
     let what = if s.contended {
         "contended hand-offs/s (one key)"
     } else {
@@ -269,6 +295,37 @@ async fn child_main(spec: &str) -> Result<u64, Box<dyn std::error::Error>> {
         t.await??;
     }
     Ok(counted.load(Ordering::Relaxed))
+}
+
+/// Exactly `cycles` uncontended acquire + release cycles of `library` by one worker on one key,
+/// as a user's program makes them (library defaults); answers how long they took.
+async fn counted_cycles(
+    url: &str,
+    library: Library,
+    cycles: u64,
+) -> Result<Duration, Box<dyn std::error::Error>> {
+    let key = format!("rvr/{}/counted", library.name());
+    let started = Instant::now();
+    match library {
+        Library::Distlock => {
+            let client = distlock::connect(url).await?;
+            let lock = client.lock(&key).lease(LEASE);
+            for _ in 0..cycles {
+                lock.acquire().await?.release().await?;
+            }
+        }
+        Library::Rslock => {
+            let manager = rslock::LockManager::new(rslock_uris(url));
+            for _ in 0..cycles {
+                let lock = manager
+                    .acquire_no_guard(key.as_bytes(), LEASE)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                manager.unlock(&lock).await;
+            }
+        }
+    }
+    Ok(started.elapsed())
 }
 
 /// rslock's servers for `url`: the URL itself for one Redis; for `redlock://h1:p1,h2:p2,…`, one

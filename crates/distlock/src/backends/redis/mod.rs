@@ -109,8 +109,9 @@ fn mode(kind: LockKind) -> &'static str {
     }
 }
 
-/// `{1, token}` or `{0, ms left}` from an acquire script; `{2, size}` from a semaphore's whose
-/// kept size is not the one asked.
+/// `{1, token}` or `{0, ms left}` from an acquire script (the exclusive lock's one number made
+/// into that pair by [`exclusive_answer`]); `{2, size}` from a semaphore's whose kept size is not
+/// the one asked.
 fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
     match (status, req.kind) {
         (1, _) => Ok(Attempt::leased(FencingToken(value as u64), req)),
@@ -138,6 +139,25 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
     }
 }
 
+/// The exclusive lock's `acquire.lua` answers one number: the token when taken, else −1 − the
+/// ms the holder's lease has left. (A pair, as the other flavours answer, costs the server a
+/// table per take.)
+pub(crate) fn exclusive_answer(answer: i64) -> (i64, i64) {
+    if answer > 0 {
+        (1, answer)
+    } else {
+        (0, -1 - answer)
+    }
+}
+
+/// How `release.lua` names the holding of `owner` with `token` (`None`: whichever it has).
+pub(crate) fn named_holding(owner: &str, token: Option<FencingToken>) -> String {
+    match token {
+        Some(token) => format!("{owner}:{token}"),
+        None => format!("{owner}:"),
+    }
+}
+
 /// Runs the acquire `script` and reads its answer, waiting for the URL's replicas
 /// (`?wait_replicas=N`, see `replicas.rs`): a take fewer of them acknowledged is released by its
 /// token before the caller hears of it, and answered with [`ErrorKind::NoQuorum`].
@@ -152,7 +172,12 @@ async fn take(
     if let Some(ack) = server.replica_ack() {
         ack.check_lease(&req.name, req.lease.duration())?;
     }
-    let (answer, acks) = server.run_acked(script, keys, args, what).await?;
+    let (answer, acks) = if keys::family(req.kind) == "lock" {
+        let (answer, acks) = server.run_acked::<i64>(script, keys, args, what).await?;
+        (exclusive_answer(answer), acks)
+    } else {
+        server.run_acked(script, keys, args, what).await?
+    };
     let taken = attempt(answer, req)?;
     let (Some(ack), Some(acks), Attempt::Acquired { token, .. }) =
         (server.replica_ack(), acks, &taken)
@@ -180,17 +205,17 @@ async fn release_holding(
     token: Option<FencingToken>,
 ) -> Result<bool> {
     let k = Keys::new(&server.prefix, req.kind, &req.name);
-    // '' names whatever holding the owner has (release by owner token).
-    let token = token.map(|t| t.to_string()).unwrap_or_default();
-    let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
-    let freed: i64 = server
-        .run(
-            &SCRIPTS.ops(req.kind).release,
-            &k.release(),
-            &args,
-            "releasing the lock",
-        )
-        .await?;
+    let script = &SCRIPTS.ops(req.kind).release;
+    let what = "releasing the lock";
+    let freed: i64 = if keys::family(req.kind) == "lock" {
+        let named = named_holding(req.owner.as_str(), token);
+        server.run(script, &k.release(), &[&named], what).await?
+    } else {
+        // '' names whatever holding the owner has (release by owner token).
+        let token = token.map(|t| t.to_string()).unwrap_or_default();
+        let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
+        server.run(script, &k.release(), &args, what).await?
+    };
     Ok(freed == 1)
 }
 

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
 use crate::backends::redis::keys::Keys;
 use crate::backends::redis::scripts::{COUNTER_SCRIPTS as SCRIPTS, script};
+use crate::backends::redis::{exclusive_answer, named_holding};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -305,8 +306,9 @@ impl RedlockBackend {
     /// nothing: its share, if any, lapses with the lease.
     async fn undo(&self, req: &LockRequest, shares: &[Share]) {
         let k = Keys::new(&self.prefix, req.kind, &req.name);
-        let (keys, channel) = (k.release(), k.channel());
-        let args = [req.owner.as_str(), channel.as_str(), ""];
+        let keys = k.release();
+        let named = named_holding(req.owner.as_str(), None);
+        let args = [named.as_str()];
         let ops = SCRIPTS.ops(req.kind);
         let call = Call::new(
             &ops.release,
@@ -406,7 +408,7 @@ impl RedlockBackend {
         let record = Holder::this_process_record();
         let args = [req.owner.as_str(), lease_ms.as_str(), record];
         let sent = Instant::now();
-        let answers: Vec<Result<(i64, i64)>> = self
+        let answers: Vec<Result<i64>> = self
             .on_all_settled(
                 Call::new(
                     &SCRIPTS.ops(req.kind).acquire,
@@ -420,7 +422,7 @@ impl RedlockBackend {
         self.round.record(sent.elapsed());
         let shares: Vec<Share> = answers
             .into_iter()
-            .map(|answer| match answer {
+            .map(|answer| match answer.map(exclusive_answer) {
                 Ok((1, token)) => Share::Won(token as u64),
                 Ok((_, pttl)) => Share::Held(
                     u64::try_from(pttl)
@@ -536,9 +538,8 @@ impl RedlockBackend {
     /// One round of release on every master at once: freed if a majority freed it.
     async fn release_once(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
         let k = Keys::new(&self.prefix, req.kind, &req.name);
-        let channel = k.channel();
-        let token = token.map(|t| t.to_string()).unwrap_or_default();
-        let args = [req.owner.as_str(), channel.as_str(), token.as_str()];
+        let named = named_holding(req.owner.as_str(), token);
+        let args = [named.as_str()];
         let what = "releasing the lock";
         let keys = k.release();
         let call = Call::new(&SCRIPTS.ops(req.kind).release, &keys, &args, what);

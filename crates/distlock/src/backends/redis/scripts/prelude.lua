@@ -4,9 +4,12 @@
 -- Defines:
 --   now_ms()             the server's clock in milliseconds (TIME): every lease is judged by
 --                        this one clock, never by a client's.
---   next_fence(key)      the next fencing token of the counter at `key`: its value plus one, or
+--   now_us()             the same in microseconds.
+--   next_fence(key, now) the next fencing token of the counter at `key`: its value plus one, or
 --                        the server's clock in µs if that is larger (see the invariant below);
---                        the counter keeps it.
+--                        the counter keeps it. `now` is the clock in µs if the caller has read
+--                        it (a TIME costs the server as much as a GET and an INCR together),
+--                        else nil.
 --   keep_for(key, ms)    makes `key` live at least `ms` more milliseconds (never shortens it).
 --   same_holding(stored, wanted)
 --                        whether the fencing token stored for a holding is the one the caller
@@ -42,22 +45,26 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function next_fence(key)
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function next_fence(key, now)
   local token = redis.call('INCR', key)
   if token ~= 1 and not FENCE_FOLLOWS_CLOCK then
     return token
   end
-  local t = redis.call('TIME')
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local clock = now or now_us()
   -- Nearly always: the counter is behind the clock (takes are far rarer than one per µs).
   -- INCRBY rather than SET: it keeps the counter's expiry and needs no string.format (each was
   -- a few µs of server time per take; the difference is exact below 2^53).
-  if token < now_us then
-    redis.call('INCRBY', key, now_us - token)
+  if token < clock then
+    redis.call('INCRBY', key, clock - token)
     if token == 1 then
       redis.call('PEXPIRE', key, FENCE_TTL_MS)
     end
-    token = now_us
+    token = clock
   end
   return token
 end
