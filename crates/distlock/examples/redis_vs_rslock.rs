@@ -132,11 +132,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{what} on {} — {} workers over {} processes, {} s a run",
         s.url, s.workers, s.processes, s.seconds
     );
-    println!("| round | distlock | rslock | distlock / rslock |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "| round | distlock | rslock | distlock / rslock | server CPU µs per cycle, distlock / \
+         rslock | clients' CPU µs per cycle, distlock / rslock |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     let mut ratios = Vec::new();
     for round in 1..=s.rounds {
-        let mut rate = [0.0; 2];
+        let mut runs = [Run::default(); 2];
         // Alternate which goes first, so neither always gets the quieter half.
         let order = if round % 2 == 1 {
             [Library::Distlock, Library::Rslock]
@@ -144,19 +147,90 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             [Library::Rslock, Library::Distlock]
         };
         for library in order {
-            rate[library as usize] = run(&s, library, round)?;
+            runs[library as usize] = runtime.block_on(run(&s, library, round))?;
         }
-        let ratio = rate[0] / rate[1];
+        let [d, r] = runs;
+        let ratio = d.rate / r.rate;
         ratios.push(ratio);
-        println!("| {round} | {:.0} | {:.0} | {ratio:.2} |", rate[0], rate[1]);
+        println!(
+            "| {round} | {:.0} | {:.0} | {ratio:.2} | {:.1} / {:.1} | {:.1} / {:.1} |",
+            d.rate, r.rate, d.server_us, r.server_us, d.client_us, r.client_us
+        );
     }
     ratios.sort_by(f64::total_cmp);
     println!("median distlock / rslock: {:.2}", ratios[ratios.len() / 2]);
     Ok(())
 }
 
+/// What one library's run measured.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    /// Cycles (hand-offs, contended) per second over all processes.
+    rate: f64,
+    /// The servers' CPU (every master's, for Redlock) per cycle, µs.
+    server_us: f64,
+    /// The client processes' CPU per cycle, µs.
+    client_us: f64,
+}
+
+/// One library's run: its processes started, waited for and measured. CPU per cycle is less at
+/// the mercy of other load on the machine than the rate is.
+async fn run(
+    s: &Settings,
+    library: Library,
+    round: u32,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let (server_before, clients_before) = (server_cpu(&s.url).await?, children_cpu()?);
+    let rate = run_processes(s, library, round)?;
+    let server = server_cpu(&s.url).await? - server_before;
+    let clients = children_cpu()? - clients_before;
+    let cycles = rate * s.seconds as f64;
+    Ok(Run {
+        rate,
+        server_us: server * 1e6 / cycles,
+        client_us: clients * 1e6 / cycles,
+    })
+}
+
+/// The CPU seconds the servers behind `url` have used (`INFO cpu`, user + system; every master
+/// of a Redlock URL).
+async fn server_cpu(url: &str) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut total = 0.0;
+    for uri in rslock_uris(url) {
+        let mut conn = redis::Client::open(uri)?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
+        for line in info.lines() {
+            if let Some(seconds) = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))
+            {
+                total += seconds.trim().parse::<f64>()?;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The CPU seconds of this process's children that it waited for (`/proc/self/stat`'s cutime
+/// and cstime, in the kernel's 100 ticks a second).
+fn children_cpu() -> Result<f64, Box<dyn std::error::Error>> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // The fields after the command name, which is in parentheses and may hold spaces: the 14th
+    // and 15th of these are cutime and cstime.
+    let after_name = stat.rsplit_once(") ").ok_or("malformed /proc/self/stat")?.1;
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    let ticks = fields[13].parse::<f64>()? + fields[14].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
 /// One library's cycles (hand-offs, contended) per second over all processes.
-fn run(s: &Settings, library: Library, round: u32) -> Result<f64, Box<dyn std::error::Error>> {
+fn run_processes(
+    s: &Settings,
+    library: Library,
+    round: u32,
+) -> Result<f64, Box<dyn std::error::Error>> {
     let per_process = s.workers / s.processes;
     let holders = if s.contended {
         holder_file(library, round)

@@ -121,14 +121,16 @@ pub fn describe() {
 #[derive(Clone, Debug)]
 pub(crate) struct Labels {
     backend: &'static str,
-    class: String,
+    /// Shared, so that each metric's labels clone a pointer rather than copy the string (each
+    /// acquisition records several metrics, installed recorder or not).
+    class: metrics::SharedString,
 }
 
 impl Labels {
     pub(crate) fn of(backend: &'static str, name: &LockName) -> Self {
         Labels {
             backend,
-            class: class_of(name.as_str()),
+            class: metrics::SharedString::from_shared(class_of(name.as_str()).into()),
         }
     }
 

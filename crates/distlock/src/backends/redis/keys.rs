@@ -26,6 +26,10 @@ pub(crate) fn family(kind: LockKind) -> &'static str {
 /// `name` as keys carry it: braces escaped so the tag is always the whole name, and `%` so the
 /// escaping stays 1:1.
 fn escape_into(out: &mut String, name: &str) {
+    if !name.contains(['%', '{', '}']) {
+        out.push_str(name);
+        return;
+    }
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
