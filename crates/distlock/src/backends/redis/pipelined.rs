@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
 use ::redis::{Cmd, ErrorKind as RedisKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, oneshot};
@@ -83,6 +83,9 @@ impl Drop for Live {
 struct Link {
     state: Mutex<State>,
     wake_writer: Notify,
+    /// Written by the writer task, or by a caller whose request finds the connection idle
+    /// (`send`), never by both at once (`State::writing`).
+    socket: OwnedWriteHalf,
 }
 
 type Answer = oneshot::Sender<RedisResult<Value>>;
@@ -96,6 +99,8 @@ struct State {
     answers: VecDeque<Answer>,
     /// How many requests the reader's last read answered (until the writer's next write).
     last_answered: usize,
+    /// The writer task is writing a batch it took from `out`: nothing else may write.
+    writing: bool,
     broken: bool,
 }
 
@@ -246,13 +251,33 @@ impl Link {
             if state.broken {
                 return Err(not_sent());
             }
-            std::array::from_fn(|i| {
+            let idle = state.out.is_empty() && !state.writing;
+            let receivers = std::array::from_fn(|i| {
                 let (tx, rx) = oneshot::channel();
                 cmds[i].write_packed_command(&mut state.out);
                 state.unsent += 1;
                 state.answers.push_back(tx);
                 rx
-            })
+            });
+            // Alone on an idle connection, and no task that the last answers woke is about to
+            // add its request (see the module doc): written here and now, which spares a
+            // hand-over to the writer task (a wake-up of another thread) on every request of a
+            // lone worker. The state's lock keeps the bytes in order with the writer's.
+            if idle && state.unsent >= state.last_answered {
+                match self.socket.try_write(&state.out) {
+                    Ok(written) => {
+                        state.out.drain(..written);
+                        state.unsent = 0;
+                        state.last_answered = 0;
+                        if state.out.is_empty() {
+                            return Ok(receivers);
+                        }
+                    }
+                    // Full, or failing: the writer waits for room, or reports the failure.
+                    Err(_) => {}
+                }
+            }
+            receivers
         };
         self.wake_writer.notify_one();
         Ok(receivers)
@@ -312,13 +337,15 @@ async fn open(target: &Target) -> RedisResult<Live> {
             unsent: 0,
             answers: VecDeque::new(),
             last_answered: 0,
+            writing: false,
             broken: false,
         }),
         wake_writer: Notify::new(),
+        socket: writer,
     });
     let live = Live {
         tasks: [
-            tokio::spawn(write_loop(link.clone(), writer)).abort_handle(),
+            tokio::spawn(write_loop(link.clone())).abort_handle(),
             tokio::spawn(read_loop(link.clone(), reader)).abort_handle(),
         ],
         link,
@@ -377,7 +404,7 @@ async fn open(target: &Target) -> RedisResult<Live> {
 }
 
 /// Hands packed requests to the socket, as many at a time as are ready.
-async fn write_loop(link: Arc<Link>, mut socket: OwnedWriteHalf) {
+async fn write_loop(link: Arc<Link>) {
     let mut batch = Vec::with_capacity(4096);
     loop {
         link.wake_writer.notified().await;
@@ -400,11 +427,14 @@ async fn write_loop(link: Arc<Link>, mut socket: OwnedWriteHalf) {
             std::mem::swap(&mut batch, &mut state.out);
             state.unsent = 0;
             state.last_answered = 0;
+            state.writing = !batch.is_empty();
         }
         if batch.is_empty() {
             continue;
         }
-        if socket.write_all(&batch).await.is_err() {
+        let written = write_all(&link.socket, &batch).await;
+        lock(&link.state).writing = false;
+        if written.is_err() {
             link.fail(
                 io::ErrorKind::ConnectionReset,
                 "writing to the server failed",
@@ -413,6 +443,19 @@ async fn write_loop(link: Arc<Link>, mut socket: OwnedWriteHalf) {
         }
         batch.clear();
     }
+}
+
+/// Writes all of `bytes` to `socket`, waiting for room as needed.
+async fn write_all(socket: &OwnedWriteHalf, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        socket.writable().await?;
+        match socket.try_write(bytes) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Reads replies and hands each to the request it answers (the server answers in order).
