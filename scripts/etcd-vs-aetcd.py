@@ -27,7 +27,8 @@ the figures below do not charge to aetcd.
 `--private` starts an etcd of its own on 127.0.0.1:23790 (metrics 23791, peer 23792; the flags of
 scripts/services.sh, data in a temporary directory) and stops it at the end: no other client's
 requests are counted. Needs a release build (`cargo build --release -p distlock-cli --features
-etcd`; `--distlock PATH` for another binary). aetcd goes into a venv under
+etcd`; `--distlock PATH` for another binary; `--distlock before=PATH --distlock after=PATH` runs
+both in every round). aetcd goes into a venv under
 ${XDG_CACHE_HOME:-~/.cache}/distlock/aetcd-venv the first time (pip install aetcd).
 """
 
@@ -191,9 +192,9 @@ def run_aetcd(args, server, name, run_id):
 # distlock's side: `distlock bench`.
 
 
-def run_distlock(args, server, name):
+def run_distlock(args, server, name, binary):
     workload, workers, processes = WORKLOADS[name]
-    cmd = [args.distlock, "bench", "--url", f"etcd://{server.endpoint}", "--workload", workload,
+    cmd = [binary, "bench", "--url", f"etcd://{server.endpoint}", "--workload", workload,
            "--workers", str(workers), "--processes", str(processes),
            "--duration", f"{args.seconds}s", "--json"]
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -320,10 +321,11 @@ def per_cycle(r):
 
 def describe(who, name, r):
     c = per_cycle(r)
-    reqs = " ".join(f"{m} {v:.2f}" for m, v in c["requests"].items())
-    return (f"{who:8} {name:9} {r['cycles_per_sec']:7.0f} cycles/s {r['handoffs_per_sec']:6.0f} "
+    # Requests of the session's upkeep (a grant, keep-alives, connecting) round to 0.00.
+    reqs = " ".join(f"{m} {v:.2f}" for m, v in c["requests"].items() if v >= 0.005)
+    return (f"{who:9} {name:9} {r['cycles_per_sec']:7.0f} cycles/s {r['handoffs_per_sec']:6.0f} "
             f"hand-offs/s  min/max per worker {r['min_per_worker']}/{r['max_per_worker']}  "
-            f"errors {r['errors']}\n{'':18} per cycle: {reqs}; proposals {c['proposals']:.2f}, "
+            f"errors {r['errors']}  load {os.getloadavg()[0]:.1f}\n{'':19} per cycle: {reqs}; proposals {c['proposals']:.2f}, "
             f"fsyncs {c['fsyncs']:.2f}; server CPU {c['server_us']:.0f} µs, clients' CPU "
             f"{c['client_us']:.0f} µs")
 
@@ -339,12 +341,16 @@ def main():
     p.add_argument("--endpoint", default="127.0.0.1:2379")
     p.add_argument("--metrics", default="http://127.0.0.1:2381/metrics")
     p.add_argument("--private", action="store_true", help="start a private etcd (see above)")
-    p.add_argument("--distlock", default=str(ROOT / "target/release/distlock"))
+    p.add_argument("--distlock", action="append", metavar="[NAME=]PATH",
+                   help="the distlock binary (default target/release/distlock); given more than "
+                   "once, e.g. before=PATH after=PATH, each runs in every round")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--only", choices=["aetcd", "distlock"], help="run one side only")
     p.add_argument("--etcdctl", type=int, metavar="N", help="count requests per cycle instead")
     p.add_argument("--aetcd-child", help=argparse.SUPPRESS)
     args = p.parse_args()
+    binaries = args.distlock or [str(ROOT / "target/release/distlock")]
+    args.binaries = dict(b.split("=", 1) if "=" in b else ("distlock", b) for b in binaries)
     ensure_aetcd()
     if args.aetcd_child:
         asyncio.run(aetcd_child(json.loads(args.aetcd_child)))
@@ -366,7 +372,8 @@ def main():
 
 def compare(args, server):
     names = args.workloads.split(",")
-    sides = [args.only] if args.only else ["aetcd", "distlock"]
+    sides = ([] if args.only == "distlock" else ["aetcd"]) + (
+        [] if args.only == "aetcd" else list(args.binaries))
     results = {(s, n): [] for s in sides for n in names}
     print(f"etcd at {server.endpoint} (pid {server.pid}, idle {server.idle * 1e3:.0f} ms CPU/s, "
           f"subtracted); {args.rounds} rounds of {args.seconds:g} s; load "
@@ -376,7 +383,7 @@ def compare(args, server):
             for side in sides:
                 run_id = f"bench-{side}-{os.getpid()}-{round_no}-{name}"
                 r = (run_aetcd(args, server, name, run_id) if side == "aetcd"
-                     else run_distlock(args, server, name))
+                     else run_distlock(args, server, name, args.binaries[side]))
                 results[(side, name)].append(r)
                 print(describe(side, name, r), flush=True)
     print(f"\nload after: {Path('/proc/loadavg').read_text().strip()}\n")
@@ -391,21 +398,23 @@ def compare(args, server):
             for c in cs:
                 for m, v in c["requests"].items():
                     reqs.setdefault(m, []).append(v)
-            req = ", ".join(f"{m} {spread(v, '{:.2f}')}" for m, v in reqs.items())
+            req = ", ".join(f"{m} {spread(v, '{:.2f}')}" for m, v in reqs.items()
+                            if max(v) >= 0.005)
             rates = " / ".join("%.0f" % r["cycles_per_sec"] for r in rs)
             handoffs = " / ".join("%.0f" % r["handoffs_per_sec"] for r in rs)
             fairness = " / ".join("%d/%d" % (r["min_per_worker"], r["max_per_worker"]) for r in rs)
             print(f"| {name} | {side} | {rates} | {handoffs} | {fairness} | {req} "
                   f"| {spread([c['server_us'] for c in cs])} "
                   f"| {spread([c['client_us'] for c in cs])} |")
-    if len(sides) == 2:
+    if "aetcd" in sides:
         print()
-        for name in names:
-            key = "handoffs_per_sec" if name == "contended" else "cycles_per_sec"
-            ratios = [d[key] / a[key] for a, d in
-                      zip(results[("aetcd", name)], results[("distlock", name)]) if a[key]]
-            print(f"distlock / aetcd, {name} ({key}), per round: "
-                  + " ".join(f"{x:.2f}" for x in ratios))
+        for side in sides[1:]:
+            for name in names:
+                key = "handoffs_per_sec" if name == "contended" else "cycles_per_sec"
+                ratios = [d[key] / a[key] for a, d in
+                          zip(results[("aetcd", name)], results[(side, name)]) if a[key]]
+                print(f"{side} / aetcd, {name} ({key}), per round: "
+                      + " ".join(f"{x:.2f}" for x in ratios))
 
 
 def count_requests(args, server):
@@ -421,9 +430,9 @@ def count_requests(args, server):
              max_per_worker=0, errors=0, client_cpu_s=0, **server.delta(before, after))
     print(describe("etcdctl", f"{n} runs", r).replace("clients' CPU 0 µs", "(a process per run)"))
     args.seconds = 2
-    for side in ["aetcd", "distlock"]:
+    for side in ["aetcd", *args.binaries]:
         r = (run_aetcd(args, server, "C=1", f"count-{side}-{os.getpid()}") if side == "aetcd"
-             else run_distlock(args, server, "C=1"))
+             else run_distlock(args, server, "C=1", args.binaries[side]))
         print(describe(side, "C=1", r))
 
 
