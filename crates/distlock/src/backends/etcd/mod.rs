@@ -433,6 +433,12 @@ impl Backend for EtcdBackend {
         )
         .notifying()
         .queueing()
+        // A release deletes the holder's key and etcd's queue decides who holds next; that
+        // contender is woken by its watch on the deleted key. Waking a waiter of this client as
+        // well only sent it to read the queue and look for the key ahead, to find itself still
+        // behind: 16 workers over 4 processes, one lock, sent 4.94 transactions and 2.94 range
+        // reads per hand-off with it, 4 and 2 without.
+        .handing_over()
         .electing_and_latching()
         .inspecting()
     }
