@@ -192,6 +192,12 @@ impl LockKeys {
     }
 }
 
+/// The contender number a key of [`LockKeys::contender`] ends with.
+pub(super) fn contender_number(key: &str) -> Option<u64> {
+    let (_, n) = key.rsplit_once('-')?;
+    u64::from_str_radix(n, 16).ok()
+}
+
 /// The key a contender created at `mine` waits for, in the answer to
 /// [`LockKeys::ahead_read`] or [`LockKeys::ahead_of_new_read`] (newest first): the newest key older
 /// than it; `None` when there is none.
@@ -288,6 +294,10 @@ mod tests {
         let plain = keys("", "orders:42", LockKind::Mutex);
         assert_eq!(plain.range(), "orders:42/");
         assert_eq!(plain.contender(0x694d9a1b2c, 10), "orders:42/694d9a1b2c-a");
+        assert_eq!(
+            contender_number(&keys("", "a-b", LockKind::Mutex).contender(0x694d, 0x1f)),
+            Some(0x1f)
+        );
         let nested = keys("app/", "a/b", LockKind::Mutex);
         assert_eq!(nested.range(), "app/a%2Fb/");
         let a = keys("", "a", LockKind::Mutex);
