@@ -224,6 +224,7 @@ COUNTER = re.compile(r'^grpc_server_msg_received_total\{grpc_method="(\w+)".*\} 
 SERVER_COUNTERS = {
     "etcd_server_proposals_committed_total": "proposals",
     "etcd_disk_wal_fsync_duration_seconds_count": "fsyncs",
+    "etcd_disk_wal_fsync_duration_seconds_sum": "fsync_s",
 }
 
 
@@ -314,6 +315,7 @@ def per_cycle(r):
         requests=requests,
         proposals=s.get("proposals", 0) / n,
         fsyncs=s.get("fsyncs", 0) / n,
+        fsync_us=s.get("fsync_s", 0) / n * 1e6,
         server_us=s.get("server_cpu_s", 0) / n * 1e6,
         client_us=r["client_cpu_s"] / n * 1e6,
     )
@@ -326,7 +328,7 @@ def describe(who, name, r):
     return (f"{who:9} {name:9} {r['cycles_per_sec']:7.0f} cycles/s {r['handoffs_per_sec']:6.0f} "
             f"hand-offs/s  min/max per worker {r['min_per_worker']}/{r['max_per_worker']}  "
             f"errors {r['errors']}  load {os.getloadavg()[0]:.1f}\n{'':19} per cycle: {reqs}; proposals {c['proposals']:.2f}, "
-            f"fsyncs {c['fsyncs']:.2f}; server CPU {c['server_us']:.0f} µs, clients' CPU "
+            f"fsyncs {c['fsyncs']:.2f} ({c['fsync_us']:.0f} µs); server CPU {c['server_us']:.0f} µs, clients' CPU "
             f"{c['client_us']:.0f} µs")
 
 
@@ -388,8 +390,8 @@ def compare(args, server):
                 print(describe(side, name, r), flush=True)
     print(f"\nload after: {Path('/proc/loadavg').read_text().strip()}\n")
     print("| workload | side | cycles/s | hand-offs/s | min/max per worker | requests per cycle "
-          "| server CPU µs/cycle | clients' CPU µs/cycle |")
-    print("|---|---|---:|---:|---|---|---:|---:|")
+          "| proposals, fsyncs (µs) per cycle | server CPU µs/cycle | clients' CPU µs/cycle |")
+    print("|---|---|---:|---:|---|---|---|---:|---:|")
     for name in names:
         for side in sides:
             rs = results[(side, name)]
@@ -403,7 +405,10 @@ def compare(args, server):
             rates = " / ".join("%.0f" % r["cycles_per_sec"] for r in rs)
             handoffs = " / ".join("%.0f" % r["handoffs_per_sec"] for r in rs)
             fairness = " / ".join("%d/%d" % (r["min_per_worker"], r["max_per_worker"]) for r in rs)
-            print(f"| {name} | {side} | {rates} | {handoffs} | {fairness} | {req} "
+            disk = (f"{spread([c['proposals'] for c in cs], '{:.2f}')}, "
+                    f"{spread([c['fsyncs'] for c in cs], '{:.2f}')} "
+                    f"({spread([c['fsync_us'] for c in cs])})")
+            print(f"| {name} | {side} | {rates} | {handoffs} | {fairness} | {req} | {disk} "
                   f"| {spread([c['server_us'] for c in cs])} "
                   f"| {spread([c['client_us'] for c in cs])} |")
     if "aetcd" in sides:
