@@ -60,7 +60,7 @@ pub(crate) struct Inner {
     /// Numbers whose keys this client deleted itself, named again before a new one is taken: a
     /// key name used once per take left a deleted key in the lock's range for every cycle,
     /// which each later range read of that lock walked until etcd compacted them (an
-    /// uncontended worker's cycles/s fell by a quarter between a 5 s and a 20 s run). A name
+    /// uncontended worker's cycles/s fell by a fifth between a 5 s and a 20 s run). A name
     /// used again is one key in etcd's index, with a generation per take, as etcd's own mutex
     /// has (one key per session).
     free_contenders: std::sync::Mutex<Vec<u64>>,
