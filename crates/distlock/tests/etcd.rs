@@ -49,6 +49,10 @@ fn main() -> std::process::ExitCode {
         )
         .case("etcd::writer_cannot_also_read", writer_cannot_also_read)
         .case(
+            "etcd::a_lock_taken_again_puts_the_same_key",
+            a_lock_taken_again_puts_the_same_key,
+        )
+        .case(
             "etcd::semaphore_counts_permits",
             cases::semaphore_counts_permits,
         )
@@ -277,6 +281,83 @@ async fn writer_cannot_also_read(ctx: Ctx) -> Outcome {
         read.map(|g| g.map(|g| g.fencing_token()))
     );
     check!(writer.release().await?, "the writer lost its lock");
+    Ok(())
+}
+
+/// A client that takes a lock again and again puts the same key each time (a contender number
+/// is named again once this client deleted its key), as etcd's own mutex keeps one key per
+/// session: not a new key per take, each left deleted in the lock's range for every later read
+/// of it to walk until etcd compacts. A second owner queueing meanwhile gets a key of its own and
+/// the lock in its turn.
+async fn a_lock_taken_again_puts_the_same_key(ctx: Ctx) -> Outcome {
+    let name = plain_name(&ctx, "again");
+    // A client of its own: the suite's is shared with cases running beside this one, whose
+    // releases free numbers too.
+    let client = ctx.connect().await?;
+    let lock = client.lock(&name);
+    let live_keys = || async {
+        let out = etcdctl(
+            &ctx,
+            &["get", "--prefix", "--keys-only", &format!("{name}/")],
+        )
+        .output()
+        .await?;
+        check!(out.status.success(), "etcdctl get failed: {out:?}");
+        Ok::<Vec<String>, Failure>(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = lock.acquire().await?;
+        check!(
+            guard.fencing_token().get() > last,
+            "token {} after {last}",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token().get();
+        seen.extend(live_keys().await?);
+        check!(
+            guard.release().await?,
+            "the lock was lost before its release"
+        );
+    }
+    check!(seen.len() == 1, "5 takes in a row put {seen:?}");
+    // Held again, with another owner of the same client queueing behind.
+    let held = lock.acquire().await?;
+    let other = client.lock(&name).owner(OwnerToken::random());
+    let waiting = tokio::spawn(async move {
+        let guard = other.acquire_timeout(Duration::from_secs(10)).await?;
+        let token = guard.fencing_token();
+        guard.release().await?;
+        Ok::<_, distlock::Error>(token)
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while live_keys().await?.len() < 2 {
+        check!(
+            tokio::time::Instant::now() < deadline,
+            "the second owner never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    seen.extend(live_keys().await?);
+    check!(seen.len() == 2, "two contenders at once put {seen:?}");
+    let held_token = held.fencing_token();
+    check!(
+        held.release().await?,
+        "the lock was lost before its release"
+    );
+    let next = waiting.await.map_err(|e| Failure(e.to_string()))??;
+    check!(
+        next > held_token,
+        "the waiter's token {next} after the holder's {held_token}"
+    );
+    client.shutdown().await;
     Ok(())
 }
 

@@ -163,6 +163,20 @@ impl LockKeys {
         (holders, waiters)
     }
 
+    /// The read, in the transaction that puts a contender's key, that finds the key it would
+    /// wait for: the two newest blockers. The key just put is the newest of the range, so the
+    /// newest blocker older than it ([`ahead_in`]) is among them. `None` for a semaphore.
+    pub(super) fn ahead_of_new_read(&self) -> Option<(String, GetOptions)> {
+        if let Rule::Permits(_) = self.rule {
+            return None;
+        }
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(2);
+        Some((self.blockers.clone(), options))
+    }
+
     /// The key to wait for, for a contender created at `mine` that does not hold: the newest
     /// blocker older than it. `None` for a semaphore, whose waiters watch the whole range.
     pub(super) fn ahead_read(&self, mine: i64) -> Option<(String, GetOptions)> {
@@ -176,6 +190,21 @@ impl LockKeys {
             .with_limit(1);
         Some((self.blockers.clone(), options))
     }
+}
+
+/// The contender number a key of [`LockKeys::contender`] ends with.
+pub(super) fn contender_number(key: &str) -> Option<u64> {
+    let (_, n) = key.rsplit_once('-')?;
+    u64::from_str_radix(n, 16).ok()
+}
+
+/// The key a contender created at `mine` waits for, in the answer to
+/// [`LockKeys::ahead_read`] or [`LockKeys::ahead_of_new_read`] (newest first): the newest key older
+/// than it; `None` when there is none.
+pub(super) fn ahead_in(read: &[KeyValue], mine: i64) -> Option<Vec<u8>> {
+    read.iter()
+        .find(|kv| kv.create_revision() < mine)
+        .map(|kv| kv.key().to_vec())
 }
 
 /// The lock ranges a key of a prefix read belongs to, found by parsing it: the lock's name and
@@ -265,6 +294,10 @@ mod tests {
         let plain = keys("", "orders:42", LockKind::Mutex);
         assert_eq!(plain.range(), "orders:42/");
         assert_eq!(plain.contender(0x694d9a1b2c, 10), "orders:42/694d9a1b2c-a");
+        assert_eq!(
+            contender_number(&keys("", "a-b", LockKind::Mutex).contender(0x694d, 0x1f)),
+            Some(0x1f)
+        );
         let nested = keys("app/", "a/b", LockKind::Mutex);
         assert_eq!(nested.range(), "app/a%2Fb/");
         let a = keys("", "a", LockKind::Mutex);

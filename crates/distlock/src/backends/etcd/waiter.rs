@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::session::Session;
 use super::{Holding, Inner, NAME, from_etcd};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter, permits_differ};
-use crate::backends::etcd::keys::LockKeys;
+use crate::backends::etcd::keys::{self, LockKeys};
 use crate::backends::text_records::{contender_of, encode_contender};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind};
@@ -46,6 +46,10 @@ pub(super) struct EtcdWaiter {
     place: Option<Place>,
     /// Whose deletion is worth a new poll.
     wait_for: Option<Watched>,
+    /// The key ahead of this contender as the last queue read found it, read in the same
+    /// transaction (`Some(None)`: none older): no request of its own to find what to watch.
+    /// `None` when that read did not ask (a semaphore, or a put whose answer was lost).
+    ahead: Option<Option<Vec<u8>>>,
     watching: Option<(Watched, WatchStream)>,
     /// A semaphore's contender goes by the size kept, whatever it is: once its key was put
     /// under the size it asked (or when its request says so, see
@@ -72,6 +76,7 @@ impl EtcdWaiter {
             keys,
             place: None,
             wait_for: None,
+            ahead: None,
             watching: None,
             older: None,
         }
@@ -125,6 +130,12 @@ impl EtcdWaiter {
             }
             then.push(TxnOp::put(key.clone(), value.clone(), Some(put.clone())));
             then.push(TxnOp::get(blockers.clone(), Some(options.clone())));
+            // Where to wait, should the key not hold: in the same transaction, not a range
+            // request after it (a contended hand-off sent two).
+            let ahead = self.keys.ahead_of_new_read();
+            if let Some((blockers, options)) = &ahead {
+                then.push(TxnOp::get(blockers.clone(), Some(options.clone())));
+            }
             otherwise.push(TxnOp::get(blockers, Some(options)));
             let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
             let answer = self
@@ -140,7 +151,11 @@ impl EtcdWaiter {
                     self.kept = Some(permits);
                 }
                 ops.next(); // the key's put
-                return Ok(Some(self.placed(read_at, kvs(ops.next()), read_at)));
+                let oldest = kvs(ops.next());
+                if ahead.is_some() {
+                    self.ahead = Some(keys::ahead_in(&kvs(ops.next()), read_at));
+                }
+                return Ok(Some(self.placed(read_at, oldest, read_at)));
             }
             let mine = kvs(ops.next()).into_iter().next();
             let kept = match &size_key {
@@ -234,6 +249,9 @@ impl EtcdWaiter {
                     .with_max_create_revision(revision - 1)
                     .with_keys_only();
                 reads.push(TxnOp::get(blockers, Some(older)));
+            } else if let Some((blockers, options)) = self.keys.ahead_read(revision) {
+                // Where to wait, should the key not hold, in the same read.
+                reads.push(TxnOp::get(blockers, Some(options)));
             }
             // A semaphore's oldest keys are read by the size kept: under a compare that it is
             // the size expected, else the size is read instead, and the read is made again.
@@ -258,10 +276,14 @@ impl EtcdWaiter {
             }
             if succeeded {
                 let read = kvs(ops.next());
-                self.older = match ops.next() {
-                    Some(TxnOpResponse::Get(get)) => Some((get.kvs().len() as i64, read_at)),
-                    _ => None,
-                };
+                if size_key.is_some() {
+                    self.older = match ops.next() {
+                        Some(TxnOpResponse::Get(get)) => Some((get.kvs().len() as i64, read_at)),
+                        _ => None,
+                    };
+                } else {
+                    self.ahead = Some(keys::ahead_in(&kvs(ops.next()), revision));
+                }
                 return Ok(Some((read, read_at)));
             }
             // Resized (or, deleted by hand, no size any more: the rule stays as last seen).
@@ -349,6 +371,7 @@ fn kvs(op: Option<TxnOpResponse>) -> Vec<KeyValue> {
 impl Waiter for EtcdWaiter {
     async fn poll(&mut self) -> Result<Attempt> {
         self.wait_for = None;
+        self.ahead = None;
         if self.place.as_ref().is_some_and(|p| p.session.is_over()) {
             // The session ended while this contender waited: its key goes with the lease.
             self.place = None;
@@ -419,7 +442,10 @@ impl Waiter for EtcdWaiter {
                 },
             });
         }
-        self.find_ahead(revision).await?;
+        match self.ahead.take() {
+            Some(ahead) => self.wait_for = ahead.map(Watched::Key),
+            None => self.find_ahead(revision).await?,
+        }
         // No one ahead any more (it left between the reads): ask again at once.
         let retry_after = self.wait_for.is_none().then_some(Duration::ZERO);
         Ok(Attempt::Held { retry_after })
