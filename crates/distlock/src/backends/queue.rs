@@ -57,20 +57,23 @@ impl Watched {
     }
 
     /// Ends the holdings of `checked` (as [`to_check`](Self::to_check) gave them) whose read
-    /// found them gone: `None`, or an entry created as another token.
+    /// found them gone: `None`, or an entry created as another token. A holding is its key *and*
+    /// token: etcd's contender names are used again once this client deleted its own key, so a
+    /// read that finds a released holding's key gone, or put anew, says nothing of a later
+    /// holding on the same name.
     pub(crate) fn found(&self, checked: &[(String, i64)], now: &[Option<i64>]) {
-        let gone: Vec<&str> = checked
+        let gone: Vec<(&str, i64)> = checked
             .iter()
             .zip(now)
             .filter(|((_, token), now)| **now != Some(*token))
-            .map(|((key, _), _)| key.as_str())
+            .map(|((key, token), _)| (key.as_str(), *token))
             .collect();
         if gone.is_empty() {
             return;
         }
         let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
         for entry in std::mem::take(&mut *entries) {
-            if gone.contains(&entry.key.as_str()) {
+            if gone.contains(&(entry.key.as_str(), entry.token)) {
                 let _ = entry.gone.send(());
             } else {
                 entries.push(entry);
@@ -173,5 +176,34 @@ impl<S> Holdings<S> {
             .with_backend(backend));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Watched;
+
+    fn never() -> crate::backend::Signal {
+        Box::pin(std::future::pending())
+    }
+
+    #[tokio::test]
+    async fn a_read_of_a_released_holding_leaves_a_later_one_on_the_same_name() {
+        let watched = Watched::default();
+        let old = watched.holding_ended("a/1-0".into(), 10, never());
+        let new = watched.holding_ended("a/1-0".into(), 20, never());
+        drop(old);
+        // The old holding's read (taken while it was listed) finds the name put again as 20,
+        // or gone: neither ends the holding of 20.
+        watched.found(&[("a/1-0".into(), 10)], &[Some(20)]);
+        watched.found(&[("a/1-0".into(), 10)], &[None]);
+        let ended = tokio::time::timeout(std::time::Duration::from_millis(50), new);
+        assert!(ended.await.is_err(), "the holding of 20 was ended");
+        // Its own key found gone (a forced release) ends it.
+        let new = watched.holding_ended("a/1-0".into(), 30, never());
+        watched.found(&[("a/1-0".into(), 30)], &[None]);
+        tokio::time::timeout(std::time::Duration::from_secs(1), new)
+            .await
+            .expect("the holding of 30 was not ended");
     }
 }

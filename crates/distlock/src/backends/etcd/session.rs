@@ -221,10 +221,7 @@ async fn keep_alive(
             let (client, held) = (client.clone(), held.clone());
             reading = Some(tokio::spawn(async move {
                 let keys = held.to_check();
-                if let Ok(Ok((now, read_at))) =
-                    tokio::time::timeout(ttl, read_keys(&client, &keys)).await
-                {
-                    let (keys, now) = not_taken_again(keys, now, read_at, &held.to_check());
+                if let Ok(Ok(now)) = tokio::time::timeout(ttl, read_keys(&client, &keys)).await {
                     held.found(&keys, &now);
                 }
             }));
@@ -255,46 +252,19 @@ async fn keep_alive(
     let _ = tokio::time::timeout(ttl, client.lease_client().revoke(id)).await;
 }
 
-/// The keys of `checked` whose read (`now`, made at revision `read_at` or later) is to be
-/// believed, with their reads. A contender's key name is used again once this client deleted
-/// it ([`Inner::next_contender`](super::Inner::next_contender)), and a holding is told by key
-/// name: a read that finds a released holding's key gone, or put anew by the next take, says
-/// nothing of a holding now on that name (`current`), one the read found or that was put
-/// after it.
-fn not_taken_again(
-    checked: Vec<(String, i64)>,
-    now: Vec<Option<i64>>,
-    read_at: i64,
-    current: &[(String, i64)],
-) -> (Vec<(String, i64)>, Vec<Option<i64>>) {
-    checked
-        .into_iter()
-        .zip(now)
-        .filter(|((key, token), now)| {
-            *now == Some(*token)
-                || !current
-                    .iter()
-                    .any(|(k, t)| k == key && (Some(*t) == *now || *t > read_at))
-        })
-        .unzip()
-}
-
 /// Each key's create revision now (`None`: gone), in transactions of at most 128 reads (etcd's
-/// default limit of operations per transaction), and the oldest revision they were read at. No
-/// request when there is no key.
+/// default limit of operations per transaction). No request when there is no key.
 async fn read_keys(
     client: &Client,
     keys: &[(String, i64)],
-) -> std::result::Result<(Vec<Option<i64>>, i64), etcd_client::Error> {
+) -> std::result::Result<Vec<Option<i64>>, etcd_client::Error> {
     let mut now = Vec::with_capacity(keys.len());
-    let mut read_at = i64::MAX;
     for chunk in keys.chunks(128) {
         let reads: Vec<TxnOp> = chunk
             .iter()
             .map(|(key, _)| TxnOp::get(key.as_str(), None))
             .collect();
         let answer = client.kv_client().txn(Txn::new().and_then(reads)).await?;
-        read_at = read_at.min(answer.header().map_or(0, |h| h.revision()));
         for op in answer.op_responses() {
             now.push(match op {
                 TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.create_revision()),
@@ -302,7 +272,7 @@ async fn read_keys(
             });
         }
     }
-    Ok((now, read_at))
+    Ok(now)
 }
 
 /// One keep-alive: `Ok(true)` renewed, `Ok(false)` the lease is gone.
@@ -328,46 +298,5 @@ async fn renew(
         None => Err(etcd_client::Error::LeaseKeepAliveError(
             "the keep-alive stream ended".into(),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(key: &str, token: i64) -> (String, i64) {
-        (key.to_string(), token)
-    }
-
-    #[test]
-    fn a_key_name_taken_again_does_not_end_its_new_holding() {
-        // Released holding at 10; the same name put again at 20 and read at 25.
-        let (keys, _) = not_taken_again(
-            vec![entry("a/1-0", 10)],
-            vec![Some(20)],
-            25,
-            &[entry("a/1-0", 10), entry("a/1-0", 20)],
-        );
-        assert!(keys.is_empty());
-        // Read gone at 25, the name put again at 30 (after the read).
-        let (keys, _) = not_taken_again(
-            vec![entry("a/1-0", 10)],
-            vec![None],
-            25,
-            &[entry("a/1-0", 30)],
-        );
-        assert!(keys.is_empty());
-        // A holding whose key was deleted by someone else ends, whatever older entries say.
-        let (keys, now) = not_taken_again(
-            vec![entry("a/1-0", 10), entry("a/1-0", 20), entry("b/1-1", 15)],
-            vec![None, None, Some(15)],
-            25,
-            &[entry("a/1-0", 10), entry("a/1-0", 20), entry("b/1-1", 15)],
-        );
-        assert_eq!(
-            keys,
-            vec![entry("a/1-0", 10), entry("a/1-0", 20), entry("b/1-1", 15)]
-        );
-        assert_eq!(now, vec![None, None, Some(15)]);
     }
 }
