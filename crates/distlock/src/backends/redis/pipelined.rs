@@ -264,17 +264,14 @@ impl Link {
             // hand-over to the writer task (a wake-up of another thread) on every request of a
             // lone worker. The state's lock keeps the bytes in order with the writer's.
             if idle && state.unsent >= state.last_answered {
-                match self.socket.try_write(&state.out) {
-                    Ok(written) => {
-                        state.out.drain(..written);
-                        state.unsent = 0;
-                        state.last_answered = 0;
-                        if state.out.is_empty() {
-                            return Ok(receivers);
-                        }
+                // Full, or failing: the writer waits for room, or reports the failure.
+                if let Ok(written) = self.socket.try_write(&state.out) {
+                    state.out.drain(..written);
+                    state.unsent = 0;
+                    state.last_answered = 0;
+                    if state.out.is_empty() {
+                        return Ok(receivers);
                     }
-                    // Full, or failing: the writer waits for room, or reports the failure.
-                    Err(_) => {}
                 }
             }
             receivers
