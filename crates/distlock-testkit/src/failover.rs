@@ -40,6 +40,42 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// A take the URL's replicas had to acknowledge (`?wait_replicas=2`) with one of the two unable
+/// to: answered `NoQuorum`, retryable, naming the count and that the take was undone. `what`
+/// says which take, in the failure.
+pub async fn take_refused_for_replicas(lock: &distlock::Lock, what: &str) -> Outcome {
+    let err = match lock.try_acquire().await {
+        Ok(taken) => {
+            return Err(Failure(format!(
+                "{what}: a take two replicas had to acknowledge, one unable to, answered {:?}",
+                taken.map(|g| g.fencing_token().get())
+            )));
+        }
+        Err(e) => e,
+    };
+    check!(
+        err.kind() == ErrorKind::NoQuorum
+            && err.is_retryable()
+            && err.to_string().contains("1 of the 2 replicas")
+            && err.to_string().contains("undone"),
+        "{what}: {err}"
+    );
+    Ok(())
+}
+
+/// The guard a waiter spawned earlier (a task acquiring the lock) got, within 30 s; `what`
+/// names the wait in the failure.
+pub async fn waiter_guard(
+    waiting: JoinHandle<distlock::Result<distlock::Guard>>,
+    what: &str,
+) -> Result<distlock::Guard, Failure> {
+    let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .map_err(|_| Failure(format!("{what}: the waiter did not get the lock in 30 s")))?
+        .map_err(|e| Failure(format!("{what}: the waiter's task: {e}")))?;
+    Ok(answer?)
+}
+
 /// What [`cycles`] saw.
 pub struct Cycles {
     /// The token of each cycle's hold, in order.

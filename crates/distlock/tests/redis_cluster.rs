@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind, LockKind};
+use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     RedisCluster, cluster_masters, redis_cli, redis_cli_as, start_redis_cluster,
     start_redis_cluster_with,
@@ -48,10 +49,6 @@ fn main() -> std::process::ExitCode {
             password_on_every_node,
         )
         .run()
-}
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 /// The port of the URL's first node.
@@ -380,10 +377,7 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
         "the release on the new master found no holding"
     );
     let released = std::time::Instant::now();
-    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let taken = waiter_guard(waiting, &format!("{how:?}")).await?;
     let woken_after = released.elapsed();
     eprintln!(
         "{how:?}: resubscribed: {resubscribed:?} after {subscribed_after:?}; the waiter took the \
@@ -530,10 +524,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
         held.release().await?,
         "the release after the resharding found no holding"
     );
-    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let taken = waiter_guard(waiting, "after the resharding").await?;
     check!(
         taken.fencing_token() > token,
         "the waiter's token is not above the holder's"
@@ -644,22 +635,7 @@ async fn wait_replicas(ctx: Ctx) -> Outcome {
         "acknowledged takes reached the masters {by_master:?} only"
     );
     for name in by_master.values() {
-        let err = match two.lock(name).try_acquire().await {
-            Ok(taken) => {
-                return Err(Failure(format!(
-                    "{name}: a take two replicas had to acknowledge answered {:?}",
-                    taken.map(|g| g.fencing_token().get())
-                )));
-            }
-            Err(e) => e,
-        };
-        check!(
-            err.kind() == ErrorKind::NoQuorum
-                && err.is_retryable()
-                && err.to_string().contains("1 of the 2 replicas")
-                && err.to_string().contains("undone"),
-            "{name}: {err}"
-        );
+        take_refused_for_replicas(&two.lock(name), name).await?;
         let plain = ctx.client.lock(name).try_acquire().await?;
         let Some(plain) = plain else {
             return Err(Failure(format!(
@@ -740,10 +716,7 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
         seen.len()
     );
     check!(first.release().await?, "the release failed");
-    let second = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let second = waiter_guard(waiting, "on the password-protected cluster").await?;
     check!(
         second.fencing_token() > first_token,
         "the waiter's token is not above the holder's"

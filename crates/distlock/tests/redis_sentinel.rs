@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind};
+use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     GroupPasswords, redis_cli, redis_cli_as, start_sentinel_group, start_sentinel_group_with,
 };
@@ -64,10 +65,6 @@ enum How {
 /// the promoted replica: the copy there lives only as long as the lease from the last renewal
 /// replicated before the promotion (docs.md).
 const LEASE: Duration = Duration::from_secs(20);
-
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 /// A lock held and waited for while the master moves. What is asserted: the holding, replicated
 /// before the failover (the test waits until the replicas have it), is on the new master and the
@@ -144,10 +141,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
         held.release().await?,
         "{how:?}: the release on the new master found no holding"
     );
-    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure(format!("{how:?}: the waiter did not get the lock in 30 s")))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let taken = waiter_guard(waiting, &format!("{how:?}")).await?;
     let max_before = before.iter().copied().max().unwrap_or(0);
     check!(
         taken.fencing_token().get() > max_before,
@@ -468,22 +462,7 @@ async fn wait_replicas_one_down(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("unacked");
     let key = format!("distlock:lock:{{{name}}}");
     for attempt in 0..3 {
-        let err = match both.lock(&name).try_acquire().await {
-            Ok(taken) => {
-                return Err(Failure(format!(
-                    "attempt {attempt}: a take one replica cannot acknowledge answered {:?}",
-                    taken.map(|g| g.fencing_token().get())
-                )));
-            }
-            Err(e) => e,
-        };
-        check!(
-            err.kind() == ErrorKind::NoQuorum
-                && err.is_retryable()
-                && err.to_string().contains("1 of the 2 replicas")
-                && err.to_string().contains("undone"),
-            "attempt {attempt}: {err}"
-        );
+        take_refused_for_replicas(&both.lock(&name), &format!("attempt {attempt}")).await?;
         let left = blocking(|| redis_cli(master, &["EXISTS", &key]))?;
         check!(
             left == "0",
@@ -652,10 +631,7 @@ async fn passwords(ctx: Ctx) -> Outcome {
     let on = Some(NODE_PASSWORD);
     wait_for_subscriber_as(on, old, &channel, "the waiter to subscribe").await?;
     check!(first.release().await?, "the first release failed");
-    let second = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the waiter did not get the lock in 30 s".into()))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let second = waiter_guard(waiting, "before the failover").await?;
     check!(
         second.fencing_token() > first_token,
         "the waiter's token is not above the first holder's"
@@ -683,10 +659,7 @@ async fn passwords(ctx: Ctx) -> Outcome {
         second.release().await?,
         "the release on the new master found no holding"
     );
-    let third = tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the waiter did not get the lock in 30 s after the failover".into()))?
-        .map_err(|e| Failure(format!("the waiter's task: {e}")))??;
+    let third = waiter_guard(waiting, "after the failover").await?;
     check!(
         third.fencing_token() > second_token,
         "the token after the failover is not above the one before"
