@@ -13,12 +13,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::FaultProxy;
 use super::proxy::Identify;
 use crate::Failure;
 use crate::sockets::tcp_connections_of_pid;
+
+/// How long [`PeerLinks::isolate`] waits for connections of no known member to end before it
+/// refuses to cut. Such a connection is normally one its dialler has just closed (a ZooKeeper
+/// peer dialling a higher-numbered one), on its way out; on a loaded machine the upstream member
+/// may take a while to notice.
+const UNIDENTIFIED_GRACE: Duration = Duration::from_secs(5);
 
 /// A proxy in front of each peer port of each member, and which member runs as which process.
 pub struct PeerLinks {
@@ -108,19 +114,26 @@ impl PeerLinks {
     }
 
     /// Cuts member `i` off from every other member, both ways, open connections included; a
-    /// member cut off before is joined again first. Fails, cutting nothing, if a proxy has
-    /// accepted a connection whose member it could not tell: the cut would leak through it.
+    /// member cut off before is joined again first. Fails, cutting nothing, if a proxy still
+    /// has a connection open whose member it could not tell after [`UNIDENTIFIED_GRACE`]: the
+    /// cut would leak through it.
     pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
-        let unidentified: u64 = self
-            .proxies
-            .iter()
-            .flatten()
-            .map(|p| p.stats().unidentified_open)
-            .sum();
+        let unidentified = || -> u64 {
+            self.proxies
+                .iter()
+                .flatten()
+                .map(|p| p.stats().unidentified_open)
+                .sum()
+        };
+        let started = Instant::now();
+        while unidentified() > 0 && started.elapsed() < UNIDENTIFIED_GRACE {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let unidentified = unidentified();
         if unidentified > 0 {
             return Err(Failure(format!(
                 "{unidentified} open connection(s) between cluster members came from no known \
-                 member process: a partition would not cut them"
+                 member process for {UNIDENTIFIED_GRACE:?}: a partition would not cut them"
             )));
         }
         self.check_no_direct_links()?;

@@ -71,9 +71,10 @@ pub struct ProxyStats {
     /// RST too, as the server's own refusal would be).
     pub upstream_unreachable: u64,
     /// Connections open now whose origin the proxy's `identify` could not tell (a proxy started
-    /// with [`FaultProxy::start_between`]): [`FaultProxy::cut_off`] cannot cut them. One closed
-    /// before it was looked up (a ZooKeeper peer drops the connection a lower-numbered peer
-    /// dials, and dials back) is not counted once it is gone.
+    /// with [`FaultProxy::start_between`]) and whose client still sends: [`FaultProxy::cut_off`]
+    /// cannot cut them. One whose dialler closed it before it was looked up (a ZooKeeper peer
+    /// drops the connection it dials to a higher-numbered peer, which dials back) is not counted
+    /// once the proxy has read the dialler's end.
     pub unidentified_open: u64,
 }
 
@@ -288,6 +289,29 @@ impl Drop for Unidentified<'_> {
     }
 }
 
+/// The origin of a connection from loopback port `from` to the proxy's port `to`, asked a few
+/// times: a listing of /proc/net/tcp is no snapshot (a socket can be skipped while others come
+/// and go between its reads), so one miss does not make a live dialler unknown. A dialler that
+/// has closed its socket already (a ZooKeeper peer drops the connection it dials to a
+/// higher-numbered one, which dials back) stays unknown.
+async fn origin_of(identify: &Identify, from: u16, to: u16) -> Option<usize> {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let identify = identify.clone();
+        // It reads /proc: off the runtime's threads.
+        let origin = tokio::task::spawn_blocking(move || identify(from, to))
+            .await
+            .ok()
+            .flatten();
+        if origin.is_some() {
+            return origin;
+        }
+    }
+    None
+}
+
 /// Closes `stream` with a RST rather than a FIN.
 fn reset(stream: TcpStream) {
     let _ = stream.set_zero_linger();
@@ -298,17 +322,10 @@ fn reset(stream: TcpStream) {
 /// when [`Fault::Reset`] begins.
 async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     let origin = match (&shared.identify, client.peer_addr(), client.local_addr()) {
-        (Some(identify), Ok(from), Ok(to)) => {
-            let identify = identify.clone();
-            // It reads /proc: off the runtime's threads.
-            tokio::task::spawn_blocking(move || identify(from.port(), to.port()))
-                .await
-                .ok()
-                .flatten()
-        }
+        (Some(identify), Ok(from), Ok(to)) => origin_of(identify, from.port(), to.port()).await,
         _ => None,
     };
-    let _unidentified = (shared.identify.is_some() && origin.is_none()).then(|| {
+    let unidentified = (shared.identify.is_some() && origin.is_none()).then(|| {
         shared.unidentified.fetch_add(1, Ordering::Relaxed);
         Unidentified(&shared.unidentified)
     });
@@ -336,14 +353,21 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     };
     let (client_read, client_write) = client.split();
     let (server_read, server_write) = server.split();
-    let both_ways = futures_util::future::join(
+    let requests = async {
         pipe(
             client_read,
             server_write,
             Direction::Request,
             origin,
             &shared,
-        ),
+        )
+        .await;
+        // Once the client has closed its side, nothing it sends can cross a partition any
+        // more: such a connection is no leak, whoever dialled it.
+        drop(unidentified);
+    };
+    let both_ways = futures_util::future::join(
+        requests,
         pipe(server_read, client_write, Direction::Reply, origin, &shared),
     );
     tokio::select! {
