@@ -115,7 +115,7 @@ impl PeerLinks {
 
     /// Cuts member `i` off from every other member, both ways, open connections included; a
     /// member cut off before is joined again first. Fails, cutting nothing, if a proxy still
-    /// has a connection open whose member it could not tell after [`UNIDENTIFIED_GRACE`]: the
+    /// has a connection open whose member it could not tell after 5 s (`UNIDENTIFIED_GRACE`): the
     /// cut would leak through it.
     pub fn isolate(&mut self, i: usize) -> Result<(), Failure> {
         let unidentified = || -> u64 {
