@@ -182,10 +182,12 @@ impl Ctx {
     }
 
     /// How long after its holder was killed a lock held with a lease of `lease` must be free:
-    /// the lease, or for a session store the session's expiry when it has one.
+    /// the lease and the store's lease resolution (memcached keeps expiries in whole seconds on
+    /// a clock that ticks once a second, so a 1 s lease is stored as 2 s and ends 1–2 s after
+    /// the last renewal), or for a session store the session's expiry when it has one.
     pub fn freed_after_crash_within(&self, lease: Duration) -> Duration {
         match self.client.backend().capabilities().lease {
-            distlock::backend::LeaseModel::PerLock { .. } => lease,
+            distlock::backend::LeaseModel::PerLock { granularity } => lease + granularity,
             _ => self
                 .faults
                 .session_expiry
