@@ -25,6 +25,15 @@ the server, without any client):
                   cannot carry the token the INCR draws); release as rslock's
   unfenced        rslock's cycle: SET key owner NX PX, then its compare-and-delete script
 
+Candidates measured and not taken (docs/benchmarks.md says why):
+  batched-2, batched-4
+                  the library's take and release each run for 2 (4) locks in one call, as a
+                  connection could coalesce the requests of concurrent tasks
+  fence-by-set    the counter moved by one SET … PX … GET of the clock (a second SET only when
+                  the clock is not ahead) instead of INCR and INCRBY
+  take-by-set-nx  that, and the take as one SET … NX PX … GET (the token drawn before it is
+                  known whether the lock is free) instead of GET, then SET
+
     scripts/redis-cycle-cost.py [N]     (default N = 2000; needs valgrind, redis-server, cargo)
     scripts/redis-cycle-cost.py --layouts-only [N]
 """
@@ -132,8 +141,83 @@ def with_prelude(body):
                              for part, w in zip(helpers, wanted) if w]) + "\n" + body
 
 
+FENCE_BY_SET = """local function next_fence_by_set(key, now)
+  local last = redis.call('SET', key, string.format('%d', now), 'PX', FENCE_TTL_MS, 'GET')
+  if last and tonumber(last) >= now then
+    local token = tonumber(last) + 1
+    redis.call('SET', key, string.format('%d', token), 'PX', FENCE_TTL_MS)
+    return token
+  end
+  return now
+end
+"""
+# acquire.lua's take with the token drawn first and the lock set by SET NX GET.
+TAKE_BY_SET_NX = r"""local now = now_us()
+local token = next_fence_by_set(KEYS[2], now)
+local value = string.format('%s:%d\t%d\t%s\n', ARGV[1], token, math.floor(now / 1000), ARGV[3])
+local held = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2], 'GET')
+if not held then
+  return token
+end
+local mine = holding_token(held, ARGV[1])
+if mine then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(mine)
+end
+if string.byte(held, -1) ~= 43 then
+  redis.call('APPEND', KEYS[1], '+')
+end
+return -1 - math.max(redis.call('PTTL', KEYS[1]), 0)"""
+
+
+def batched(body, keys, args, locks):
+    """`body` (a script of `keys` KEYS and `args` ARGV) run for `locks` locks in one call: its
+    text as a local function of its own KEYS and ARGV, called once per lock."""
+    for i in range(max(keys, args), 0, -1):
+        body = body.replace(f"KEYS[{i}]", f"k{i}").replace(f"ARGV[{i}]", f"a{i}")
+    params = [f"k{i}" for i in range(1, keys + 1)] + [f"a{i}" for i in range(1, args + 1)]
+    call = ", ".join([f"KEYS[{keys} * i + {j}]" for j in range(1, keys + 1)]
+                     + [f"ARGV[{args} * i + {j}]" for j in range(1, args + 1)])
+    return (f"local function one({', '.join(params)})\n{body}\nend\nlocal out = {{}}\n"
+            f"for i = 0, {locks - 1} do\n  out[i + 1] = one({call})\nend\nreturn out")
+
+
 def layout(server, variant):
-    """Loads what `variant` needs; answers (requests of one cycle on `key`, replies per cycle)."""
+    """Loads what `variant` needs; answers (requests of one cycle on each of a group of keys,
+    replies per group, keys per group)."""
+    fence = "{%s}:fence"
+    if variant.startswith("batched-"):
+        locks = int(variant.split("-")[1])
+        take = with_prelude(batched((SCRIPTS / "acquire.lua").read_text(), 2, 3, locks))
+        free = with_prelude(batched((SCRIPTS / "release.lua").read_text(), 1, 1, locks))
+        take_sha = server.call("SCRIPT", "LOAD", take).decode()
+        free_sha = server.call("SCRIPT", "LOAD", free).decode()
+
+        def group(keys):
+            take_keys = [x for k in keys for x in (k, fence % k)]
+            return (resp("EVALSHA", take_sha, len(take_keys), *take_keys,
+                         *[x for _ in keys for x in (OWNER, 30000, RECORD)])
+                    + resp("EVALSHA", free_sha, len(keys), *keys, *[OWNER + ":"] * len(keys)))
+        return group, 2, locks
+    if variant in ("fence-by-set", "take-by-set-nx"):
+        acquire = (SCRIPTS / "acquire.lua").read_text()
+        if variant == "fence-by-set":
+            acquire = acquire.replace("next_fence(KEYS[2], now)", "next_fence_by_set(KEYS[2], now)")
+        else:
+            acquire = TAKE_BY_SET_NX
+        take = with_prelude(acquire).replace("\n" + acquire, "\n" + FENCE_BY_SET + acquire)
+        take_sha = server.call("SCRIPT", "LOAD", take).decode()
+        free_sha = server.call("SCRIPT", "LOAD", with_prelude(
+            (SCRIPTS / "release.lua").read_text())).decode()
+        return (lambda keys: resp("EVALSHA", take_sha, 2, keys[0], fence % keys[0], OWNER, 30000,
+                                  RECORD)
+                + resp("EVALSHA", free_sha, 1, keys[0], OWNER + ":")), 2, 1
+    cycle, replies = single_layout(server, variant)
+    return (lambda keys: cycle(keys[0])), replies, 1
+
+
+def single_layout(server, variant):
+    """The layouts of one lock per request: (requests of one cycle on `key`, replies)."""
     fence = "{%s}:fence"
     if variant in ("distlock", "functions"):
         take = with_prelude((SCRIPTS / "acquire.lua").read_text())
@@ -176,11 +260,12 @@ def server(tag, cycles):
 
 def layout_run(variant, cycles):
     srv = server(variant, cycles)
-    cycle, replies = layout(srv, variant)
+    cycle, replies, locks = layout(srv, variant)
     batch = 100
     for _ in range(cycles // batch):
-        srv.sock.sendall(b"".join(cycle(f"lock{i % 50}") for i in range(batch)))
-        for _ in range(batch * replies):
+        srv.sock.sendall(b"".join(cycle([f"lock{(i + j) % 50}" for j in range(locks)])
+                                  for i in range(0, batch, locks)))
+        for _ in range(batch // locks * replies):
             srv.reply()
     return srv.instructions()
 
@@ -212,7 +297,7 @@ def main():
     print(f"server instructions per uncontended cycle by layout, {n} pipelined cycles")
     results = {}
     for variant in ["unfenced", "distlock", "functions", "token-floor", "token-floor-fn",
-                    "multi-take"]:
+                    "multi-take", "batched-2", "batched-4", "fence-by-set", "take-by-set-nx"]:
         results[variant] = per_cycle(layout_run, variant, n)
         print(f"  {variant:14} {results[variant]:9,.0f}   "
               f"({results[variant] / results['unfenced']:.2f}x the unfenced cycle)", flush=True)

@@ -246,6 +246,12 @@ impl Backend for ZooKeeperBackend {
         )
         .notifying()
         .queueing()
+        // A release deletes the holder's node, and the watches of the queue wake whoever that
+        // lets in: the contender just behind it, the readers behind a writer, a semaphore's
+        // waiters. Waking a waiter of this client as well only sent it to read the children
+        // and find itself still behind (as on etcd): 16 workers over 4 processes, one lock, made
+        // 7.7–8.0 requests per hand-off with it, 5.0 without (docs/benchmarks.md).
+        .handing_over()
         .electing_and_latching()
         .inspecting()
     }
