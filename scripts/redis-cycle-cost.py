@@ -151,7 +151,8 @@ FENCE_BY_SET = """local function next_fence_by_set(key, now)
   return now
 end
 """
-# acquire.lua's take with the token drawn first and the lock set by SET NX GET.
+# acquire.lua's take with the token drawn first and the lock set by SET NX GET; the rest of
+# acquire.lua (the owner's own holding, the waiter's mark) follows as it is.
 TAKE_BY_SET_NX = r"""local now = now_us()
 local token = next_fence_by_set(KEYS[2], now)
 local value = string.format('%s:%d\t%d\t%s\n', ARGV[1], token, math.floor(now / 1000), ARGV[3])
@@ -159,15 +160,7 @@ local held = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2], 'GET')
 if not held then
   return token
 end
-local mine = holding_token(held, ARGV[1])
-if mine then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(mine)
-end
-if string.byte(held, -1) ~= 43 then
-  redis.call('APPEND', KEYS[1], '+')
-end
-return -1 - math.max(redis.call('PTTL', KEYS[1]), 0)"""
+"""
 
 
 def batched(body, keys, args, locks):
@@ -204,7 +197,7 @@ def layout(server, variant):
         if variant == "fence-by-set":
             acquire = acquire.replace("next_fence(KEYS[2], now)", "next_fence_by_set(KEYS[2], now)")
         else:
-            acquire = TAKE_BY_SET_NX
+            acquire = TAKE_BY_SET_NX + acquire[acquire.index("local mine = "):]
         take = with_prelude(acquire).replace("\n" + acquire, "\n" + FENCE_BY_SET + acquire)
         take_sha = server.call("SCRIPT", "LOAD", take).decode()
         free_sha = server.call("SCRIPT", "LOAD", with_prelude(
