@@ -32,6 +32,7 @@ use tracing::Instrument;
 use crate::backend::{Backend, ElectionEntry};
 use crate::client::Client;
 use crate::core::changes::Changes;
+use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::Guard;
 use crate::types::{FencingToken, Lease, LockName};
@@ -197,30 +198,23 @@ impl Election {
         } else {
             lock.default_lease(self.lease)
         };
-        let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
+        let deadline = Deadline::within(wait);
         let backend = self.client.backend().clone();
         let (guard, term) = loop {
-            let guard = match deadline {
-                None => lock.acquire().await?,
-                Some(deadline) => lock
-                    .acquire_timeout(
-                        deadline.saturating_duration_since(tokio::time::Instant::now()),
-                    )
-                    .await
-                    .map_err(|e| {
-                        if e.is_timeout() {
-                            Error::new(
-                                ErrorKind::Timeout,
-                                format!(
-                                    "election {:?}: not leader after {}",
-                                    self.name,
-                                    crate::types::show_duration(wait.unwrap_or_default())
-                                ),
-                            )
-                        } else {
-                            e
-                        }
-                    })?,
+            let taken = match lock.take_until(deadline).await {
+                // The store answered no attempt in time: not leader within the wait either.
+                Err(e) if e.is_timeout() => None,
+                taken => taken?,
+            };
+            let Some(guard) = taken else {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "election {:?}: not leader after {}",
+                        self.name,
+                        crate::types::show_duration(wait.unwrap_or_default())
+                    ),
+                ));
             };
             let term = guard.fencing_token();
             // The guard drops (and releases in the background) on every error below.

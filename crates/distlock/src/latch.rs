@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
 use crate::core::changes::Changes;
+use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::LockName;
 
@@ -134,7 +134,7 @@ impl Latch {
     ///
     /// Cancel-safe: waiting leaves nothing in the store.
     pub async fn wait(&self) -> Result<()> {
-        self.wait_until(None).await
+        self.wait_until(Deadline::Never, Duration::MAX).await
     }
 
     /// Waits at most `wait` for the count to reach 0; [`ErrorKind::Timeout`] after that.
@@ -143,17 +143,17 @@ impl Latch {
     ///
     /// Cancel-safe, as [`wait`](Latch::wait).
     pub async fn wait_timeout(&self, wait: Duration) -> Result<()> {
-        let deadline = Instant::now().checked_add(wait);
-        self.wait_until(deadline.map(|d| (d, wait))).await
+        self.wait_until(Deadline::after(wait), wait).await
     }
 
-    async fn wait_until(&self, deadline: Option<(Instant, Duration)>) -> Result<()> {
-        self.wait_for_zero(deadline)
+    async fn wait_until(&self, deadline: Deadline, wait: Duration) -> Result<()> {
+        self.wait_for_zero(deadline, wait)
             .instrument(self.span("wait"))
             .await
     }
 
-    async fn wait_for_zero(&self, deadline: Option<(Instant, Duration)>) -> Result<()> {
+    /// Waits for 0 until `deadline` (`wait` from the start, for the message).
+    async fn wait_for_zero(&self, deadline: Deadline, wait: Duration) -> Result<()> {
         let key = self.key()?;
         let backend = self.client.backend();
         // Listen first, then read: a count-down to 0 between the two is not missed.
@@ -164,25 +164,20 @@ impl Latch {
             if count == 0 {
                 return Ok(());
             }
-            match deadline {
-                None => changes.next().await,
-                Some((at, wait)) => {
-                    if tokio::time::timeout_at(at, changes.next()).await.is_err() {
-                        // One last look: the count may have reached 0 right at the deadline.
-                        if backend.latch_count(&key).await? == 0 {
-                            return Ok(());
-                        }
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "latch {:?} still at {count} after {}",
-                                self.name,
-                                crate::types::show_duration(wait)
-                            ),
-                        )
-                        .with_backend(backend.name()));
-                    }
+            if deadline.bound(changes.next()).await.is_none() {
+                // One last look: the count may have reached 0 right at the deadline.
+                if backend.latch_count(&key).await? == 0 {
+                    return Ok(());
                 }
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "latch {:?} still at {count} after {}",
+                        self.name,
+                        crate::types::show_duration(wait)
+                    ),
+                )
+                .with_backend(backend.name()));
             }
         }
     }

@@ -44,6 +44,7 @@ pub struct Lock {
     /// Whether [`lease`](Lock::lease) set it (else it is a default, which is never refused).
     lease_set: bool,
     renew: bool,
+    max_hold: Option<Duration>,
     owner: Option<OwnerToken>,
 }
 
@@ -56,6 +57,7 @@ impl Lock {
             lease: Lease::DEFAULT.duration(),
             lease_set: false,
             renew: true,
+            max_hold: None,
             owner: None,
         }
     }
@@ -93,6 +95,22 @@ impl Lock {
         self
     }
 
+    /// Caps how long a live holder keeps the lock: the watchdog stops renewing once `max_hold`
+    /// has passed since the take, the guard's [`lost`](Guard::lost) fires when the last lease
+    /// the store confirmed ends (its error says the cap ended it), and the lock frees then. A
+    /// holder stuck in its work, but alive and renewing, then blocks others at most `max_hold`
+    /// plus one lease, as a crashed one blocks them one lease. [`run`](Lock::run) stops its
+    /// work at the loss, as for any lost lease.
+    ///
+    /// On a store whose holdings are sessions (etcd, ZooKeeper) the holding is freed in the
+    /// store at `max_hold` itself. Re-entry shares the first take's cap. A cap too long for the
+    /// clock (`Duration::MAX`) is no cap; zero is refused at acquisition
+    /// ([`ErrorKind::InvalidInput`]).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     /// Acquires as `owner`: in this client, acquisitions with the same token re-enter the
     /// owner's holding (one more hold of the same lease and token). Another client or process
     /// presenting the token gets the same holding back but counts no hold: sharing an owner
@@ -117,6 +135,15 @@ impl Lock {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 "a semaphore needs at least one permit",
+            ));
+        }
+        if self.max_hold.is_some_and(|hold| hold.is_zero()) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "lock {:?}: a max_hold of zero would end every holding as it is taken",
+                    self.name
+                ),
             ));
         }
         Ok(LockRequest::new(
@@ -148,6 +175,7 @@ impl Lock {
         let terms = Terms {
             renew: self.renew,
             lease_set: self.lease_set,
+            max_hold: self.max_hold,
         };
         let taken = wait::acquire(engine, req, terms, deadline)
             .instrument(span.clone())
@@ -180,6 +208,13 @@ impl Lock {
         };
         span.record("result", result);
         Ok(taken?.map(|lease| Guard::new(engine.clone(), lease)))
+    }
+
+    /// Takes the lock, waiting up to `deadline`: `Ok(None)` if it is still held by another
+    /// then (or the store answered no attempt before it: see [`wait::acquire`]). The one take
+    /// behind every public one, and behind the multi-lock's and the election's waits.
+    pub(crate) async fn take_until(&self, deadline: Deadline) -> Result<Option<Guard>> {
+        self.take(self.request()?, deadline).await
     }
 
     /// Waits as long as it takes to acquire the lock.
@@ -382,6 +417,7 @@ pub struct MultiLock {
     names: Vec<String>,
     lease: Option<Duration>,
     renew: bool,
+    max_hold: Option<Duration>,
 }
 
 /// The guards of a [`MultiLock`], one per name, in name order.
@@ -400,6 +436,7 @@ impl MultiLock {
             names,
             lease: None,
             renew: true,
+            max_hold: None,
         }
     }
 
@@ -412,6 +449,12 @@ impl MultiLock {
     /// Turns the watchdog off for every lock (see [`Lock::no_watchdog`]).
     pub fn no_watchdog(mut self) -> Self {
         self.renew = false;
+        self
+    }
+
+    /// Caps how long each lock is renewed after its take (see [`Lock::max_hold`]).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -431,6 +474,7 @@ impl MultiLock {
                     lock = lock.lease(lease);
                 }
                 lock.renew = self.renew;
+                lock.max_hold = self.max_hold;
                 Ok(lock)
             })
             .collect()
@@ -438,7 +482,7 @@ impl MultiLock {
 
     /// Waits for all the locks.
     pub async fn acquire(&self) -> Result<MultiGuard> {
-        self.take_all(None)
+        self.take_all(Deadline::Never)
             .instrument(self.span())
             .await?
             .ok_or_else(unreachable_timeout)
@@ -470,8 +514,11 @@ impl MultiLock {
     /// Waits at most `wait` for all the locks; [`ErrorKind::Timeout`] (holding none) after that.
     /// A `wait` too long for the clock to represent waits without end.
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MultiGuard> {
-        let deadline = Instant::now().checked_add(wait);
-        match self.take_all(deadline).instrument(self.span()).await? {
+        match self
+            .take_all(Deadline::after(wait))
+            .instrument(self.span())
+            .await?
+        {
             Some(g) => Ok(g),
             None => Err(Error::new(
                 ErrorKind::Timeout,
@@ -494,19 +541,15 @@ impl MultiLock {
         )
     }
 
-    async fn take_all(&self, deadline: Option<Instant>) -> Result<Option<MultiGuard>> {
+    /// Takes every lock in name order, each waited for until the one `deadline`; `Ok(None)`
+    /// (holding none) if one is still held by another then.
+    async fn take_all(&self, deadline: Deadline) -> Result<Option<MultiGuard>> {
         let mut guards = Vec::new();
         for lock in self.locks()? {
-            let taken = match deadline {
-                None => lock.acquire().await.map(Some),
-                Some(at) => {
-                    let left = at.saturating_duration_since(Instant::now());
-                    match lock.acquire_timeout(left).await {
-                        Ok(g) => Ok(Some(g)),
-                        Err(e) if e.is_timeout() => Ok(None),
-                        Err(e) => Err(e),
-                    }
-                }
+            let taken = match lock.take_until(deadline).await {
+                // The store answered no attempt before the deadline: still not all taken.
+                Err(e) if e.is_timeout() => Ok(None),
+                taken => taken,
             };
             match taken {
                 Ok(Some(g)) => guards.push(g),

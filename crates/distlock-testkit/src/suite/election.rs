@@ -374,3 +374,35 @@ pub(super) async fn crashed_leader_lapses(ctx: Ctx) -> Outcome {
     next.resign().await?;
     Ok(())
 }
+
+/// `campaign_timeout(.., Duration::MAX)` is a wait without end (issue #38 item 3: it used to
+/// panic computing its deadline): it wins a free election at once, waits without giving up
+/// while another leads, and wins once that one resigns.
+pub(super) async fn huge_wait_waits_forever(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("forever");
+    let election = ctx.election(&name, Duration::from_secs(2));
+    let first = election.campaign_timeout("a", Duration::MAX).await?;
+    let other = ctx.connect().await?;
+    let waiter = tokio::spawn({
+        let election = other.election(&name);
+        async move { election.campaign_timeout("b", Duration::MAX).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check!(
+        !waiter.is_finished(),
+        "a campaign without end ended while another led: {:?}",
+        waiter.await.map(|r| r.map(|l| l.term()))
+    );
+    let term = first.term();
+    check!(first.resign().await?, "resign found the leadership gone");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| crate::Failure("the waiting campaign did not win after the resign".into()))?
+        .map_err(|e| Failure(e.to_string()))??;
+    check!(next.term() > term, "term {} after {term}", next.term());
+    check!(
+        next.resign().await?,
+        "the second leader lost its leadership"
+    );
+    Ok(())
+}

@@ -218,3 +218,30 @@ pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
     }
     Ok(())
 }
+
+/// `wait_timeout(Duration::MAX)` is a wait without end (issue #38 item 3): it neither panics
+/// nor times out while the count is above 0, and returns once it reaches 0.
+pub(super) async fn huge_wait_waits_forever(ctx: Ctx) -> Outcome {
+    let latch = ctx.client.latch(ctx.unique_name("forever"));
+    latch.wait_timeout(Duration::MAX).await?;
+    check!(
+        latch.try_set_count(1).await?,
+        "a new latch refused its count"
+    );
+    let waiter = tokio::spawn({
+        let latch = latch.clone();
+        async move { latch.wait_timeout(Duration::MAX).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check!(
+        !waiter.is_finished(),
+        "a wait without end ended at count 1: {:?}",
+        waiter.await
+    );
+    check!(latch.count_down().await? == 0, "count after the count-down");
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| crate::Failure("the waiter was not released at 0".into()))?
+        .map_err(|e| crate::Failure(e.to_string()))??;
+    Ok(())
+}

@@ -513,6 +513,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(timeouts::huge_waits_wait_forever),
         ),
         (
+            "max_hold_caps_a_live_holder",
+            Once,
+            ANY,
+            case(watchdog::max_hold_caps_a_live_holder),
+        ),
+        (
             "reentrancy_counts_holds",
             Each,
             ANY,
@@ -599,6 +605,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(election::crashed_leader_lapses),
         ),
         (
+            "election_huge_wait_waits_forever",
+            Once,
+            &[Need::Elections],
+            case(election::huge_wait_waits_forever),
+        ),
+        (
             "latch_releases_waiters_across_processes",
             Once,
             &[Need::Latches],
@@ -615,6 +627,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             Once,
             &[Need::Latches],
             case(latch::count_rules),
+        ),
+        (
+            "latch_huge_wait_waits_forever",
+            Once,
+            &[Need::Latches],
+            case(latch::huge_wait_waits_forever),
         ),
         (
             "status_shows_holder",

@@ -70,5 +70,24 @@ pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
         .acquire_timeout(Duration::MAX)
         .await?;
     check!(all.release().await?, "the multi-lock lost a lock");
+
+    // A multi-lock whose second lock is held waits for it, without end.
+    let held = ctx.client.lock(&names[1]).acquire().await?;
+    let waiter = tokio::spawn({
+        let multi = ctx.client.multi_lock(&names);
+        async move { multi.acquire_timeout(Duration::MAX).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check!(
+        !waiter.is_finished(),
+        "a multi-lock wait without end ended while a lock was held: {:?}",
+        waiter.await.map(|r| r.map(|g| g.fencing_tokens()))
+    );
+    check!(held.release().await?, "the holder lost its lock");
+    let all = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .map_err(|_| crate::Failure("the multi-lock waiter did not get the locks".into()))?
+        .map_err(|e| crate::Failure(e.to_string()))??;
+    check!(all.release().await?, "the multi-lock lost a lock");
     Ok(())
 }

@@ -203,3 +203,53 @@ fn show(d: Duration) -> String {
         format!("{}ms", d.as_millis())
     }
 }
+
+/// `max_hold` caps how long a live holder keeps the lock (issue #38 item 5): renewed past its
+/// lease until the cap, then not renewed; `lost()` fires no sooner than the cap and within a
+/// lease after it (on a session store the client frees the holding at the cap itself), saying
+/// the cap ended it; the next holder gets the lock; the old guard's release says it was lost.
+pub(super) async fn max_hold_caps_a_live_holder(ctx: Ctx) -> Outcome {
+    let name = ctx.unique_name("capped");
+    let lease = ctx.lease(Duration::from_millis(500));
+    let cap = lease * 2;
+    let started = Instant::now();
+    let guard = ctx
+        .leased(ctx.lock(&name), lease)
+        .max_hold(cap)
+        .acquire()
+        .await?;
+    tokio::time::sleep(lease * 3 / 2).await;
+    check!(
+        ctx.contender(&name).try_acquire().await?.is_none() && !guard.is_lost(),
+        "the holding was not kept past its {lease:?} lease before its {cap:?} cap"
+    );
+    let bound = cap + ctx.freed_after_crash_within(lease) + Duration::from_secs(3);
+    let lost = tokio::time::timeout(bound.saturating_sub(started.elapsed()), guard.lost())
+        .await
+        .map_err(|_| {
+            crate::Failure(format!(
+                "lost did not fire within {bound:?} of the take (cap {cap:?}, lease {lease:?})"
+            ))
+        })?;
+    let at = started.elapsed();
+    check!(at >= cap, "lost fired after {at:?}, before the {cap:?} cap");
+    check!(
+        lost.kind() == distlock::ErrorKind::LeaseLost && lost.to_string().contains("max_hold"),
+        "lost said {lost}, not the cap"
+    );
+    let next = ctx
+        .contender(&name)
+        .acquire_timeout(ctx.freed_after_crash_within(lease) + Duration::from_secs(3))
+        .await?;
+    check!(
+        !guard.release().await?,
+        "release reported holding a lock its cap had ended"
+    );
+    check!(next.release().await?, "the next holder lost its lock");
+    let zero = ctx.lock(&name).max_hold(Duration::ZERO).try_acquire().await;
+    check!(
+        matches!(&zero, Err(e) if e.kind() == distlock::ErrorKind::InvalidInput),
+        "a max_hold of zero gave {zero:?}"
+    );
+    Ok(())
+}

@@ -42,6 +42,8 @@ pub(crate) struct Terms {
     pub(crate) renew: bool,
     /// The caller set the lease ([`crate::Lock::lease`]); otherwise it is the default.
     pub(crate) lease_set: bool,
+    /// How long after the take the watchdog stops renewing ([`crate::Lock::max_hold`]).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Makes `req`'s lease one the store keeps as a lease means on every store — a holder that
@@ -146,6 +148,9 @@ struct LeaseState {
     lease_ends: Option<Instant>,
     /// Why the holding was lost, once it was.
     lost: Option<Arc<str>>,
+    /// The hold cap ([`crate::Lock::max_hold`]): from this instant on the holding is not
+    /// renewed (a session hold ends here), so an end of the holding after it is the cap's.
+    cap: Option<(Instant, Duration)>,
     /// Why the last renewal failed, if it did: the likely reason when the lease then runs out.
     renewal_error: Option<Arc<str>>,
     /// The labels of this holding's metrics (a loss is counted where it is marked).
@@ -198,16 +203,22 @@ pub(crate) struct HeldLease {
 
 impl HeldLease {
     /// A holding taken by a request sent at `sent`, with one hold: a lease hold's renewal is
-    /// queued on `renewals` (`None`: renewal is off), a session hold's session is watched.
+    /// queued on `renewals` (unless `terms` turn renewal off), a session hold's session is
+    /// watched; `terms`' max_hold caps either.
     pub(crate) fn start(
         backend: &Arc<dyn Backend>,
-        renewals: Option<&Arc<Renewals>>,
+        renewals: &Arc<Renewals>,
+        terms: Terms,
         req: LockRequest,
         token: FencingToken,
-        sent: Instant,
-        hold: Hold,
+        (sent, hold): (Instant, Hold),
         slot: Arc<Slot>,
     ) -> Arc<Self> {
+        let renewals = terms.renew.then_some(renewals);
+        // A cap past what the clock represents is no cap.
+        let cap = terms
+            .max_hold
+            .and_then(|max_hold| Some((sent.checked_add(max_hold)?, max_hold)));
         let (valid_until, session, first_renewal) = match hold {
             Hold::Lease { valid_for } => (Some(sent + valid_for), None, Some(sent + valid_for / 3)),
             Hold::Session { ended, valid_until } => (
@@ -219,10 +230,17 @@ impl HeldLease {
         // Without the watchdog a session hold ends with its lease, as a lease hold does.
         let lease_ends =
             (session.is_some() && renewals.is_none()).then(|| sent + req.lease.duration());
+        // A session hold is kept alive by its session, not renewed: the cap ends it in the
+        // store itself, as an unrenewed hold's lease does.
+        let lease_ends = match (session.is_some(), cap) {
+            (true, Some((at, _))) => Some(lease_ends.map_or(at, |end| end.min(at))),
+            _ => lease_ends,
+        };
         let labels = Arc::new(Labels::of(backend.name(), &req.name));
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
             lease_ends,
+            cap,
             labels: Some(labels.clone()),
             ..LeaseState::default()
         }));
@@ -290,7 +308,10 @@ impl HeldLease {
     pub(crate) fn confirm(&self, sent: Instant, valid_for: Duration) -> bool {
         let confirmed = confirm(&self.state, sent, valid_for);
         if confirmed {
-            let restarted = sent + self.req.lease.duration();
+            let mut restarted = sent + self.req.lease.duration();
+            if let Some((cap, _)) = self.state.borrow().cap {
+                restarted = restarted.min(cap);
+            }
             self.state
                 .send_if_modified(|s| match s.lease_ends.as_mut() {
                     Some(end) if *end < restarted => {
@@ -381,7 +402,13 @@ impl HeldLease {
         let renewed = self.renewed;
         let is_session = self.is_session;
         let ended = move |s: &LeaseState| {
-            if is_session && !s.lease_ended(Instant::now()) {
+            if let Some((_, max_hold)) = s.cap.filter(|(cap, _)| Instant::now() >= *cap) {
+                format!(
+                    "it was held for its max_hold of {}: renewal stopped there, and its lease \
+                     ended",
+                    show_duration(max_hold)
+                )
+            } else if is_session && !s.lease_ended(Instant::now()) {
                 "its session was not kept alive past its TTL by this process's clock (was the \
                  process paused, or the store out of reach?)"
                     .to_string()
@@ -564,6 +591,9 @@ pub(crate) enum Renewed {
     Next(Instant),
     /// The holding is lost (already marked).
     Lost,
+    /// The holding reached its max_hold: it is not renewed again, and is lost by the clock when
+    /// the lease last confirmed ends.
+    Capped,
 }
 
 /// One renewal of `lease`: asks the store to restart it, at most until the lease ends, and says
@@ -654,6 +684,14 @@ fn renewal_start(
     let Some(until) = state.borrow().valid_until else {
         return Err(Renewed::Lost);
     };
+    if let Some((cap, _)) = state.borrow().cap
+        && sent >= cap
+    {
+        // Held for its max_hold: no more renewals. The holding stays ours until the lease the
+        // store last confirmed ends; the guards' lost signal fires then, by the clock.
+        tracing::debug!(lock = %lease.req.name, "max_hold reached: renewal stops");
+        return Err(Renewed::Capped);
+    }
     if sent >= until {
         // Woken after the lease ended (the process was paused, say): the holding may be
         // someone else's by now. No question to the store can make it ours again.

@@ -4,6 +4,7 @@
 //! user API (`Client`, `Lock`, `Guard`) wraps the [`Engine`] and the holdings it hands out.
 
 pub(crate) mod changes;
+pub(crate) mod deadline;
 pub(crate) mod lease;
 pub(crate) mod reentrancy;
 pub(crate) mod renewals;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, LockRequest, Waiter};
-use crate::core::lease::HeldLease;
+use crate::core::lease::{HeldLease, Terms};
 use crate::core::renewals::Renewals;
 use crate::error::Result;
 use crate::types::{LockKind, LockName, OwnerToken};
@@ -88,7 +88,7 @@ impl LeaseTable {
         backend: &Arc<dyn Backend>,
         renewals: &Arc<Renewals>,
         req: &LockRequest,
-        renew: bool,
+        terms: Terms,
         waiter: &mut dyn Waiter,
     ) -> Result<Taken> {
         let slot = self.slot(req);
@@ -103,11 +103,11 @@ impl LeaseTable {
             Attempt::Acquired { token, hold } => {
                 let lease = HeldLease::start(
                     backend,
-                    renew.then_some(renewals),
+                    renewals,
+                    terms,
                     req.clone(),
                     token,
-                    sent,
-                    hold,
+                    (sent, hold),
                     slot.clone(),
                 );
                 *current = Arc::downgrade(&lease);

@@ -178,11 +178,13 @@ const LEASE: Duration = Duration::from_secs(3);
 const RENEWED: Terms = Terms {
     renew: true,
     lease_set: true,
+    max_hold: None,
 };
 /// A lease set by the caller, without the watchdog.
 const UNRENEWED: Terms = Terms {
     renew: false,
     lease_set: true,
+    max_hold: None,
 };
 
 async fn take(engine: &Arc<Engine>, req: LockRequest) -> Arc<HeldLease> {
@@ -589,6 +591,7 @@ async fn a_lease_shorter_than_the_session_expiry_is_refused_and_the_default_rais
     let default = Terms {
         renew: true,
         lease_set: false,
+        max_hold: None,
     };
     let defaulted = wait::acquire(
         &engine,
@@ -615,6 +618,7 @@ async fn sessions_of_a_connection_refuse_a_set_lease_and_no_watchdog() {
             Terms {
                 renew: false,
                 lease_set: false,
+                max_hold: None,
             },
             "no_watchdog",
         ),
@@ -633,6 +637,7 @@ async fn sessions_of_a_connection_refuse_a_set_lease_and_no_watchdog() {
     let default = Terms {
         renew: true,
         lease_set: false,
+        max_hold: None,
     };
     let held = wait::acquire(&engine, fresh("a", LEASE), default, Deadline::Now)
         .await

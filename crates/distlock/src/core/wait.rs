@@ -28,30 +28,11 @@ use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, LockRequest, Waiter, Wakeups, next_notice};
 use crate::core::Engine;
+pub(crate) use crate::core::deadline::Deadline;
 use crate::core::lease::{self, HeldLease, Terms};
 use crate::core::reentrancy::Taken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::LockName;
-
-/// When a waiter gives up.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Deadline {
-    /// One attempt, no waiting.
-    Now,
-    /// Wait until this instant.
-    At(Instant),
-    /// Wait as long as it takes.
-    Never,
-}
-
-impl Deadline {
-    /// `wait` from now; a wait past what the clock can represent is a wait without end.
-    pub(crate) fn after(wait: Duration) -> Self {
-        Instant::now()
-            .checked_add(wait)
-            .map_or(Deadline::Never, Deadline::At)
-    }
-}
 
 /// Takes the lock described by `req`, waiting up to `deadline`. `Ok(None)` when the deadline
 /// passed with the lock still held by someone else; [`unanswered`] when it passed before the
@@ -73,7 +54,6 @@ pub(crate) async fn acquire(
     }
     let caps = backend.capabilities();
     lease::settle(&caps, backend.name(), &mut req, terms)?;
-    let renew = terms.renew;
     let waiter: Box<dyn Waiter> = backend.waiter(&req).unwrap_or_else(|| {
         Box::new(PollingWaiter {
             backend: backend.clone(),
@@ -88,7 +68,7 @@ pub(crate) async fn acquire(
     let mut waiting = Waiting {
         engine: engine.clone(),
         req: req.clone(),
-        renew,
+        terms,
         waiter: Some(waiter),
         in_flight: None,
         acquired: false,
@@ -147,8 +127,7 @@ pub(crate) async fn acquire(
                 failing_since.get_or_insert_with(Instant::now);
                 tracing::debug!(lock = %req.name, "a waiter's attempt failed, trying again: {e}");
                 let mut nap = backoff.next().max(Duration::from_millis(50));
-                if let Deadline::At(at) = deadline {
-                    let left = at.saturating_duration_since(Instant::now());
+                if let Some(left) = deadline.left() {
                     if left.is_zero() {
                         return Err(e);
                     }
@@ -165,25 +144,18 @@ pub(crate) async fn acquire(
             Taken::Held(retry_after) => retry_after,
         };
 
-        let now = Instant::now();
-        let until = match deadline {
-            Deadline::Now => None,
-            Deadline::At(at) if now >= at => None,
-            Deadline::At(at) => Some(Some(at)),
-            Deadline::Never => Some(None),
-        };
-        let Some(until) = until else {
+        if deadline.passed() {
             waiting.leave().await;
             return Ok(None);
-        };
+        }
         let lease_left = retry_after.unwrap_or(req.lease.duration());
         let mut nap = if woken {
             lease_left
         } else {
             backoff.next().min(lease_left.max(Duration::from_millis(1)))
         };
-        if let Some(at) = until {
-            nap = nap.min(at - now);
+        if let Some(left) = deadline.left() {
+            nap = nap.min(left);
         }
         tokio::select! {
             changed = waiting.changed() => changed?,
@@ -206,7 +178,7 @@ type InFlight = Pin<Box<dyn Future<Output = (Box<dyn Waiter>, Result<Taken>)> + 
 struct Waiting {
     engine: Arc<Engine>,
     req: LockRequest,
-    renew: bool,
+    terms: Terms,
     /// `None` while an attempt has it.
     waiter: Option<Box<dyn Waiter>>,
     /// The attempt in flight, whose answer must not be lost if the acquisition is dropped.
@@ -223,13 +195,13 @@ impl Waiting {
             ));
         };
         let engine = self.engine.clone();
-        let (req, renew) = (self.req.clone(), self.renew);
+        let (req, terms) = (self.req.clone(), self.terms);
         // Polled here, in the caller's task; only a dropped acquisition hands it to a task of
         // its own (see `Drop`), so the common path spawns nothing.
         let attempt = self.in_flight.insert(Box::pin(async move {
             let taken = engine
                 .leases
-                .take(&engine.backend, &engine.renewals, &req, renew, &mut *waiter)
+                .take(&engine.backend, &engine.renewals, &req, terms, &mut *waiter)
                 .await;
             (waiter, taken)
         }));

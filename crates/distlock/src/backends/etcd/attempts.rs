@@ -60,7 +60,7 @@ impl Attempts<'_> {
     where
         Fut: std::future::Future<Output = std::result::Result<T, E>>,
     {
-        let until = tokio::time::Instant::now() + self.retry_for;
+        let until = crate::core::deadline::instant_after(self.retry_for);
         let mut nap = Duration::from_millis(10);
         let mut attempt = || {
             let attempt = send();

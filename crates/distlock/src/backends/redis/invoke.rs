@@ -423,7 +423,7 @@ impl Server {
             script
         };
         let evalsha = script_call("EVALSHA", script.get_hash(), keys, args);
-        let give_up = tokio::time::Instant::now() + self.retry_for;
+        let give_up = crate::core::deadline::instant_after(self.retry_for);
         let mut pause = Duration::from_millis(20);
         let mut loaded = false;
         loop {

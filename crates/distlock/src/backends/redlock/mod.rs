@@ -383,7 +383,7 @@ impl RedlockBackend {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let give_up = Instant::now() + self.retry_for;
+        let give_up = crate::core::deadline::instant_after(self.retry_for);
         let mut pause = Duration::from_millis(20);
         loop {
             match round().await {

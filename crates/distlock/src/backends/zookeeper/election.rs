@@ -103,7 +103,7 @@ pub(super) async fn write(
 ) -> Result<bool> {
     let record = record_path(&inner.config.prefix, election);
     let alive = alive_path(&record);
-    let until = tokio::time::Instant::now() + inner.retry_for;
+    let until = crate::core::deadline::instant_after(inner.retry_for);
     for _ in 0..RACES {
         let seen = read(inner, &record).await?;
         let session = inner.sessions.get().await?;

@@ -155,7 +155,7 @@ impl Inner {
         F: FnMut(Client) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, zookeeper_client::Error>>,
     {
-        let until = tokio::time::Instant::now() + self.retry_for;
+        let until = crate::core::deadline::instant_after(self.retry_for);
         let mut nap = Duration::from_millis(10);
         loop {
             match request(session.client()?).await {
