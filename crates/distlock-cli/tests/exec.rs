@@ -244,6 +244,53 @@ fn lost_lease_stops_the_command_with_exit_76() {
     );
 }
 
+/// Issue #38 item 5: `--max-hold` stops a COMMAND that is alive and would hold the lock for
+/// ever (its lease renewed all along): SIGTERM at the cap, exit 76 with a message naming the
+/// cap, what COMMAND started stopped too, and the lock free at once for the next holder.
+#[test]
+fn max_hold_stops_the_command_at_the_cap_with_exit_76() {
+    let s = Scratch::new();
+    let started = Instant::now();
+    let (mut holder, ready) =
+        s.spawn_holder(&["--lease", "1s", "--max-hold", "2s"], "sleep 30; true");
+    let command_pid: u32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Renewed while it runs: held past several leases until the cap.
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused = s.run(&["--no-wait", "job", "--", "true"]);
+    assert_eq!(code(&refused), 75, "held before the cap: {refused:?}");
+    let status = wait_with_timeout(&mut holder, Duration::from_secs(15));
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(76), "holder exit {status:?}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "stopped after {took:?}, before its 2s cap"
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("--max-hold of 2s") && stderr.contains("hold cap ended it"),
+        "stderr: {stderr}"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !alive(command_pid),
+        "the command kept running after the cap"
+    );
+    let next = s.run(&["--no-wait", "job", "--", "true"]);
+    assert_eq!(
+        code(&next),
+        0,
+        "the lock stayed held after the cap: {next:?}"
+    );
+    // A command that ends before the cap is untouched by it.
+    let quick = s.run(&["--max-hold", "10s", "job", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(code(&quick), 3, "{quick:?}");
+}
+
 /// Issue #27 item 5: a lock taken away while COMMAND runs, and not noticed before it ends (the
 /// default 30 s lease is next renewed at 10 s), is found gone at the release: exit 76 and a
 /// message, never COMMAND's 0.
@@ -454,6 +501,9 @@ fn invalid_arguments_exit_64_with_one_line() {
         &["--wait", "99999999999999999999s"],
         &["--wait", "584942417355y"],
         &["--wait", "1s", "--no-wait"],
+        &["--max-hold", "0s"],
+        &["--max-hold", "-1s"],
+        &["--max-hold", "soon"],
         &["--no-such-flag"],
     ] {
         let mut args = bad.to_vec();

@@ -105,7 +105,14 @@ pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
         ("DISTLOCK_LEADER_VALUE", value),
         ("DISTLOCK_TERM", leadership.term().to_string()),
     ];
-    let ran = run_while(&args.command, &env, leadership.lost(), &mut interrupted).await;
+    let lost = leadership.lost();
+    let ran = run_while(
+        &args.command,
+        &env,
+        async { lost.await.to_string() },
+        &mut interrupted,
+    )
+    .await;
     let resigned = leadership.resign().await;
     let code = after_release(
         ran,

@@ -8,8 +8,8 @@
 //! Exit status: COMMAND's own (128 + signal if a signal ended it); [`EXIT_NOT_OBTAINED`] (or
 //! `--conflict-exit-code`) when the lock is held by another (taken with `--no-wait`, `--wait`
 //! ran out); [`EXIT_UNAVAILABLE`] when the store cannot be reached or fails; [`EXIT_LEASE_LOST`]
-//! when the lock was lost while COMMAND ran (COMMAND is then stopped) or found gone at the
-//! release; [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL, a flavour the store
+//! when the lock was lost while COMMAND ran or `--max-hold` ran out (COMMAND is then stopped),
+//! or found gone at the release; [`EXIT_USAGE`] for invalid arguments (a name, lease, wait or URL, a flavour the store
 //! lacks, a semaphore size that differs from the store's); 126/127 when COMMAND cannot be
 //! started.
 
@@ -30,8 +30,8 @@ mod tether;
 /// The lock is held by another: taken (`--no-wait`), or for all of `--wait` (EX_TEMPFAIL: try
 /// again later).
 pub(crate) const EXIT_NOT_OBTAINED: u8 = 75;
-/// The lock was lost while COMMAND ran (COMMAND was stopped), or found gone at the release
-/// (EX_PROTOCOL).
+/// The lock was lost while COMMAND ran or `--max-hold` ran out (COMMAND was stopped), or found
+/// gone at the release (EX_PROTOCOL).
 pub(crate) const EXIT_LEASE_LOST: u8 = 76;
 /// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
 /// no deadline is ever computed from an absurd `--wait 500000000000y`.
@@ -51,9 +51,9 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
                   (exit 64; see docs/guarantees.md).\n\
                   Exit status: COMMAND's own; 75 (or --conflict-exit-code) if the lock is held \
                   by another (--no-wait, or --wait ran out); 69 if the store cannot be reached \
-                  or fails; 76 if the lock was lost while COMMAND ran (COMMAND gets SIGTERM, \
-                  then SIGKILL after 5s) or was found gone when COMMAND ended (a message says \
-                  so; never COMMAND's 0); 64 for invalid or missing arguments; 126/127 if \
+                  or fails; 76 if the lock was lost while COMMAND ran, or --max-hold ran out \
+                  (COMMAND gets SIGTERM, then SIGKILL after 5s), or was found gone when \
+                  COMMAND ended (a message says so; never COMMAND's 0); 64 for invalid or missing arguments; 126/127 if \
                   COMMAND cannot be run.\n\
                   COMMAND's environment gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN."
 )]
@@ -77,6 +77,11 @@ pub(crate) struct ExecArgs {
     /// Give up (exit 75) at once if the lock is taken.
     #[arg(long)]
     no_wait: bool,
+    /// Hold the lock at most this long: COMMAND then gets SIGTERM (SIGKILL 5s later) and
+    /// distlock exits 76 saying the hold cap ended it [default: no cap]. Caps a stuck job that
+    /// is alive and would renew its lease forever.
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    max_hold: Option<Duration>,
     /// Exit with N instead of 75 when the lock is held by another (flock's -E).
     #[arg(short = 'E', long, value_name = "N")]
     conflict_exit_code: Option<u8>,
@@ -144,6 +149,10 @@ impl ExecArgs {
 }
 
 pub(crate) async fn run(args: ExecArgs) -> ExitCode {
+    if args.max_hold.is_some_and(|hold| hold.is_zero()) {
+        eprintln!("distlock: --max-hold must be longer than zero (or left out: no cap)");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
     let client = match distlock::connect(url).await {
         Ok(c) => c,
@@ -153,6 +162,12 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
     let lock = match args.lease {
         Some(lease) => args.lock(&client).lease(lease),
         None => args.lock(&client),
+    };
+    // COMMAND is stopped at the cap; the lease is renewed through its grace to stop, and no
+    // longer, should distlock itself be stuck.
+    let lock = match args.max_hold {
+        Some(hold) => lock.max_hold(hold.saturating_add(STOP_GRACE)),
+        None => lock,
     };
     let mut interrupted = Signals::new();
     let taken = tokio::select! {
@@ -182,7 +197,21 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         ("DISTLOCK_LOCK_NAME", args.name.clone()),
         ("DISTLOCK_FENCING_TOKEN", guard.fencing_token().to_string()),
     ];
-    let ran = run_while(&args.argv(), &env, guard.lost(), &mut interrupted).await;
+    let lost = guard.lost();
+    let ended = async {
+        let Some(hold) = args.max_hold else {
+            return lost.await.to_string();
+        };
+        tokio::select! {
+            why = lost => why.to_string(),
+            () = tokio::time::sleep(hold) => format!(
+                "lock {:?} was held for its --max-hold of {}: the hold cap ended it",
+                args.name,
+                humantime::format_duration(hold)
+            ),
+        }
+    };
+    let ran = run_while(&args.argv(), &env, ended, &mut interrupted).await;
     let name = guard.name().to_string();
     let released = guard.release().await;
     after_release(
@@ -292,13 +321,13 @@ fn is_lost(e: &distlock::Error) -> bool {
 }
 
 /// Runs COMMAND (`command`, with `env` added to its environment) to its end unless `lost`
-/// resolves first (then COMMAND gets SIGTERM, SIGKILL after [`STOP_GRACE`], and the answer is
-/// [`Ran::Stopped`]), and makes sure it does not outlive distlock. Shared by `exec` (the
-/// lock's lost signal) and `elect` (the leadership's).
+/// resolves first, with why (then COMMAND gets SIGTERM, SIGKILL after [`STOP_GRACE`], and the
+/// answer is [`Ran::Stopped`]), and makes sure it does not outlive distlock. Shared by `exec`
+/// (the lock's lost signal or its hold cap) and `elect` (the leadership's lost signal).
 pub(crate) async fn run_while(
     command: &[String],
     env: &[(&str, String)],
-    lost: impl Future<Output = distlock::Error>,
+    lost: impl Future<Output = String>,
     signals: &mut Signals,
 ) -> Ran {
     // Without a terminal (cron, scripts) COMMAND leads a process group of its own, and signals go
@@ -382,7 +411,7 @@ fn watcher_failed(e: &std::io::Error) {
 async fn wait_holding(
     child: &mut tokio::process::Child,
     target: Option<libc::pid_t>,
-    lost: impl Future<Output = distlock::Error>,
+    lost: impl Future<Output = String>,
     signals: &mut Signals,
 ) -> (std::io::Result<std::process::ExitStatus>, Ran) {
     tokio::pin!(lost);
