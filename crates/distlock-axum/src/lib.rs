@@ -48,11 +48,12 @@
 //!    or cannot be reached: 503 with a short text (the error goes to `tracing`, and distlock's
 //!    messages never carry URL passwords). A key that makes an invalid lock name: 400.
 //! 3. The handler runs with the guard in the request's extensions; the watchdog renews the lease
-//!    meanwhile. It is raced against the guard's lost signal: if the lease is lost first (the
-//!    store refused a renewal, the process was paused past the lease, the lock was forcibly
-//!    released), the handler's future is dropped and the answer is 503 ([`OnLost::Cancel`], the
-//!    default), or the handler finishes and its response is marked with the
-//!    [`LOCK_LOST_HEADER`] header ([`OnLost::Mark`]).
+//!    meanwhile. Before each poll of the handler's future the layer checks the guard's lost
+//!    signal and its clock: once the lease is lost (the store refused a renewal, the process
+//!    was paused past the lease, the lock was forcibly released), the handler is not polled
+//!    again — its future is dropped and the answer is 503 ([`OnLost::Cancel`], the default) —
+//!    or it finishes and its response is marked with the [`LOCK_LOST_HEADER`] header
+//!    ([`OnLost::Mark`]).
 //! 4. When the handler's future completes, the lock is released before the response is sent:
 //!    the next request for the key can have it at once. A handler whose last steps need no lock
 //!    can release it earlier ([`LockGuard::release`]). If the release finds the holding gone,
@@ -67,13 +68,14 @@
 //!
 //! The lock is taken before the handler reads the body, so the key function sees the head only.
 //! To lock by a field of a JSON body, take the lock in the handler instead, after parsing:
-//! `client.lock(format!("stock:{}", body.sku)).acquire_timeout(wait)` and the same
-//! `tokio::select!` on `guard.lost()` this layer runs; or have the client put the key in the
-//! path or a header, which also lets a proxy route by it.
+//! `client.lock(format!("stock:{}", body.sku)).acquire_timeout(wait)`, then race the work
+//! against `guard.lost()` and check `guard.is_lost()` before each step, as this layer does; or
+//! have the client put the key in the path or a header, which also lets a proxy route by it.
 //!
 //! # Layout
 //!
-//! * `layer.rs`: [`LockLayer`] (settings), [`LockService`] (take, race, release, answers).
+//! * `layer.rs`: [`LockLayer`] (settings), [`LockService`] (take, run while held, release,
+//!   answers).
 //! * `key.rs`: [`KeyRequest`], what the key function sees.
 //! * `extract.rs`: [`LockGuard`] and its rejection [`NoLock`].
 #![warn(missing_docs, unreachable_pub)]
