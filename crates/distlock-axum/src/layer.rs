@@ -15,7 +15,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::extract::Held;
-use crate::{KeyRequest, LockGuard};
+use crate::{KeyRequest, LockGuard, Undecodable};
 
 /// The header a response carries when the lock was found lost after the handler had finished
 /// (or, with [`OnLost::Mark`], while it ran): the work was done, but perhaps not alone.
@@ -214,8 +214,14 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let (mut parts, body) = req.into_parts();
-        let name = (shared.key)(&KeyRequest::new(&mut parts));
+        let key_request = KeyRequest::new(&mut parts);
+        let name = (shared.key)(&key_request);
+        let undecodable = key_request.into_undecodable();
         Box::pin(async move {
+            // Whatever the key function made of it: it is not the request's key.
+            if let Some(e) = undecodable {
+                return Ok(undecodable_key(&e));
+            }
             let Some(name) = name else {
                 let req = Request::from_parts(parts, body);
                 return Ok(inner.call(req).await?.into_response());
@@ -332,6 +338,16 @@ fn held(status: StatusCode) -> Response {
     (
         status,
         "the lock for this request is held by another; try again later\n",
+    )
+        .into_response()
+}
+
+/// The answer when a part the key is read from could not be decoded: the client's fault.
+fn undecodable_key(e: &Undecodable) -> Response {
+    tracing::warn!(error = %e, "a request's lock key could not be decoded");
+    (
+        StatusCode::BAD_REQUEST,
+        "this request's lock key could not be decoded\n",
     )
         .into_response()
 }

@@ -42,6 +42,12 @@
 //! 1. The key function maps the request's head to a lock name ([`KeyRequest`]: path parameters,
 //!    headers, query, or anything in [`KeyRequest::parts`]). `None` lets the request through
 //!    unlocked (a `GET`, say); [`LockGuard`] then rejects it, `Option<LockGuard>` accepts it.
+//!    A request whose key cannot be decoded — the function read a path parameter that is not
+//!    UTF-8 once percent-decoded (`%FF`), or a header that is present but not visible ASCII —
+//!    is answered 400 and its handler does not run, whatever the function returned: it runs
+//!    neither unlocked nor under another key's lock. [`KeyRequest::try_path_param`] and
+//!    [`KeyRequest::try_header`] tell "absent" from "undecodable" ([`Undecodable`]) and leave
+//!    the answer to the key function.
 //! 2. The lock is taken: tried once by default, or waited for up to [`LockLayer::wait`]. Still
 //!    held: the status of [`LockLayer::when_held`] (423 Locked by default, so that a client tells
 //!    contention from the application's own 409s; 409 or 503 if preferred). A store that fails
@@ -76,7 +82,7 @@
 //!
 //! * `layer.rs`: [`LockLayer`] (settings), [`LockService`] (take, run while held, release,
 //!   answers).
-//! * `key.rs`: [`KeyRequest`], what the key function sees.
+//! * `key.rs`: [`KeyRequest`], what the key function sees, and [`Undecodable`].
 //! * `extract.rs`: [`LockGuard`] and its rejection [`NoLock`].
 #![warn(missing_docs, unreachable_pub)]
 
@@ -85,7 +91,7 @@ mod key;
 mod layer;
 
 pub use extract::{LockGuard, NoLock};
-pub use key::KeyRequest;
+pub use key::{KeyRequest, Undecodable};
 pub use layer::{LOCK_LOST_HEADER, LockLayer, LockService, OnLost};
 
 // The README's example is compiled as a doctest too.
