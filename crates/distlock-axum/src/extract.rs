@@ -56,6 +56,23 @@ impl Held {
             .is_none()
     }
 
+    /// Why the layer's guard is lost, if its lease has ended by this process's clock
+    /// ([`Guard::is_lost`] reads it on every call; [`Guard::lost`] sees it only once its timer
+    /// has fired). `None` while it is held, and once the handler released it.
+    pub(crate) fn lost_by_clock(&self) -> Option<distlock::Error> {
+        let lost = self.with(|guard| guard.is_some_and(Guard::is_lost));
+        lost.then(|| {
+            distlock::Error::new(
+                ErrorKind::LeaseLost,
+                format!(
+                    "lock {:?}: its lease ended by this process's clock (renewal failed or was \
+                     late, or the process was paused past it)",
+                    self.name
+                ),
+            )
+        })
+    }
+
     fn with<T>(&self, f: impl FnOnce(Option<&Guard>) -> T) -> T {
         f(self
             .guard

@@ -2,8 +2,8 @@
 //! with the guard in the request's extensions, release when the response is produced.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::extract::Held;
-use crate::{KeyRequest, LockGuard};
+use crate::{KeyRequest, LockGuard, Undecodable};
 
 /// The header a response carries when the lock was found lost after the handler had finished
 /// (or, with [`OnLost::Mark`], while it ran): the work was done, but perhaps not alone.
@@ -27,9 +27,11 @@ pub const LOCK_LOST_HEADER: &str = "distlock-lock-lost";
 #[non_exhaustive]
 pub enum OnLost {
     /// Drop the handler's future at its next `.await` (nothing after that point runs) and
-    /// answer 503 with a body saying the lock was lost. The default: a handler should not go
-    /// on writing as if it still held the lock. What it wrote before is not undone; a write
-    /// already sent to the store may still land: fence it with the guard's token.
+    /// answer 503 with a body saying the lock was lost. The guard's clock is read before every
+    /// poll of the handler, so a process resuming from a pause past its lease runs no further
+    /// step of it. The default: a handler should not go on writing as if it still held the
+    /// lock. What it wrote before is not undone; a write already sent to the store may still
+    /// land: fence it with the guard's token.
     #[default]
     Cancel,
     /// Let the handler finish; its response then carries the [`LOCK_LOST_HEADER`] header. For
@@ -212,8 +214,14 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         let (mut parts, body) = req.into_parts();
-        let name = (shared.key)(&KeyRequest::new(&mut parts));
+        let key_request = KeyRequest::new(&mut parts);
+        let name = (shared.key)(&key_request);
+        let undecodable = key_request.into_undecodable();
         Box::pin(async move {
+            // Whatever the key function made of it: it is not the request's key.
+            if let Some(e) = undecodable {
+                return Ok(undecodable_key(&e));
+            }
             let Some(name) = name else {
                 let req = Request::from_parts(parts, body);
                 return Ok(inner.call(req).await?.into_response());
@@ -225,21 +233,12 @@ where
             };
             let lost = LockGuard(held.clone()).lost();
             parts.extensions.insert(LockGuard(held.clone()));
-            let mut handler = std::pin::pin!(inner.call(Request::from_parts(parts, body)));
+            let handler = inner.call(Request::from_parts(parts, body));
             let mut response = match shared.on_lost {
-                OnLost::Cancel => {
-                    tokio::select! {
-                        // The handler first: a response that is ready is the one to give.
-                        biased;
-                        response = &mut handler => response?.into_response(),
-                        why = lost => if held.released() {
-                            // The handler let the lock go early; what it does next is its own.
-                            handler.await?.into_response()
-                        } else {
-                            cancelled(&why)
-                        },
-                    }
-                }
+                OnLost::Cancel => match while_held(&held, handler, lost).await {
+                    Ok(response) => response?.into_response(),
+                    Err(why) => cancelled(&why),
+                },
                 OnLost::Mark => handler.await?.into_response(),
             };
             if !release(&held).await {
@@ -282,6 +281,41 @@ impl<K> Shared<K> {
     }
 }
 
+/// Runs `handler` while the layer's guard is held; `Err` with why, once it is lost.
+///
+/// Every poll looks at the lost signal and at the guard's clock before it polls the handler, so
+/// a handler whose lease has ended runs no further step. Racing the two futures is not enough:
+/// a process resuming from a pause past its lease wakes the handler's timers and the lost
+/// signal's at once, and the handler, polled first, would run one more step without the lock;
+/// polled second, it would still run one whenever the signal's timer had not fired yet. Once
+/// the handler has released the guard itself, it runs to its end.
+async fn while_held<F: Future>(
+    held: &Held,
+    handler: F,
+    lost: impl Future<Output = distlock::Error>,
+) -> Result<F::Output, distlock::Error> {
+    let mut handler = pin!(handler);
+    let mut lost = pin!(lost);
+    poll_fn(|cx| {
+        // Once released, the guard stays released: the signal, resolved or not, is not polled
+        // again.
+        if !held.released() {
+            // The signal first: it has the store's reason when there is one, and it wakes this
+            // task when the lease ends while the handler waits for something else.
+            if let Poll::Ready(why) = lost.as_mut().poll(cx) {
+                // It also resolves when the handler released the guard, which is no loss.
+                if !held.released() {
+                    return Poll::Ready(Err(why));
+                }
+            } else if let Some(why) = held.lost_by_clock() {
+                return Poll::Ready(Err(why));
+            }
+        }
+        handler.as_mut().poll(cx).map(Ok)
+    })
+    .await
+}
+
 /// Releases the layer's guard once the handler is done, unless the handler released it early.
 /// `false` if the holding had been lost meanwhile (by the clock, by the store's answer, or found
 /// gone at the release).
@@ -304,6 +338,16 @@ fn held(status: StatusCode) -> Response {
     (
         status,
         "the lock for this request is held by another; try again later\n",
+    )
+        .into_response()
+}
+
+/// The answer when a part the key is read from could not be decoded: the client's fault.
+fn undecodable_key(e: &Undecodable) -> Response {
+    tracing::warn!(error = %e, "a request's lock key could not be decoded");
+    (
+        StatusCode::BAD_REQUEST,
+        "this request's lock key could not be decoded\n",
     )
         .into_response()
 }

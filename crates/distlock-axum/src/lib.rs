@@ -42,17 +42,24 @@
 //! 1. The key function maps the request's head to a lock name ([`KeyRequest`]: path parameters,
 //!    headers, query, or anything in [`KeyRequest::parts`]). `None` lets the request through
 //!    unlocked (a `GET`, say); [`LockGuard`] then rejects it, `Option<LockGuard>` accepts it.
+//!    A request whose key cannot be decoded — the function read a path parameter that is not
+//!    UTF-8 once percent-decoded (`%FF`), or a header that is present but not visible ASCII —
+//!    is answered 400 and its handler does not run, whatever the function returned: it runs
+//!    neither unlocked nor under another key's lock. [`KeyRequest::try_path_param`] and
+//!    [`KeyRequest::try_header`] tell "absent" from "undecodable" ([`Undecodable`]) and leave
+//!    the answer to the key function.
 //! 2. The lock is taken: tried once by default, or waited for up to [`LockLayer::wait`]. Still
 //!    held: the status of [`LockLayer::when_held`] (423 Locked by default, so that a client tells
 //!    contention from the application's own 409s; 409 or 503 if preferred). A store that fails
 //!    or cannot be reached: 503 with a short text (the error goes to `tracing`, and distlock's
 //!    messages never carry URL passwords). A key that makes an invalid lock name: 400.
 //! 3. The handler runs with the guard in the request's extensions; the watchdog renews the lease
-//!    meanwhile. It is raced against the guard's lost signal: if the lease is lost first (the
-//!    store refused a renewal, the process was paused past the lease, the lock was forcibly
-//!    released), the handler's future is dropped and the answer is 503 ([`OnLost::Cancel`], the
-//!    default), or the handler finishes and its response is marked with the
-//!    [`LOCK_LOST_HEADER`] header ([`OnLost::Mark`]).
+//!    meanwhile. Before each poll of the handler's future the layer checks the guard's lost
+//!    signal and its clock: once the lease is lost (the store refused a renewal, the process
+//!    was paused past the lease, the lock was forcibly released), the handler is not polled
+//!    again — its future is dropped and the answer is 503 ([`OnLost::Cancel`], the default) —
+//!    or it finishes and its response is marked with the [`LOCK_LOST_HEADER`] header
+//!    ([`OnLost::Mark`]).
 //! 4. When the handler's future completes, the lock is released before the response is sent:
 //!    the next request for the key can have it at once. A handler whose last steps need no lock
 //!    can release it earlier ([`LockGuard::release`]). If the release finds the holding gone,
@@ -67,14 +74,15 @@
 //!
 //! The lock is taken before the handler reads the body, so the key function sees the head only.
 //! To lock by a field of a JSON body, take the lock in the handler instead, after parsing:
-//! `client.lock(format!("stock:{}", body.sku)).acquire_timeout(wait)` and the same
-//! `tokio::select!` on `guard.lost()` this layer runs; or have the client put the key in the
-//! path or a header, which also lets a proxy route by it.
+//! `client.lock(format!("stock:{}", body.sku)).acquire_timeout(wait)`, then race the work
+//! against `guard.lost()` and check `guard.is_lost()` before each step, as this layer does; or
+//! have the client put the key in the path or a header, which also lets a proxy route by it.
 //!
 //! # Layout
 //!
-//! * `layer.rs`: [`LockLayer`] (settings), [`LockService`] (take, race, release, answers).
-//! * `key.rs`: [`KeyRequest`], what the key function sees.
+//! * `layer.rs`: [`LockLayer`] (settings), [`LockService`] (take, run while held, release,
+//!   answers).
+//! * `key.rs`: [`KeyRequest`], what the key function sees, and [`Undecodable`].
 //! * `extract.rs`: [`LockGuard`] and its rejection [`NoLock`].
 #![warn(missing_docs, unreachable_pub)]
 
@@ -83,7 +91,7 @@ mod key;
 mod layer;
 
 pub use extract::{LockGuard, NoLock};
-pub use key::KeyRequest;
+pub use key::{KeyRequest, Undecodable};
 pub use layer::{LOCK_LOST_HEADER, LockLayer, LockService, OnLost};
 
 // The README's example is compiled as a doctest too.

@@ -8,10 +8,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::{HeaderValue, Method, Request, StatusCode};
 use axum::routing::{get, post};
 use distlock::{Client, LockKind};
-use distlock_axum::{KeyRequest, LOCK_LOST_HEADER, LockGuard, LockLayer, OnLost};
+use distlock_axum::{KeyRequest, LOCK_LOST_HEADER, LockGuard, LockLayer, OnLost, Undecodable};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tower_service::Service;
@@ -345,5 +345,166 @@ async fn a_handler_may_release_early_and_finish_without_the_lock() {
     let answer = request.await.unwrap();
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert!(!answer.lost_header, "an early release is not a lost lock");
+    s.client.shutdown().await;
+}
+
+/// Counts the handler's runs; answers whether it ran under a lock.
+#[derive(Clone, Default)]
+struct Runs(Arc<AtomicUsize>);
+
+async fn counted(State(runs): State<Runs>, guard: Option<LockGuard>) -> String {
+    runs.0.fetch_add(1, Ordering::SeqCst);
+    guard.map_or("unlocked".into(), |g| g.name().to_string())
+}
+
+async fn counted_locked(State(runs): State<Runs>, guard: LockGuard) -> String {
+    runs.0.fetch_add(1, Ordering::SeqCst);
+    guard.name().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_parameter_that_cannot_be_decoded_answers_400_without_running_the_handler() {
+    let s = store().await;
+    let runs = Runs::default();
+    let key = |req: &KeyRequest| Some(format!("w:{}", req.path_param("id")?));
+    let app = Router::new()
+        .route("/maybe/{id}", post(counted))
+        .route("/must/{id}", post(counted_locked))
+        // No parameter: the key function finds none, and the request goes through unlocked.
+        .route("/list", post(counted))
+        .layer(LockLayer::new(s.client.clone(), key))
+        .with_state(runs.clone());
+    // `%FF` percent-decodes to a byte that is not UTF-8.
+    for path in ["/maybe/a%FFb", "/must/a%FFb"] {
+        let answer = send(&app, Method::POST, path).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            answer.body
+        );
+        assert!(
+            answer.body.contains("could not be decoded"),
+            "{}",
+            answer.body
+        );
+    }
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0, "no handler ran");
+    // Decodable, and absent: as before.
+    let locked = send(&app, Method::POST, "/maybe/a%C3%A9b").await;
+    assert_eq!(
+        (locked.status, locked.body.as_str()),
+        (StatusCode::OK, "w:aéb")
+    );
+    let locked = send(&app, Method::POST, "/must/ab").await;
+    assert_eq!(
+        (locked.status, locked.body.as_str()),
+        (StatusCode::OK, "w:ab")
+    );
+    let unlocked = send(&app, Method::POST, "/list").await;
+    assert_eq!(
+        (unlocked.status, unlocked.body.as_str()),
+        (StatusCode::OK, "unlocked")
+    );
+    assert_eq!(runs.0.load(Ordering::SeqCst), 3);
+    s.client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_that_cannot_be_decoded_answers_400_without_running_the_handler() {
+    let s = store().await;
+    let runs = Runs::default();
+    let key = |req: &KeyRequest| Some(format!("acct:{}", req.header("x-account")?));
+    let app = |handler| {
+        Router::new()
+            .route("/pay", handler)
+            .layer(LockLayer::new(s.client.clone(), key))
+            .with_state(runs.clone())
+    };
+    let maybe = app(post(counted));
+    let must = app(post(counted_locked));
+    let request = |account: HeaderValue| {
+        Request::post("/pay")
+            .header("x-account", account)
+            .body(Body::empty())
+            .unwrap()
+    };
+    // Bytes above 0x7f are allowed in a header value, but are not visible ASCII.
+    let bad = HeaderValue::from_bytes(b"acct-\xe9").unwrap();
+    for app in [&maybe, &must] {
+        let answer = app.clone().call(request(bad.clone())).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(runs.0.load(Ordering::SeqCst), 0, "no handler ran");
+    let good = HeaderValue::from_static("acct-1");
+    let answer = maybe.clone().call(request(good)).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    // Absent: no key, and the handler that accepts that runs unlocked.
+    assert_eq!(send(&maybe, Method::POST, "/pay").await.body, "unlocked");
+    assert_eq!(runs.0.load(Ordering::SeqCst), 2);
+    s.client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_path_param_and_try_header_tell_absent_from_undecodable_and_leave_the_answer_to_the_key()
+ {
+    let s = store().await;
+    let runs = Runs::default();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let key = {
+        let seen = seen.clone();
+        move |req: &KeyRequest| {
+            let param = req.try_path_param("id").map(|p| p.map(str::to_string));
+            let header = req.try_header("x-account").map(|h| h.map(str::to_string));
+            seen.lock().unwrap().push((param, header));
+            // An undecodable part: this key function lets the request through unlocked.
+            None
+        }
+    };
+    let app = Router::new()
+        .route("/t/{id}", post(counted))
+        .route("/t", post(counted))
+        .layer(LockLayer::new(s.client.clone(), key))
+        .with_state(runs.clone());
+    let bad_header = Request::post("/t")
+        .header("x-account", HeaderValue::from_bytes(b"\xe9").unwrap())
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        app.clone().call(bad_header).await.unwrap().status(),
+        StatusCode::OK
+    );
+    for path in ["/t/a%FFb", "/t/ab", "/t"] {
+        let answer = send(&app, Method::POST, path).await;
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (StatusCode::OK, "unlocked")
+        );
+    }
+    assert_eq!(
+        runs.0.load(Ordering::SeqCst),
+        4,
+        "the key function's None went"
+    );
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let undecodable_param = Undecodable::PathParam("id".into());
+    let undecodable_header = Undecodable::Header("x-account".into());
+    assert_eq!(
+        seen,
+        [
+            (Ok(None), Err(undecodable_header.clone())),
+            (Err(undecodable_param.clone()), Ok(None)),
+            (Ok(Some("ab".into())), Ok(None)),
+            (Ok(None), Ok(None)),
+        ]
+    );
+    assert_eq!(
+        undecodable_param.to_string(),
+        "path parameter `id` is not UTF-8 once percent-decoded"
+    );
+    assert_eq!(
+        undecodable_header.to_string(),
+        "header `x-account` is not visible ASCII"
+    );
     s.client.shutdown().await;
 }
