@@ -56,6 +56,7 @@ struct Shared<K> {
     key: Arc<K>,
     kind: LockKind,
     lease: Option<Duration>,
+    max_hold: Option<Duration>,
     wait: Duration,
     when_held: StatusCode,
     on_lost: OnLost,
@@ -76,6 +77,7 @@ impl<K> Clone for Shared<K> {
             key: self.key.clone(),
             kind: self.kind,
             lease: self.lease,
+            max_hold: self.max_hold,
             wait: self.wait,
             when_held: self.when_held,
             on_lost: self.on_lost,
@@ -90,6 +92,7 @@ impl<K> fmt::Debug for LockLayer<K> {
             .field("backend", &s.client.backend_name())
             .field("kind", &s.kind)
             .field("lease", &s.lease)
+            .field("max_hold", &s.max_hold)
             .field("wait", &s.wait)
             .field("when_held", &s.when_held)
             .field("on_lost", &s.on_lost)
@@ -109,6 +112,7 @@ where
                 key: Arc::new(key),
                 kind: LockKind::Mutex,
                 lease: None,
+                max_hold: None,
                 wait: Duration::ZERO,
                 when_held: StatusCode::LOCKED,
                 on_lost: OnLost::Cancel,
@@ -134,6 +138,15 @@ where
     /// Renewed while the handler runs. An invalid lease answers every request 500 and is logged.
     pub fn lease(self, lease: Duration) -> Self {
         self.with(|s| s.lease = Some(lease))
+    }
+
+    /// Caps how long one request may keep its lock (see [`Lock::max_hold`]): renewal stops
+    /// `max_hold` after the take, and once the lease after that ends the request is treated as
+    /// one whose lease was lost — its handler stopped and 503 ([`OnLost::Cancel`]), or its
+    /// response marked ([`OnLost::Mark`]). A stuck handler then blocks its key at most
+    /// `max_hold` plus one lease. Zero answers every request 500 (an invalid setting).
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        self.with(|s| s.max_hold = Some(max_hold))
     }
 
     /// How long a request waits for a held lock before it is answered with
@@ -261,8 +274,12 @@ impl<K> Shared<K> {
             LockKind::Permit { permits } => c.semaphore(name, permits),
             _ => c.lock(name),
         };
-        match self.lease {
+        let lock = match self.lease {
             Some(lease) => lock.lease(lease),
+            None => lock,
+        };
+        match self.max_hold {
+            Some(max_hold) => lock.max_hold(max_hold),
             None => lock,
         }
     }

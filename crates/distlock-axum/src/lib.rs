@@ -56,7 +56,8 @@
 //! 3. The handler runs with the guard in the request's extensions; the watchdog renews the lease
 //!    meanwhile. Before each poll of the handler's future the layer checks the guard's lost
 //!    signal and its clock: once the lease is lost (the store refused a renewal, the process
-//!    was paused past the lease, the lock was forcibly released), the handler is not polled
+//!    was paused past the lease, the lock was forcibly released, or [`LockLayer::max_hold`]
+//!    stopped its renewal and the lease after it ended), the handler is not polled
 //!    again — its future is dropped and the answer is 503 ([`OnLost::Cancel`], the default) —
 //!    or it finishes and its response is marked with the [`LOCK_LOST_HEADER`] header
 //!    ([`OnLost::Mark`]).

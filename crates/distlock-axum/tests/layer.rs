@@ -229,6 +229,47 @@ async fn a_lost_lease_cancels_the_handler_before_it_commits() {
     s.client.shutdown().await;
 }
 
+/// Issue #38 item 5: a handler that would hold its key for ever (alive, its lease renewed) is
+/// stopped once its `max_hold` and the lease after it have passed: 503, and the key is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_stops_a_handler_that_holds_too_long() {
+    let s = store().await;
+    let (lease, max_hold) = (Duration::from_millis(300), Duration::from_millis(900));
+    let layer = LockLayer::new(s.client.clone(), by_sku)
+        .lease(lease)
+        .max_hold(max_hold);
+    let started = std::time::Instant::now();
+    let (request, gate) = start_gated(layer).await;
+    // Renewed past its lease until the cap: nobody else gets the key meanwhile.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let other = distlock::connect(&s.url).await.unwrap();
+    assert!(
+        other.lock("stock:a").try_acquire().await.unwrap().is_none(),
+        "the key was free before the cap"
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .expect("the handler was stopped")
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.body
+    );
+    assert!(took >= max_hold, "stopped after {took:?}, before the cap");
+    assert!(
+        gate.dropped.load(Ordering::SeqCst) && !gate.committed.load(Ordering::SeqCst),
+        "the handler was dropped before it committed"
+    );
+    let next = other.lock("stock:a").try_acquire().await.unwrap();
+    assert!(next.is_some(), "the key stayed held after the cap");
+    drop(next);
+    other.shutdown().await;
+    s.client.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_marks_the_response_when_asked_to() {
     let s = store().await;
