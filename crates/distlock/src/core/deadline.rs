@@ -62,6 +62,15 @@ impl Deadline {
 
 /// The instant `wait` from now, for a retry loop that compares instants: a wait too long for
 /// the clock ends at a point no run reaches (about 30 years on), never in an overflow.
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "redlock",
+        feature = "etcd",
+        feature = "zookeeper"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn instant_after(wait: Duration) -> Instant {
     const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
     let now = Instant::now();
