@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::fenced::FencedFile;
-use crate::suite::Flavour;
+use crate::flavour::Flavour;
 use crate::{Failure, monotonic_ns};
 
 /// The environment variable that turns the test binary into a child holder.
@@ -327,7 +327,7 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
             say(json!({"event": "done"}));
         }
         Role::Hold { name, lease_ms } => {
-            let lock = crate::suite::with_lease(
+            let lock = crate::flavour::with_lease(
                 client,
                 (flavour.make)(client, &name),
                 Duration::from_millis(lease_ms),

@@ -32,6 +32,7 @@ pub mod certs;
 pub mod child;
 pub mod curator;
 pub mod failover;
+pub mod flavour;
 pub mod section;
 pub mod servers;
 pub mod suite;

@@ -152,7 +152,7 @@ impl Labels {
         self.result(TIMEOUT);
     }
 
-    pub(crate) fn failed(&self, error: &crate::Error) {
+    pub(crate) fn failed(&self, error: &crate::error::Error) {
         self.result(ERROR);
         metrics::counter!("distlock_acquire_errors_total", "backend" => self.backend, "class" => self.class.clone(), "error" => error.kind().as_str()).increment(1);
     }

@@ -43,9 +43,7 @@ pub mod postgres;
 pub mod mysql;
 
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-pub(crate) mod queue;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-pub(crate) mod text_records;
+pub(crate) mod queues;
 
 #[cfg(any(feature = "etcd", feature = "redlock"))]
 pub(crate) mod moving_average;

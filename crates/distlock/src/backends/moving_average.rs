@@ -1,5 +1,7 @@
-//! How long something takes lately: a moving average of durations, shared by the tasks that
-//! time it (etcd's answer times, Redlock's rounds on every master).
+//! Loose in `backends/` because two stores of different families use it (etcd, a queue store,
+//! and Redlock, a quorum of Redis masters): how long something takes lately, a moving average of
+//! durations, shared by the tasks that time it (etcd's answer times, Redlock's rounds on every
+//! master).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -26,7 +26,7 @@ use etcd_client::{
 use super::keys::escape;
 use super::{Inner, NAME, from_etcd};
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
-use crate::backends::text_records::{decode_entry, encode_entry};
+use crate::backends::queues::records::{decode_entry, encode_entry};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
 
@@ -190,7 +190,7 @@ pub(super) async fn write(
 pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option<ElectionEntry>> {
     let keys = Keys::new(&inner.config.prefix, election);
     let seen = read(inner, &keys).await?;
-    Ok(crate::backends::text_records::live_leader(
+    Ok(crate::backends::queues::records::live_leader(
         seen.record.map(|(entry, _)| entry),
         seen.alive.and_then(|(seq, _, _)| seq),
     ))

@@ -15,7 +15,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarge
 
 use super::keys::{LockKeys, Range, escape, parse_key, parse_size_key};
 use super::{Inner, NAME, from_etcd};
-use crate::backends::text_records::decode_contender;
+use crate::backends::queues::records::decode_contender;
 use crate::error::{Error, ErrorKind, Result};
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};

@@ -3,7 +3,7 @@
 //!
 //! The exclusive lock is etcd's own mutex layout, so `etcdctl lock NAME` and distlock's lock
 //! `NAME` are one lock: each contender puts a key under `<prefix><name>/` (value: its owner
-//! token and who put it, a [contender entry](crate::backends::text_records)), attached to its session's lease; the key with the oldest create revision holds the
+//! token and who put it, a [contender entry](crate::backends::queues::records)), attached to its session's lease; the key with the oldest create revision holds the
 //! lock, and that revision is the fencing token. etcd names the key `<name>/<lease id in hex>`,
 //! one per session; distlock adds `-<n>`, one per contender, so two owners of one client queue in
 //! etcd in arrival order like everyone else instead of taking turns at one key.

@@ -10,7 +10,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use super::keys::escape;
 use super::{Inner, NAME, from_etcd};
 use crate::backend::Wakeups;
-use crate::backends::text_records::{decode_count, latch_raced};
+use crate::backends::queues::records::{decode_count, latch_raced};
 use crate::error::Result;
 use crate::types::LockName;
 

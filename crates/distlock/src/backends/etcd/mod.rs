@@ -37,7 +37,7 @@ use self::waiter::EtcdWaiter;
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
-use crate::backends::text_records::contender_of;
+use crate::backends::queues::records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, LockStatus, Selection};
@@ -71,8 +71,8 @@ pub(crate) struct Inner {
 }
 
 /// A lock this client holds: its key, found again by the fencing token (its create revision).
-type Holding = super::queue::Holding<Session>;
-type Holdings = super::queue::Holdings<Session>;
+type Holding = super::queues::holdings::Holding<Session>;
+type Holdings = super::queues::holdings::Holdings<Session>;
 
 /// Locks in an etcd cluster. Built by [`crate::connect`] from `etcd://…` or `etcds://…`.
 pub struct EtcdBackend {
@@ -235,7 +235,7 @@ fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
 }
 
 /// The compares that hold when `key`'s value is a contender entry of `owner`
-/// ([`text_records::contender_of`](super::text_records::contender_of)): it starts with the owner
+/// ([`records::contender_of`](super::queues::records::contender_of)): it starts with the owner
 /// token and a newline. etcd compares values as bytes and has no prefix compare; the two bounds
 /// make one: above `owner\n` (no entry is that alone) and below `owner` + the byte after `\n`.
 fn owned_by(key: &str, owner: &str) -> [Compare; 2] {

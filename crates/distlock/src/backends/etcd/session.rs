@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::{NAME, from_etcd};
 use crate::backend::Signal;
-use crate::backends::queue::Watched;
+use crate::backends::queues::holdings::Watched;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a failed keep-alive waits before it is tried again (within the TTL).

@@ -23,7 +23,7 @@ use super::session::Session;
 use super::{Holding, Inner, NAME, from_etcd};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter, permits_differ};
 use crate::backends::etcd::keys::{self, LockKeys};
-use crate::backends::text_records::{contender_of, encode_contender};
+use crate::backends::queues::records::{contender_of, encode_contender};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockKind};
 

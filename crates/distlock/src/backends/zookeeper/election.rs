@@ -26,7 +26,7 @@ use super::nodes::escape;
 use super::session::on_session;
 use super::{EPHEMERAL, Inner, NAME, PARENT};
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
-use crate::backends::text_records::{decode_entry, encode_entry};
+use crate::backends::queues::records::{decode_entry, encode_entry};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
 
@@ -223,7 +223,7 @@ fn on_zk(e: zookeeper_client::Error) -> Error {
 pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option<ElectionEntry>> {
     let record = record_path(&inner.config.prefix, election);
     let seen = read(inner, &record).await?;
-    Ok(crate::backends::text_records::live_leader(
+    Ok(crate::backends::queues::records::live_leader(
         seen.record.map(|(entry, _)| entry),
         seen.alive.and_then(|(seq, _, _)| seq),
     ))

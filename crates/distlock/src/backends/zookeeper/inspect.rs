@@ -15,7 +15,7 @@ use zookeeper_client::{MultiWriteError, MultiWriteResult, Stat};
 use super::nodes::{LockNodes, Parent, first_in_sequence, parse_parent};
 use super::session::{Session, on_session};
 use super::{Inner, NAME};
-use crate::backends::text_records::decode_contender;
+use crate::backends::queues::records::decode_contender;
 use crate::error::{Error, ErrorKind, Result};
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};

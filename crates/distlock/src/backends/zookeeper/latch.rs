@@ -14,7 +14,7 @@ use super::nodes::escape;
 use super::session::on_session;
 use super::{Inner, NAME, PARENT};
 use crate::backend::Wakeups;
-use crate::backends::text_records::{decode_count, latch_raced};
+use crate::backends::queues::records::{decode_count, latch_raced};
 use crate::error::Result;
 use crate::types::LockName;
 

@@ -60,8 +60,8 @@ const PARENT: CreateOptions<'static> = CreateMode::Container.with_acls(Acls::any
 /// beacon (`session.rs`).
 const EPHEMERAL: CreateOptions<'static> = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
 
-type Holding = super::queue::Holding<Session>;
-type Holdings = super::queue::Holdings<Session>;
+type Holding = super::queues::holdings::Holding<Session>;
+type Holdings = super::queues::holdings::Holdings<Session>;
 
 /// What the backend and its waiters share.
 pub(crate) struct Inner {

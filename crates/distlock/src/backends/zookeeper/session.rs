@@ -33,7 +33,7 @@ use super::config::Config;
 use super::nodes::SESSIONS;
 use super::{EPHEMERAL, NAME, PARENT, from_zk};
 use crate::backend::Signal;
-use crate::backends::queue::Watched;
+use crate::backends::queues::holdings::Watched;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How long a failed check waits before it is tried again (within the timeout).

@@ -16,7 +16,7 @@ use super::session::{Session, on_session, session_over};
 use super::size::{self, Created};
 use super::{CONTENDER, Holding, Inner, NAME, PARENT};
 use crate::backend::{Attempt, Hold, LockRequest, Waiter, permits_differ};
-use crate::backends::text_records::encode_contender;
+use crate::backends::queues::records::encode_contender;
 use crate::error::{ErrorKind, Result};
 use crate::types::{FencingToken, LockKind};
 
