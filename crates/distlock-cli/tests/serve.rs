@@ -142,6 +142,7 @@ async fn api_and_metrics_report_a_held_lock() {
     assert_eq!(report["url"], store.url.as_str());
     assert_eq!(report["error"], Value::Null);
     assert_eq!(report["locks"], serde_json::json!([]));
+    assert_eq!(report["warnings"], serde_json::json!([]));
 
     let client = distlock::connect(&store.url).await.expect("connect");
     let guard = client.lock(&name).acquire().await.expect("acquire");

@@ -152,3 +152,73 @@ fn bad_input_is_a_usage_error() {
         assert_eq!(out.status.code(), Some(64), "{args:?}:\n{}", text(&out));
     }
 }
+
+/// A Redis that may evict lock keys (`maxmemory 2mb`, `allkeys-lru`, with a password) is named
+/// in one `distlock: warning:` line on stderr, with its policy and the remedy and without the
+/// password, in the table form and with --json, whose stdout stays the array of locks; a
+/// Redis with the defaults gives no warning.
+#[test]
+fn an_evicting_redis_is_warned_about() {
+    use distlock_testkit::servers::{Persistence, start_redis_with_args};
+    let password = "evict-s3cret";
+    let evicting = start_redis_with_args(
+        Persistence::None,
+        &[
+            "--maxmemory",
+            "2mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--requirepass",
+            password,
+        ],
+    )
+    .unwrap_or_else(|f| panic!("starting a private redis-server: {}", f.0));
+    let plain = start_redis_with_args(Persistence::None, &[])
+        .unwrap_or_else(|f| panic!("starting a private redis-server: {}", f.0));
+    let evicting_url = format!("redis://:{password}@127.0.0.1:{}", evicting.port());
+    let plain_url = format!("redis://127.0.0.1:{}", plain.port());
+    for json in [false, true] {
+        let run = |url: &str| {
+            let mut args = vec!["status", "--prefix", "cli-evict/", "--url", url];
+            if json {
+                args.push("--json");
+            }
+            let out = Command::new(BIN)
+                .args(&args)
+                .env_remove("DISTLOCK_URL")
+                .output()
+                .expect("run distlock");
+            assert!(out.status.success(), "{args:?}:\n{}", text(&out));
+            if json {
+                let locks: serde_json::Value = serde_json::from_slice(&out.stdout)
+                    .unwrap_or_else(|e| panic!("status --json is not JSON ({e}):\n{}", text(&out)));
+                assert_eq!(locks, serde_json::json!([]), "{}", text(&out));
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            let warnings: Vec<String> = stderr
+                .lines()
+                .filter(|line| line.starts_with("distlock: warning: "))
+                .map(str::to_string)
+                .collect();
+            (warnings, stderr)
+        };
+        let (warnings, stderr) = run(&evicting_url);
+        assert_eq!(warnings.len(), 1, "json {json}: {stderr}");
+        for part in [
+            format!("127.0.0.1:{}", evicting.port()),
+            "allkeys-lru".into(),
+            "maxmemory-policy noeviction".into(),
+        ] {
+            assert!(
+                warnings[0].contains(&part),
+                "json {json}: {part:?} missing: {stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains(password),
+            "the password is shown: {stderr}"
+        );
+        let (warnings, stderr) = run(&plain_url);
+        assert!(warnings.is_empty(), "a default Redis warns: {stderr}");
+    }
+}

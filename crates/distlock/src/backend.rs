@@ -591,4 +591,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn force_release(&self, _name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
         Err(Error::unsupported(self.name(), "forced release"))
     }
+
+    /// What the store's own configuration puts at risk, asked of the store now, one sentence
+    /// each for an operator: what, on which server (never with a password), and what to change
+    /// (Redis: a `maxmemory-policy` that may evict lock keys). Not an error: a store that
+    /// cannot be asked answers none. The default has none.
+    async fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

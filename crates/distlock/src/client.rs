@@ -412,6 +412,17 @@ impl Client {
         self.engine.backend.status(&which).instrument(span).await
     }
 
+    /// What the store's own configuration puts at risk, asked of the store now: one sentence
+    /// each for an operator, naming the server (never a password) and what to change. Empty
+    /// when nothing is known to be wrong, or the store cannot be asked. On Redis (every scheme,
+    /// Redlock's masters too): a server with `maxmemory` and an evicting `maxmemory-policy`,
+    /// which may evict lock keys (each is also logged once, at `warn`, when first found);
+    /// `distlock status` prints these.
+    pub async fn warnings(&self) -> Vec<String> {
+        let span = tracing::debug_span!("distlock.warnings", backend = self.backend_name());
+        self.engine.backend.warnings().instrument(span).await
+    }
+
     /// Removes the lock `name` of flavour `kind` whoever holds it (every reader or permit of a
     /// read lock or semaphore), advancing its fencing token in the same step: the old holder's
     /// next renewal finds the holding gone and its [`Guard::lost`](crate::Guard::lost) fires,

@@ -141,6 +141,7 @@ fn every_public_operation_opens_a_span() {
         let both = client.multi_lock(["a", "b"]).acquire().await.unwrap();
         assert_eq!(client.status("a").await.unwrap().len(), 1);
         assert!(!client.status_prefix("").await.unwrap().is_empty());
+        assert!(client.warnings().await.is_empty());
         let forced = client.force_release("a", LockKind::Mutex).await.unwrap();
         assert_eq!(forced.removed.len(), 1);
         drop(both);
@@ -185,6 +186,7 @@ fn every_public_operation_opens_a_span() {
         "distlock.available_permits",
         "distlock.multi_acquire",
         "distlock.status",
+        "distlock.warnings",
         "distlock.force_release",
         "distlock.campaign",
         "distlock.proclaim",
@@ -221,8 +223,9 @@ fn every_public_operation_opens_a_span() {
         ]
         .iter()
         .any(|f| span.fields.contains_key(*f));
+        // Flushing and the store's warnings are about the whole client.
         assert!(
-            about || span.name == "distlock.flush",
+            about || span.name == "distlock.flush" || span.name == "distlock.warnings",
             "{span:?} names nothing"
         );
     }

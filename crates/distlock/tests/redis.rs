@@ -13,6 +13,7 @@ use distlock_testkit::sockets::tcp_connections;
 use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
 
 fn main() -> std::process::ExitCode {
+    capture_logs();
     let url = std::env::var("DISTLOCK_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
     Suite::new("redis", "Redis", url)
@@ -75,6 +76,14 @@ fn main() -> std::process::ExitCode {
         .case(
             "redis::extend_many_answers_each_holding_as_extend_would",
             extend_many_answers_each,
+        )
+        .case(
+            "redis::evicting_server_warns_and_an_evicted_holder_learns_it",
+            evicting_server_warns_and_an_evicted_holder_learns_it,
+        )
+        .case(
+            "redis::default_server_gives_no_warning",
+            default_server_gives_no_warning,
         )
         .run()
 }
@@ -867,5 +876,277 @@ async fn extend_many_answers_each(ctx: Ctx) -> Outcome {
             req.name
         );
     }
+    Ok(())
+}
+
+/// What distlock logged in this process at `warn` and above, and the eviction check's `debug`
+/// lines, each as its fields (`message=… server=…`): for the cases that check what an operator
+/// is told. Installed in `main` for the whole process, since a case's futures run on whichever
+/// thread the runtime picks.
+static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Logged;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut text = format!("{} ", event.metadata().level());
+        event.record(
+            &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                text.push_str(&format!("{}={value:?} ", field.name()));
+            },
+        );
+        LOGGED.lock().unwrap().push(text);
+    }
+}
+
+fn capture_logs() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let which = tracing_subscriber::filter::Targets::new()
+        .with_target("distlock", tracing::Level::WARN)
+        .with_target("distlock::backends::redis::eviction", tracing::Level::DEBUG);
+    let subscriber = tracing_subscriber::registry().with(Logged.with_filter(which));
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+}
+
+/// The captured lines that mention `text` at `level` (`"WARN"`, `"DEBUG"`).
+fn logged(level: &str, text: &str) -> Vec<String> {
+    LOGGED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|line| line.starts_with(level) && line.contains(text))
+        .cloned()
+        .collect()
+}
+
+/// A private server with `maxmemory 2mb` and `maxmemory-policy allkeys-lru` (and a password):
+/// the connect logs a warning, once for the server however often it is asked again, naming the
+/// server, the policy and the remedy, never the password, and `Client::warnings` answers it; a
+/// user whose ACL refuses `INFO` still connects (no warning, a debug line). Then what the
+/// warning says happens: a lock taken with a 3 s lease (watchdog on), the server filled past
+/// its limit with plain `SET`s until it evicts the lock's key. The holder's next renewal
+/// finds it gone, so its `lost()` fires within a third of the lease (+ a margin) of the last
+/// moment the key was seen, saying so; another client then takes the lock, with a larger
+/// fencing token (the counter, evicted or not, follows the server's clock).
+async fn evicting_server_warns_and_an_evicted_holder_learns_it(ctx: Ctx) -> Outcome {
+    const LEASE: Duration = Duration::from_secs(3);
+    // For a loaded machine: the renewal comes a third of the lease after the last one, give or
+    // take a scheduler's delay; the lease's end would come a whole lease after it.
+    const MARGIN: Duration = Duration::from_secs(2);
+    const FILLER: usize = 32 * 1024;
+    const BATCH: usize = 16;
+    const MOST_WRITTEN: usize = 256 * 1024 * 1024;
+    let password = "hunter2-evict";
+    let server = start_redis_with_args(
+        Persistence::None,
+        &[
+            "--maxmemory",
+            "2mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--requirepass",
+            password,
+        ],
+    )?;
+    let port = server.port();
+    let at = format!("127.0.0.1:{port}");
+    let url = format!("redis://:{password}@{at}");
+    let client = distlock::connect(&url).await?;
+    // The connect itself asks (beside the caller, so it may land just after connect returns).
+    eventually(
+        Duration::from_secs(10),
+        "the connect's warn line",
+        || async { Ok(!logged("WARN", &at).is_empty()) },
+    )
+    .await?;
+    let warnings = client.warnings().await;
+    println!("warnings: {warnings:?}");
+    check!(
+        warnings.len() == 1,
+        "{} warnings for a server with maxmemory 2mb, allkeys-lru: {warnings:?}",
+        warnings.len()
+    );
+    for part in [at.as_str(), "allkeys-lru", "maxmemory-policy noeviction"] {
+        check!(
+            warnings[0].contains(part),
+            "the warning does not say {part:?}: {}",
+            warnings[0]
+        );
+    }
+    // Logged once for the server, however often it is found again.
+    let again = distlock::connect(&url).await?;
+    check!(
+        again.warnings().await == warnings,
+        "a second client was warned otherwise"
+    );
+    let lines = logged("WARN", &at);
+    check!(
+        lines.len() == 1,
+        "{} warn lines for the server after two connects and two more checks: {lines:?}",
+        lines.len()
+    );
+    check!(
+        !lines[0].contains(password) && !warnings[0].contains(password),
+        "the password is shown: {lines:?}"
+    );
+    drop(again);
+
+    // A user who may not run INFO: connect goes on, nothing is known to warn about.
+    let mut admin = raw(&url).await?;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noinfo",
+            "on",
+            ">noinfo-pw",
+            "~distlock:*",
+            "&distlock:*",
+            "+@all",
+            "-info",
+        ])
+        .query_async(&mut admin)
+        .await?;
+    let refused = distlock::connect(&format!("redis://noinfo:noinfo-pw@{at}")).await?;
+    let none = refused.warnings().await;
+    check!(none.is_empty(), "warnings without INFO: {none:?}");
+    let held = refused
+        .lock(ctx.unique_name("noinfo"))
+        .try_acquire()
+        .await?;
+    check!(held.is_some(), "a user without INFO took no lock");
+    let debug = logged("DEBUG", &at);
+    check!(
+        debug.iter().any(|line| line.contains("INFO")),
+        "no debug line says INFO was refused: {debug:?}"
+    );
+
+    // The eviction itself.
+    let name = ctx.unique_name("evicted");
+    let key = format!("distlock:lock:{{{name}}}");
+    let guard = client.lock(&name).lease(LEASE).acquire().await?;
+    let token = guard.fencing_token().get();
+    let lost = {
+        let lost = guard.lost();
+        tokio::spawn(async move {
+            let why = lost.await;
+            (std::time::Instant::now(), why)
+        })
+    };
+    let filler = vec![b'x'; FILLER];
+    let (mut written, mut seen_at) = (0, std::time::Instant::now());
+    loop {
+        let mut batch = redis::pipe();
+        for i in 0..BATCH {
+            batch
+                .set(format!("filler:{}", written / FILLER + i), &filler[..])
+                .ignore();
+        }
+        let _: () = batch.query_async(&mut admin).await?;
+        written += BATCH * FILLER;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut admin)
+            .await?;
+        if !exists {
+            break;
+        }
+        seen_at = std::time::Instant::now();
+        check!(
+            written < MOST_WRITTEN,
+            "{} MiB written past a 2 MiB limit, and the lock's key is still there",
+            written >> 20
+        );
+    }
+    let gone_at = std::time::Instant::now();
+    let fence_left: bool = redis::cmd("EXISTS")
+        .arg(format!("{key}:fence"))
+        .query_async(&mut admin)
+        .await?;
+    let bound = LEASE / 3 + MARGIN;
+    let (lost_at, why) = tokio::time::timeout(LEASE * 3, lost)
+        .await
+        .map_err(|_| Failure(format!("no lost() {:?} after the eviction", LEASE * 3)))?
+        .map_err(|e| Failure(e.to_string()))?;
+    let after = lost_at.saturating_duration_since(seen_at);
+    println!(
+        "lock key evicted after {} KiB of filler; lost() fired {:?} after the key was last seen \
+         ({:?} after it was found gone; the fence counter {}): {why}",
+        written >> 10,
+        after,
+        lost_at.saturating_duration_since(gone_at),
+        if fence_left { "kept" } else { "evicted too" },
+    );
+    check!(
+        after <= bound,
+        "lost() fired {after:?} after the key was last seen, more than a third of the {LEASE:?} \
+         lease + {MARGIN:?}"
+    );
+    check!(
+        why.to_string().contains("no longer lists this holding"),
+        "lost() did not come from a renewal that found the key gone: {why}"
+    );
+    let next = distlock::connect(&url).await?;
+    let taken = next.lock(&name).lease(LEASE).try_acquire().await?;
+    let Some(taken) = taken else {
+        return Err(Failure(
+            "the evicted lock could not be taken by another client".into(),
+        ));
+    };
+    let new_token = taken.fencing_token().get();
+    println!("tokens: evicted holder {token}, next holder {new_token}");
+    check!(
+        new_token > token,
+        "the next holder's token {new_token} is not above the evicted holder's {token}"
+    );
+    check!(taken.release().await?, "the next holder lost the lock");
+    Ok(())
+}
+
+/// Servers that cannot evict lock keys give no warning: the shared server (run as
+/// scripts/services.sh runs it: no `maxmemory`), a private server with the defaults, and the
+/// same with `maxmemory` but `noeviction`. The warnings are asked of the server each time: a
+/// `volatile-lru` policy set at run time is reported at the next ask (every `volatile-*` policy
+/// evicts keys with a TTL, which lock keys have) and logged once.
+async fn default_server_gives_no_warning(ctx: Ctx) -> Outcome {
+    use distlock_testkit::servers::PrivateStore as _;
+    let shared = ctx.client.warnings().await;
+    check!(shared.is_empty(), "the shared server warns: {shared:?}");
+    let server = start_redis(Persistence::None)?;
+    let at = format!("127.0.0.1:{}", server.port());
+    let client = distlock::connect(&server.url()).await?;
+    let none = client.warnings().await;
+    check!(
+        none.is_empty(),
+        "a server with the defaults warns: {none:?}"
+    );
+    let mut admin = raw(&server.url()).await?;
+    let set = |name: &'static str, value: &'static str| {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg(name).arg(value);
+        cmd
+    };
+    let _: () = set("maxmemory", "1gb").query_async(&mut admin).await?;
+    let none = client.warnings().await;
+    check!(none.is_empty(), "maxmemory with noeviction warns: {none:?}");
+    check!(
+        logged("WARN", &at).is_empty(),
+        "warn lines for a server that cannot evict: {:?}",
+        logged("WARN", &at)
+    );
+    let _: () = set("maxmemory-policy", "volatile-lru")
+        .query_async(&mut admin)
+        .await?;
+    let now = client.warnings().await;
+    check!(
+        now.len() == 1 && now[0].contains("volatile-lru") && now[0].contains(&at),
+        "volatile-lru set at run time: {now:?}"
+    );
+    let _ = client.warnings().await;
+    check!(
+        logged("WARN", &at).len() == 1,
+        "warn lines for the server: {:?}",
+        logged("WARN", &at)
+    );
     Ok(())
 }

@@ -48,6 +48,10 @@ fn main() -> std::process::ExitCode {
             "redis_cluster::password_on_every_node",
             password_on_every_node,
         )
+        .case(
+            "redis_cluster::an_evicting_master_is_named_in_a_warning",
+            evicting_master_is_warned,
+        )
         .run()
 }
 
@@ -725,5 +729,33 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
     for guard in guards.into_iter().flatten() {
         guard.release().await?;
     }
+    Ok(())
+}
+
+/// One master of a private cluster given `maxmemory` and an evicting policy: a client is warned
+/// of that master, by its address, and of no other (every master is asked); the shared
+/// cluster, run without `maxmemory`, gives no warning.
+async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
+    let shared = ctx.client.warnings().await;
+    check!(shared.is_empty(), "the shared cluster warns: {shared:?}");
+    let cluster = blocking(start_redis_cluster)?;
+    let masters = blocking(|| cluster.masters())?;
+    let evicting = masters[0];
+    for (setting, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lfu")] {
+        let answer = blocking(|| cluster.cli(evicting, &["CONFIG", "SET", setting, value]))?;
+        check!(
+            answer == "OK",
+            "CONFIG SET {setting} on {evicting}: {answer}"
+        );
+    }
+    let client = connect(&cluster.url()).await?;
+    let warnings = client.warnings().await;
+    println!("warnings: {warnings:?}");
+    check!(
+        warnings.len() == 1
+            && warnings[0].contains(&format!("master 127.0.0.1:{evicting}"))
+            && warnings[0].contains("allkeys-lfu"),
+        "masters {masters:?}, {evicting} evicting: {warnings:?}"
+    );
     Ok(())
 }

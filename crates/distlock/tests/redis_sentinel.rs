@@ -49,6 +49,10 @@ fn main() -> std::process::ExitCode {
             "redis_sentinel::passwords_on_nodes_and_sentinels_across_a_failover",
             passwords,
         )
+        .case(
+            "redis_sentinel::an_evicting_master_is_named_in_a_warning",
+            evicting_master_is_warned,
+        )
         .run()
 }
 
@@ -665,5 +669,39 @@ async fn passwords(ctx: Ctx) -> Outcome {
         "the token after the failover is not above the one before"
     );
     check!(third.release().await?, "the last release failed");
+    Ok(())
+}
+
+/// The master of a private group given `maxmemory` and an evicting policy (replicas without):
+/// a client is warned of it, by its address; after a failover to a replica that cannot evict,
+/// the same client's warnings are asked of the new master and are none. The shared group, run
+/// without `maxmemory`, gives no warning.
+async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
+    let shared = ctx.client.warnings().await;
+    check!(shared.is_empty(), "the shared group warns: {shared:?}");
+    let group = blocking(start_sentinel_group)?;
+    let master = blocking(|| group.master_port())?;
+    for (setting, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "volatile-lru")] {
+        let answer = blocking(|| redis_cli(master, &["CONFIG", "SET", setting, value]))?;
+        check!(answer == "OK", "CONFIG SET {setting} on {master}: {answer}");
+    }
+    let client = distlock::connect(&group.url()).await?;
+    let warnings = client.warnings().await;
+    println!("warnings: {warnings:?}");
+    check!(
+        warnings.len() == 1
+            && warnings[0].contains(&format!("master 127.0.0.1:{master}"))
+            && warnings[0].contains("volatile-lru"),
+        "master {master} evicting: {warnings:?}"
+    );
+    let promoted = blocking(|| group.failover())?;
+    // The client's connection follows the promotion; until then it asks the old master.
+    distlock_testkit::cases::eventually(
+        Duration::from_secs(10),
+        "no warning once the master cannot evict",
+        || async { Ok(client.warnings().await.is_empty()) },
+    )
+    .await
+    .map_err(|e| Failure(format!("after the failover to {promoted}: {e:?}")))?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use distlock_testkit::faults::{Fault, FaultProxy};
 use distlock_testkit::fenced::FencedFile;
 use distlock_testkit::servers::{
     Persistence, PrivateServer, PrivateStore, RedlockMasters, redlock_url, start_redis,
-    start_redlock,
+    start_redis_with_args, start_redlock,
 };
 use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
 
@@ -58,6 +58,10 @@ fn main() -> std::process::ExitCode {
             undo_on_new_masters,
         )
         .case("redlock::bad_urls_are_typed", bad_urls)
+        .case(
+            "redlock::an_evicting_master_is_named_in_a_warning",
+            evicting_master_is_warned,
+        )
         .run()
 }
 
@@ -873,6 +877,34 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
     check!(
         err.kind() == ErrorKind::NoQuorum && err.to_string().contains("0 of 3"),
         "{err}"
+    );
+    Ok(())
+}
+
+/// One of three private masters given `maxmemory` and an evicting policy: a client is warned of
+/// that master, by its address, and of no other (each master is asked as one Redis server is).
+/// The shared masters, run without `maxmemory`, give no warning.
+async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
+    let shared = ctx.client.warnings().await;
+    check!(shared.is_empty(), "the shared masters warn: {shared:?}");
+    let evicting = start_redis_with_args(
+        Persistence::None,
+        &["--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"],
+    )?;
+    let others = start_redlock(2, Persistence::None)?;
+    let ports = [
+        evicting.port(),
+        others.masters[0].port(),
+        others.masters[1].port(),
+    ];
+    let client = distlock::connect(&redlock_url(ports)).await?;
+    let warnings = client.warnings().await;
+    println!("warnings: {warnings:?}");
+    check!(
+        warnings.len() == 1
+            && warnings[0].contains(&format!("127.0.0.1:{}", ports[0]))
+            && warnings[0].contains("volatile-ttl"),
+        "masters {ports:?}, the first evicting: {warnings:?}"
     );
     Ok(())
 }

@@ -18,7 +18,9 @@ use crate::EXIT_USAGE;
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Prints one line per holding: name, kind, fencing token, holder (pid, host, \
-                  process), since, lease left, waiters (where the store keeps them).\n\
+                  process), since, lease left, waiters (where the store keeps them). What the \
+                  store's configuration puts at risk (a Redis that may evict lock keys) is said \
+                  on stderr, one `distlock: warning: …` line each, with --json too.\n\
                   Exit status: 0 if something is shown (with --prefix: always); 1 if lock NAME \
                   is not held; 69 if the store cannot be reached or fails; 64 for invalid \
                   arguments or a \
@@ -187,6 +189,10 @@ pub(crate) async fn run_status(args: StatusArgs) -> ExitCode {
         Ok(locks) => locks,
         Err(e) => return failed("cannot read the locks", &e),
     };
+    // On stderr, in both forms: the JSON on stdout stays the array it always was.
+    for warning in client.warnings().await {
+        eprintln!("distlock: warning: {warning}");
+    }
     client.shutdown().await;
     if args.json {
         println!("{}", locks_json(&locks));

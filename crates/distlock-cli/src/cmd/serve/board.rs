@@ -48,6 +48,9 @@ pub(crate) struct Report {
     locks: serde_json::Value,
     /// Why the read failed; `locks` is then empty.
     error: Option<String>,
+    /// What the store's configuration puts at risk ([`distlock::Client::warnings`]: a Redis
+    /// that may evict lock keys), asked with each read; empty when nothing is known.
+    warnings: Vec<String>,
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -119,6 +122,10 @@ impl Board {
                 READ_TIMEOUT.as_secs()
             )),
         };
+        // Not an error of the read: a store that cannot be asked gives none.
+        let warnings = tokio::time::timeout(READ_TIMEOUT, self.client.warnings())
+            .await
+            .unwrap_or_default();
         set_gauges(backend, result.as_deref().ok());
         let (locks, error) = match result {
             Ok(locks) => (locks_json(&locks), None),
@@ -132,6 +139,7 @@ impl Board {
             read_at_ms: unix_ms(SystemTime::now()),
             locks,
             error,
+            warnings,
         }
     }
 }

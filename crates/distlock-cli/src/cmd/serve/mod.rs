@@ -52,7 +52,8 @@ const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
     token, since when, lease left and waiters; it polls /api/locks every --refresh\n  \
     GET /api/locks   the same as JSON (locks as `distlock status --json` prints them): {backend, url (passwords masked), prefix, refresh_ms, \
     read_at_ms, locks: [{name, kind, holdings: [{token, holder: {host, pid, process}, \
-    since_ms, lease_left_ms}], waiters, last_token}], error}\n  \
+    since_ms, lease_left_ms}], waiters, last_token}], error, warnings: [what the store's \
+    configuration puts at risk, e.g. a Redis that may evict lock keys]}\n  \
     GET /metrics     Prometheus text: whatever the library records in this process through the \
     metrics facade (distlock_acquires_total and the like are recorded by the processes that \
     take locks, so they show here only for locks taken in this process) and, from the last status \

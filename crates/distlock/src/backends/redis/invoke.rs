@@ -13,6 +13,7 @@ use ::redis::{
 
 use super::cluster;
 use super::config;
+use super::eviction;
 use super::pipelined::{Pipelined, Target};
 use super::replicas::ReplicaAck;
 use super::sentinel::{self, Sentinels};
@@ -140,8 +141,27 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// Connects to the server `url` names. The pub/sub connection opens at the first wait.
+    /// Connects to the server `url` names, and warns if it may evict lock keys (see
+    /// `eviction.rs`). The pub/sub connection opens at the first wait.
     pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
+        let server = Self::open(url, options).await?;
+        // Asked in the background: its answer only decides a log line, and a slow one must not
+        // slow the connect (Redlock counts each master's connect against its connect timeout).
+        let (conn, shown_url) = (server.conn.clone(), server.shown_url.clone());
+        let behind_sentinel = server.follower.is_some();
+        tokio::spawn(async move { warnings(conn, &shown_url, behind_sentinel).await });
+        Ok(server)
+    }
+
+    /// What this store's configuration puts at risk, asked of its server (behind Sentinel, the
+    /// master now; on a cluster, every master) now: whether it may evict lock keys. Each is
+    /// logged the first time this process finds it (see `eviction.rs`).
+    pub(crate) async fn warnings(&self) -> Vec<String> {
+        warnings(self.conn.clone(), &self.shown_url, self.follower.is_some()).await
+    }
+
+    /// Opens the connection to the server `url` names.
+    async fn open(url: &str, options: &Options) -> Result<Self> {
         if config::is_sentinel(url) {
             return Self::connect_sentinel(url, options).await;
         }
@@ -468,6 +488,30 @@ impl Server {
                 Some(e) => return Err(from_redis(what, e)),
             }
         }
+    }
+}
+
+/// [`Server::warnings`] of the server `conn` reaches, shown as `shown_url`.
+async fn warnings(mut conn: Conn, shown_url: &str, behind_sentinel: bool) -> Vec<String> {
+    match &conn {
+        Conn::Cluster(cluster) => eviction::check_cluster(cluster, shown_url).await,
+        Conn::Pipelined(pipelined) if behind_sentinel => {
+            let pipelined = pipelined.clone();
+            let info = ::redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut conn)
+                .await;
+            // The node that answered, unless a failover moved the connection in between.
+            let server = match pipelined.node() {
+                Some((host, port)) => format!("{shown_url} (master {host}:{port})"),
+                None => shown_url.to_string(),
+            };
+            eviction::judge(info, &server).into_iter().collect()
+        }
+        _ => eviction::check(&mut conn, shown_url)
+            .await
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -15,12 +15,15 @@
 //! * `replicas`: `?wait_replicas=N`, takes and renewals that count only once N replicas
 //!   acknowledged them (`WAIT`).
 //! * `cluster`: `redis-cluster://`, scripts routed to their slot's master, sharded pub/sub.
+//! * `eviction`: whether the server may evict lock keys (`maxmemory-policy`), warned about at
+//!   connect and in `Backend::warnings`.
 //!
 #![doc = include_str!("docs.md")]
 
 mod cluster;
 mod config;
 mod election;
+mod eviction;
 mod fair;
 mod latch;
 // The single-master pieces Redlock runs on each of its masters.
@@ -503,6 +506,10 @@ impl Backend for RedisBackend {
 
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         inspect::status(&self.server, which).await
+    }
+
+    async fn warnings(&self) -> Vec<String> {
+        self.server.warnings().await
     }
 
     async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {

@@ -141,6 +141,11 @@ impl Pipelined {
         }
     }
 
+    /// The node the open connection goes to, if one is open.
+    pub(crate) fn node(&self) -> Option<Addr> {
+        lock(&self.0.current).as_ref().map(|live| live.addr.clone())
+    }
+
     /// Drops the open connection (its node answered `READONLY`: it is no longer the master).
     pub(crate) fn leave(&self) {
         lock(&self.0.current).take();

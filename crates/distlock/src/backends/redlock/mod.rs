@@ -372,6 +372,21 @@ impl Backend for RedlockBackend {
         }
         self.inspect_force(name).await
     }
+
+    async fn warnings(&self) -> Vec<String> {
+        // The masters connected now, each asked as one Redis server is; a master that does not
+        // answer within the response timeout gives none.
+        let asked = self
+            .masters
+            .iter()
+            .filter_map(Master::connected)
+            .map(|server| tokio::time::timeout(self.response_timeout, server.warnings()));
+        join_all(asked)
+            .await
+            .into_iter()
+            .flat_map(|warnings| warnings.unwrap_or_default())
+            .collect()
+    }
 }
 
 impl RedlockBackend {
