@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use super::invoke::Server;
 use super::keys::Keys;
 use super::scripts::SCRIPTS;
-use super::{WAITER_TTL, take};
+use super::take;
 use crate::backend::{Attempt, LockRequest, Waiter, Wakeups, next_notice};
 use crate::error::Result;
 
@@ -45,28 +45,7 @@ impl Waiter for FairWaiter {
     async fn poll(&mut self) -> Result<Attempt> {
         let in_line = self.turns.is_some();
         self.queued |= in_line;
-        let lease = self.req.lease.as_millis().to_string();
-        let waiter_ttl = WAITER_TTL.as_millis().to_string();
-        let channel = self.keys.channel();
-        let args = [
-            self.req.owner.as_str(),
-            &lease,
-            &waiter_ttl,
-            &channel,
-            if in_line { "1" } else { "0" },
-            crate::status::Holder::this_process_record(),
-        ];
-        let script = &SCRIPTS.ops(self.req.kind).acquire;
-        let what = "taking a fair lock";
-        take(
-            &self.server,
-            &self.req,
-            script,
-            &self.keys.acquire(),
-            &args,
-            what,
-        )
-        .await
+        take(&self.server, &self.req, &self.keys, in_line).await
     }
 
     async fn changed(&mut self) -> Result<()> {

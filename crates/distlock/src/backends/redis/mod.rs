@@ -25,6 +25,7 @@ mod config;
 mod election;
 mod eviction;
 mod fair;
+mod flavours;
 mod latch;
 // The single-master pieces Redlock runs on each of its masters.
 pub(crate) mod inspect;
@@ -51,10 +52,10 @@ use crate::backend::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
+use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
 
-use ::redis::Script;
+use flavours::{Answer, Flavour, Release};
 use invoke::Server;
 use keys::Keys;
 use scripts::SCRIPTS;
@@ -101,14 +102,6 @@ impl RedisBackend {
         Ok(RedisBackend {
             server: Arc::new(Server::connect(url, options).await?),
         })
-    }
-}
-
-fn mode(kind: LockKind) -> &'static str {
-    if kind == LockKind::Read {
-        "read"
-    } else {
-        "write"
     }
 }
 
@@ -161,25 +154,25 @@ pub(crate) fn named_holding(owner: &str, token: Option<FencingToken>) -> String 
     }
 }
 
-/// Runs the acquire `script` and reads its answer, waiting for the URL's replicas
+/// Runs `req`'s take script with the arguments of its row of the flavour table (`in_line`: a
+/// fair waiter holds its place in line) and reads its answer, waiting for the URL's replicas
 /// (`?wait_replicas=N`, see `replicas.rs`): a take fewer of them acknowledged is released by its
 /// token before the caller hears of it, and answered with [`ErrorKind::NoQuorum`].
-async fn take(
-    server: &Server,
-    req: &LockRequest,
-    script: &Script,
-    keys: &[String],
-    args: &[&str],
-    what: &str,
-) -> Result<Attempt> {
+async fn take(server: &Server, req: &LockRequest, keys: &Keys, in_line: bool) -> Result<Attempt> {
     if let Some(ack) = server.replica_ack() {
         ack.check_lease(&req.name, req.lease.duration())?;
     }
-    let (answer, acks) = if keys::family(req.kind) == "lock" {
-        let (answer, acks) = server.run_acked::<i64>(script, keys, args, what).await?;
-        (exclusive_answer(answer), acks)
-    } else {
-        server.run_acked(script, keys, args, what).await?
+    let flavour = Flavour::of(req.kind);
+    let script = &(flavour.ops)(&SCRIPTS).acquire;
+    let args = flavour.take_args(req, keys, in_line);
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let (keys, what) = (&keys.acquire(), flavour.taking);
+    let (answer, acks) = match flavour.answer {
+        Answer::Number => {
+            let (answer, acks) = server.run_acked::<i64>(script, keys, &args, what).await?;
+            (exclusive_answer(answer), acks)
+        }
+        Answer::Pair => server.run_acked(script, keys, &args, what).await?,
     };
     let taken = attempt(answer, req)?;
     let (Some(ack), Some(acks), Attempt::Acquired { token, .. }) =
@@ -208,16 +201,20 @@ async fn release_holding(
     token: Option<FencingToken>,
 ) -> Result<bool> {
     let k = Keys::new(&server.prefix, req.kind, &req.name);
-    let script = &SCRIPTS.ops(req.kind).release;
+    let flavour = Flavour::of(req.kind);
+    let script = &(flavour.ops)(&SCRIPTS).release;
     let what = "releasing the lock";
-    let freed: i64 = if keys::family(req.kind) == "lock" {
-        let named = named_holding(req.owner.as_str(), token);
-        server.run(script, &k.release(), &[&named], what).await?
-    } else {
-        // '' names whatever holding the owner has (release by owner token).
-        let token = token.map(|t| t.to_string()).unwrap_or_default();
-        let args = [req.owner.as_str(), &k.channel(), &token, mode(req.kind)];
-        server.run(script, &k.release(), &args, what).await?
+    let freed: i64 = match flavour.release {
+        Release::Holding => {
+            let named = named_holding(req.owner.as_str(), token);
+            server.run(script, &k.release(), &[&named], what).await?
+        }
+        Release::Parts => {
+            // '' names whatever holding the owner has (release by owner token).
+            let token = token.map(|t| t.to_string()).unwrap_or_default();
+            let args = [req.owner.as_str(), &k.channel(), &token, flavour.mode];
+            server.run(script, &k.release(), &args, what).await?
+        }
     };
     Ok(freed == 1)
 }
@@ -318,50 +315,17 @@ impl Backend for RedisBackend {
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         let k = Keys::new(&self.server.prefix, req.kind, &req.name);
-        let owner = req.owner.as_str();
-        let lease = req.lease.as_millis().to_string();
-        let waiter_ttl = || WAITER_TTL.as_millis().to_string();
-        let script = &SCRIPTS.ops(req.kind).acquire;
-        // Stored only by a take (status shows it); a static string, so nothing is built per call.
-        let record = Holder::this_process_record();
-        let server = &self.server;
-        match req.kind {
-            // A one-off attempt never joins the fair lock's queue (its waiter does).
-            LockKind::Fair => {
-                let (channel, waiter_ttl) = (k.channel(), waiter_ttl());
-                let args = [owner, &lease, &waiter_ttl, &channel, "0", record];
-                let what = "taking a fair lock";
-                take(server, req, script, &k.acquire(), &args, what).await
-            }
-            LockKind::Read | LockKind::Write => {
-                let args = [owner, &lease, mode(req.kind), &waiter_ttl(), record];
-                let what = "taking a read-write lock";
-                take(server, req, script, &k.acquire(), &args, what).await
-            }
-            LockKind::Permit { permits } => {
-                let follows = if req.follows_resize { "1" } else { "" };
-                let args = [owner, &lease, &permits.to_string(), record, follows];
-                let what = "taking a semaphore permit";
-                take(server, req, script, &k.acquire(), &args, what).await
-            }
-            _ => {
-                let args = [owner, &lease, record];
-                take(server, req, script, &k.acquire(), &args, "taking the lock").await
-            }
-        }
+        // A one-off attempt never joins the fair lock's queue (its waiter does).
+        take(&self.server, req, &k, false).await
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
         let k = Keys::new(&self.server.prefix, req.kind, &req.name);
+        let flavour = Flavour::of(req.kind);
         let lease = req.lease.as_millis().to_string();
-        let args = [
-            req.owner.as_str(),
-            &lease,
-            &token.to_string(),
-            mode(req.kind),
-        ];
+        let args = [req.owner.as_str(), &lease, &token.to_string(), flavour.mode];
         let what = "extending the lease";
-        let script = &SCRIPTS.ops(req.kind).extend;
+        let script = &(flavour.ops)(&SCRIPTS).extend;
         let (renewed, acks): (i64, _) = self
             .server
             .run_acked(script, &k.extend(), &args, what)

@@ -1,14 +1,14 @@
 //! The Lua scripts, one set per flavour. Each lives in `scripts/` with `prelude.lua` (server
 //! clock, fencing counter, holding check) put in front.
 //!
-//! Argument order is the same for every flavour's extend (`owner, lease ms, token[, mode]`) and
-//! release (`owner, channel, token or '', [mode]`), so those calls are written once.
+//! Which flavour runs which of them, with which arguments, is the table in `flavours.rs`.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use ::redis::Script;
 
+use super::flavours::Flavour;
 use crate::types::LockKind;
 
 /// One flavour's take, renew and release.
@@ -57,13 +57,25 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
+    /// The take, extend and release of `kind` (its row of [`Flavour`]).
     pub(crate) fn ops(&self, kind: LockKind) -> &Ops {
-        match kind {
-            LockKind::Fair => &self.fair,
-            LockKind::Read | LockKind::Write => &self.rw,
-            LockKind::Permit { .. } => &self.sem,
-            _ => &self.mutex,
-        }
+        (Flavour::of(kind).ops)(self)
+    }
+
+    pub(super) fn mutex(&self) -> &Ops {
+        &self.mutex
+    }
+
+    pub(super) fn fair(&self) -> &Ops {
+        &self.fair
+    }
+
+    pub(super) fn rw(&self) -> &Ops {
+        &self.rw
+    }
+
+    pub(super) fn sem(&self) -> &Ops {
+        &self.sem
     }
 }
 
