@@ -57,7 +57,8 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    /// The take, extend and release of `kind` (its row of [`Flavour`]).
+    /// The take, extend and release of `kind` (its row of [`Flavour`]), for Redlock's masters.
+    #[cfg_attr(not(any(feature = "redlock", test)), allow(dead_code))]
     pub(crate) fn ops(&self, kind: LockKind) -> &Ops {
         (Flavour::of(kind).ops)(self)
     }
