@@ -488,8 +488,76 @@ pub(crate) struct AfterHosts<'a> {
     pub(crate) query: Vec<(&'a str, &'a str)>,
 }
 
-/// Takes apart what follows the `scheme://` of `url` but the hosts ([`authority`] parses
-/// those). The error says what is wrong without quoting it (it may be part of a password).
+/// A multi-host URL, `scheme://[userinfo@]host[:port][,host[:port]…][/path][?query]`, taken
+/// apart around its hosts ([`authority`] parses those): one reading for every store whose URL
+/// names several servers (Sentinel, Cluster, Redlock, etcd, ZooKeeper, memcached).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct AroundHosts<'a> {
+    /// The user-info as written (still %-encoded), without its `@`.
+    pub(crate) userinfo: Option<&'a str>,
+    /// What follows the hosts up to `?`, leading `/` and all, as written.
+    pub(crate) path: &'a str,
+    /// The query's `key=value` pairs, in order (`key` alone reads as `key=`).
+    pub(crate) query: Vec<(&'a str, &'a str)>,
+}
+
+/// Takes `url` apart around its hosts. A fragment (`#…`) is refused: no store has a use for
+/// one, and silently dropping it could drop part of a misplaced password. The error says what
+/// is wrong without quoting it (it may be part of a password).
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "memcached",
+        feature = "redlock"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn around_hosts(url: &str) -> std::result::Result<AroundHosts<'_>, &'static str> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .ok_or("no \"://\" after the scheme")?;
+    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
+    let hosts_start = userinfo.map_or(0, |u| u.len() + 1);
+    let authority_end = rest[hosts_start..]
+        .find(['/', '?', '#'])
+        .map_or(rest.len(), |i| hosts_start + i);
+    let after = &rest[authority_end..];
+    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    if path.contains('#') || query.contains('#') {
+        return Err("a fragment (#…) means nothing here");
+    }
+    let query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .collect();
+    Ok(AroundHosts {
+        userinfo,
+        path,
+        query,
+    })
+}
+
+impl Authority {
+    /// Each server as `(host, port)`, `default_port` where none is given, an IPv6 literal
+    /// without its brackets (as a client connects to it).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn servers(&self, default_port: u16) -> Vec<(String, u16)> {
+        self.hosts
+            .iter()
+            .map(|h| {
+                let host = h.host.trim_start_matches('[').trim_end_matches(']');
+                (host.to_string(), h.port.unwrap_or(default_port))
+            })
+            .collect()
+    }
+}
+
+/// [`around_hosts`] with the user and password %-decoded (a password needs a user) and the path
+/// %-decoded without its slashes at either end.
 #[cfg_attr(
     not(any(
         feature = "etcd",
@@ -500,18 +568,10 @@ pub(crate) struct AfterHosts<'a> {
     allow(dead_code)
 )]
 pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'static str> {
-    let rest = url
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .ok_or("no \"://\" after the scheme")?;
-    let hosts_start = userinfo_end(rest).map_or(0, |at| at + 1);
-    let authority_end = rest[hosts_start..]
-        .find(['/', '?', '#'])
-        .map_or(rest.len(), |i| hosts_start + i);
-    let user = match userinfo_end(rest) {
+    let around = around_hosts(url)?;
+    let user = match around.userinfo {
         None => None,
-        Some(at) => {
-            let userinfo = &rest[..at];
+        Some(userinfo) => {
             let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
             let user = percent_decode(user).ok_or("a bad %-escape in the user")?;
             let password = percent_decode(password).ok_or("a bad %-escape in the password")?;
@@ -521,18 +581,12 @@ pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'st
             Some((user, password))
         }
     };
-    let after = &rest[authority_end..];
-    let (path, query) = after.split_once('?').unwrap_or((after, ""));
-    if path.contains('#') || query.contains('#') {
-        return Err("a fragment (#…) means nothing here");
-    }
-    let path = percent_decode(path.trim_matches('/')).ok_or("a bad %-escape in the path")?;
-    let query = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
-        .collect();
-    Ok(AfterHosts { user, path, query })
+    let path = percent_decode(around.path.trim_matches('/')).ok_or("a bad %-escape in the path")?;
+    Ok(AfterHosts {
+        user,
+        path,
+        query: around.query,
+    })
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
 use super::{CONNECT_TIMEOUT, NAME, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::url::{authority, for_driver, redact, userinfo_end};
+use crate::url::{AroundHosts, around_hosts, authority, for_driver, redact};
 
 /// The scheme of Redis Cluster.
 const SCHEME: &str = "redis-cluster://";
@@ -114,26 +114,12 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
     if !is_cluster(url) {
         return Err(bad("not a redis-cluster:// URL"));
     }
-    let rest = &url[SCHEME.len()..];
-    let servers = authority(url, NAME, EXPECTED)?;
-    let seeds = servers
-        .hosts
-        .into_iter()
-        .map(|h| {
-            // An IPv6 literal connects without its brackets.
-            let host = h.host.trim_start_matches('[').trim_end_matches(']');
-            (host.to_string(), h.port.unwrap_or(DEFAULT_PORT))
-        })
-        .collect();
-    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
-    let hosts_and_rest = &rest[userinfo.map_or(0, |u| u.len() + 1)..];
-    let after = &hosts_and_rest[hosts_and_rest
-        .find(['/', '?', '#'])
-        .unwrap_or(hosts_and_rest.len())..];
-    if after.contains('#') {
-        return Err(bad("a fragment (#…) means nothing here"));
-    }
-    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    let seeds = authority(url, NAME, EXPECTED)?.servers(DEFAULT_PORT);
+    let AroundHosts {
+        userinfo,
+        path,
+        query,
+    } = around_hosts(url).map_err(bad)?;
     if !matches!(path.trim_start_matches('/'), "" | "0") {
         return Err(bad(
             "a database after the hosts: a Redis Cluster has database 0 only",
@@ -141,14 +127,14 @@ pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
     }
     let mut prefix = String::new();
     let (mut wait_replicas, mut wait_timeout) = (None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", value)) => {
+    for pair in query {
+        match pair {
+            ("prefix", value) => {
                 check_prefix(value).map_err(bad)?;
                 prefix = value.to_string();
             }
-            Some((WAIT_REPLICAS, value)) => wait_replicas = Some(value),
-            Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
+            (WAIT_REPLICAS, value) => wait_replicas = Some(value),
+            (WAIT_TIMEOUT, value) => wait_timeout = Some(value),
             _ => {
                 return Err(bad(
                     "an unknown parameter (redis-cluster:// takes prefix, wait_replicas and \

@@ -9,7 +9,9 @@
 use super::keys::check_prefix;
 use super::replicas::{ReplicaAck, WAIT_REPLICAS, WAIT_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{authority, for_driver, percent_decode, redact, userinfo_end};
+use crate::url::{
+    AroundHosts, around_hosts, authority, for_driver, percent_decode, redact, userinfo_end,
+};
 
 /// What `connect` needs from the URL.
 pub(super) struct RedisConfig {
@@ -226,26 +228,12 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
     if !is_sentinel(url) {
         return Err(bad("not a redis-sentinel:// URL"));
     }
-    let rest = &url[SENTINEL_SCHEME.len()..];
-    let servers = authority(url, "redis", SENTINEL_EXPECTED)?;
-    let sentinels = servers
-        .hosts
-        .into_iter()
-        .map(|h| {
-            // An IPv6 literal connects without its brackets.
-            let host = h.host.trim_start_matches('[').trim_end_matches(']');
-            (host.to_string(), h.port.unwrap_or(SENTINEL_PORT))
-        })
-        .collect();
-    let userinfo = userinfo_end(rest).map(|at| &rest[..at]);
-    let hosts_and_rest = &rest[userinfo.map_or(0, |u| u.len() + 1)..];
-    let after = &hosts_and_rest[hosts_and_rest
-        .find(['/', '?', '#'])
-        .unwrap_or(hosts_and_rest.len())..];
-    if after.contains('#') {
-        return Err(bad("a fragment (#…) means nothing here"));
-    }
-    let (path, query) = after.split_once('?').unwrap_or((after, ""));
+    let sentinels = authority(url, "redis", SENTINEL_EXPECTED)?.servers(SENTINEL_PORT);
+    let AroundHosts {
+        userinfo,
+        path,
+        query,
+    } = around_hosts(url).map_err(bad)?;
     let master_name = percent_decode(path.trim_start_matches('/'))
         .ok_or_else(|| bad("a bad %-escape in the master's name"))?;
     if master_name.is_empty() {
@@ -262,30 +250,30 @@ pub(super) fn parse_sentinel(url: &str) -> Result<SentinelConfig> {
     let mut prefix = String::new();
     let (mut wait_replicas, mut wait_timeout) = (None, None);
     let (mut sentinel_user, mut sentinel_password) = (None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", value)) => {
+    for pair in query {
+        match pair {
+            ("prefix", value) => {
                 check_prefix(value).map_err(bad)?;
                 prefix = value.to_string();
             }
-            Some((SENTINEL_USER, value)) => {
+            (SENTINEL_USER, value) => {
                 sentinel_user = Some(
                     percent_decode(value).ok_or_else(|| bad("a bad %-escape in sentinel_user"))?,
                 );
             }
-            Some((SENTINEL_PASSWORD, value)) => {
+            (SENTINEL_PASSWORD, value) => {
                 sentinel_password = Some(
                     percent_decode(value)
                         .ok_or_else(|| bad("a bad %-escape in sentinel_password"))?,
                 );
             }
-            Some(("db", value)) => {
+            ("db", value) => {
                 db = value
                     .parse()
                     .map_err(|_| bad("db (the database) is not a number"))?;
             }
-            Some((WAIT_REPLICAS, value)) => wait_replicas = Some(value),
-            Some((WAIT_TIMEOUT, value)) => wait_timeout = Some(value),
+            (WAIT_REPLICAS, value) => wait_replicas = Some(value),
+            (WAIT_TIMEOUT, value) => wait_timeout = Some(value),
             _ => {
                 return Err(bad(
                     "an unknown parameter (redis-sentinel:// takes db, prefix, wait_replicas, \
