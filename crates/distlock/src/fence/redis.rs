@@ -26,13 +26,19 @@
 //! Tokens must stay below 2^53 (Lua numbers are doubles); every distlock backend's do until
 //! the year 2255.
 
+use std::sync::LazyLock;
+
 use ::redis::aio::ConnectionLike;
-use ::redis::{ToRedisArgs, Value};
+use ::redis::{Script, ToRedisArgs, Value};
 use tracing::Instrument;
 
-use crate::backends::redis::{FENCED_WRITE, from_redis};
+use crate::backends::redis::from_redis;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
+
+/// The fenced write: run on the caller's connection, alone (none of the lock scripts' prelude).
+static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence_write.lua")));
 
 const BACKEND: &str = "redis";
 

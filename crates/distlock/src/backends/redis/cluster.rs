@@ -692,7 +692,7 @@ mod tests {
             sharded(sharded(release)).get_hash(),
             sharded(release).get_hash()
         );
-        let latch = Script::new(super::super::latch::LATCH_TEXT);
-        assert_ne!(sharded(&latch).get_hash(), latch.get_hash());
+        let latch = &super::super::scripts::SCRIPTS.latch;
+        assert_ne!(sharded(latch).get_hash(), latch.get_hash());
     }
 }

@@ -4,21 +4,13 @@
 //! the hash tag `{name}`, so each script touches one cluster slot. A new entry is published on
 //! the election's channel with the payload `*`, which wakes every watcher of this client.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::Script;
-
 use super::invoke::Server;
+use super::scripts::SCRIPTS;
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
-
-/// `elect_write.lua` (Redis Cluster runs it with `SPUBLISH`: `scripts::SHARDED`).
-pub(super) const WRITE_TEXT: &str = include_str!("scripts/elect_write.lua");
-static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_TEXT));
-static READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/elect_read.lua")));
 
 /// `<prefix>distlock:{family}:{name}` with the name's braces (and `%`) escaped, so the hash tag
 /// is always the whole name, as `keys.rs` does for locks.
@@ -79,7 +71,12 @@ pub(super) async fn write(
     let args = [&term, has, value.unwrap_or(""), &ttl, &channel, &keep];
     let args: Vec<&str> = args.iter().map(|a| a.as_ref()).collect();
     let written: i64 = server
-        .run(&WRITE, &k.all(), &args, "writing the election record")
+        .run(
+            &SCRIPTS.elect_write,
+            &k.all(),
+            &args,
+            "writing the election record",
+        )
         .await?;
     Ok(written == 1)
 }
@@ -93,7 +90,12 @@ pub(super) async fn read(
 ) -> Result<Vec<ElectionEntry>> {
     let k = Keys::new(&server.prefix, election);
     let entries: Vec<String> = server
-        .run(&READ, &k.all(), &[what], "reading the election record")
+        .run(
+            &SCRIPTS.elect_read,
+            &k.all(),
+            &[what],
+            "reading the election record",
+        )
         .await?;
     entries.iter().map(|e| parse(e)).collect()
 }

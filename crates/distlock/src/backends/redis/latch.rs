@@ -2,19 +2,12 @@
 //! `{name}`; the count-down that reaches 0 publishes `*` on the latch's channel, which wakes
 //! every waiter of this client.
 
-use std::sync::LazyLock;
-
-use ::redis::Script;
-
 use super::election::tagged;
 use super::invoke::Server;
+use super::scripts::SCRIPTS;
 use crate::backend::Wakeups;
 use crate::error::Result;
 use crate::types::LockName;
-
-/// `latch.lua` (Redis Cluster runs it with `SPUBLISH`: `scripts::SHARDED`).
-pub(super) const LATCH_TEXT: &str = include_str!("scripts/latch.lua");
-static LATCH: LazyLock<Script> = LazyLock::new(|| Script::new(LATCH_TEXT));
 
 fn key(server: &Server, latch: &LockName) -> String {
     tagged(&server.prefix, "latch", latch)
@@ -29,7 +22,7 @@ pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result
     let count = count.to_string();
     let set: i64 = server
         .run(
-            &LATCH,
+            &SCRIPTS.latch,
             &[key(server, latch)],
             &["set", &count],
             "setting the latch",
@@ -42,7 +35,7 @@ pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result
 pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64> {
     let after: i64 = server
         .run(
-            &LATCH,
+            &SCRIPTS.latch,
             &[key(server, latch)],
             &["down", &channel(server, latch)],
             "counting the latch down",
@@ -55,7 +48,7 @@ pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64>
 pub(super) async fn count(server: &Server, latch: &LockName) -> Result<u64> {
     let count: i64 = server
         .run(
-            &LATCH,
+            &SCRIPTS.latch,
             &[key(server, latch)],
             &["count"],
             "reading the latch",

@@ -39,7 +39,6 @@ pub(crate) mod subscriber;
 
 // For the fence helpers, which run on the caller's own connection.
 pub(crate) use invoke::from_redis;
-pub(crate) use scripts::FENCED_WRITE;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -54,6 +54,11 @@ pub(crate) struct Scripts {
     /// Every flavour's, after `holdings.lua` (for Redlock's masters too).
     pub(crate) status: Script,
     pub(crate) force_release: Script,
+    /// Election records and count-down latches (`election.rs`, `latch.rs`): no prelude, they
+    /// hold no lock.
+    pub(super) elect_write: Script,
+    pub(super) elect_read: Script,
+    pub(super) latch: Script,
 }
 
 impl Scripts {
@@ -203,12 +208,14 @@ impl Scripts {
             )),
             status: inspecting(make, prelude, include_str!("scripts/status.lua")),
             force_release: inspecting(make, prelude, include_str!("scripts/force_release.lua")),
+            elect_write: make(include_str!("scripts/elect_write.lua")),
+            elect_read: make(include_str!("scripts/elect_read.lua")),
+            latch: make(include_str!("scripts/latch.lua")),
         }
     }
 }
 
-/// Redis Cluster's scripts: each script of [`SCRIPTS`] and each election and latch script, by
-/// its hash, with every `PUBLISH` made an `SPUBLISH` (sharded pub/sub: the message goes to the
+/// Redis Cluster's scripts: each script of [`SCRIPTS`], by its hash, with every `PUBLISH` made an `SPUBLISH` (sharded pub/sub: the message goes to the
 /// lock's shard, its master and replicas, not to every node of the cluster; its channel carries
 /// the lock's hash tag, so it is in the slot of the script's keys). Scripts without a `PUBLISH`
 /// are there unchanged.
@@ -221,15 +228,8 @@ pub(crate) static SHARDED: LazyLock<HashMap<String, Script>> = LazyLock::new(|| 
         script
     };
     Scripts::made(PRELUDE, &mut make);
-    for text in [super::election::WRITE_TEXT, super::latch::LATCH_TEXT] {
-        make(text);
-    }
     sharded
 });
-
-/// The fenced write of [`crate::fence::RedisFence`]: on the caller's connection, no prelude.
-pub(crate) static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fence_write.lua")));
 
 #[cfg(test)]
 mod tests {
