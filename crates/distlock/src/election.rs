@@ -1,7 +1,7 @@
 //! Leader election: [`Election`], [`Leadership`], [`Leader`].
 //!
 //! Written once over the lock and a small record in the store, so every backend that keeps
-//! election records ([`Capabilities::elections`](crate::Capabilities)) has it with the same
+//! election records ([`Backend::elections`](crate::Backend::elections)) has it with the same
 //! meaning:
 //!
 //! * leadership **is** holding the election's lock (exclusive, leased, renewed by the watchdog,
@@ -30,7 +30,7 @@ use futures_util::Stream;
 use tracing::Instrument;
 
 use crate::backend::{Backend, ElectionEntry};
-use crate::client::Client;
+use crate::client::{Client, elections};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -128,10 +128,7 @@ impl Election {
 
     /// The record's name, checked, after checking the backend keeps elections.
     fn record(&self) -> Result<LockName> {
-        let backend = self.client.backend();
-        if !backend.capabilities().elections {
-            return Err(Error::unsupported(backend.name(), "leader election"));
-        }
+        elections(self.client.backend().as_ref())?;
         LockName::new(&self.name).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidName,
@@ -218,7 +215,7 @@ impl Election {
             };
             let term = guard.fencing_token();
             // The guard drops (and releases in the background) on every error below.
-            if backend
+            if elections(&*backend)?
                 .elect_write(&record, term, Some(&value), lease.duration())
                 .await?
             {
@@ -286,7 +283,9 @@ impl Election {
         );
         async {
             let record = self.record()?;
-            let entry = self.client.backend().elect_current(&record).await?;
+            let entry = elections(self.client.backend().as_ref())?
+                .elect_current(&record)
+                .await?;
             Ok(entry.and_then(leader_of))
         }
         .instrument(span)
@@ -317,8 +316,8 @@ impl Election {
         );
         // Listen first, then read: a change between the two is not missed.
         let (wakeups, latest) = async {
-            let wakeups = backend.watch_election(&record).await?;
-            let latest = backend.elect_log(&record, None).await?;
+            let wakeups = elections(&*backend)?.watch_election(&record).await?;
+            let latest = elections(&*backend)?.elect_log(&record, None).await?;
             Ok::<_, Error>((wakeups, latest))
         }
         .instrument(span)
@@ -333,7 +332,9 @@ impl Election {
             last: None,
             ready: std::collections::VecDeque::new(),
         };
-        if let Some(current) = state.backend.elect_current(&state.record).await?
+        if let Some(current) = elections(&*state.backend)?
+            .elect_current(&state.record)
+            .await?
             && current.seq == after
         {
             state.note(current);
@@ -390,12 +391,16 @@ async fn refresh(
     lost: impl Future<Output = Error> + Send + 'static,
 ) {
     let every = lease / 3;
+    // The campaign checked the store keeps elections.
+    let Ok(elections) = elections(&*backend) else {
+        return;
+    };
     let refreshing = async {
         loop {
             tokio::time::sleep(every).await;
             let _gate = writes.lock().await;
             let current = value.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            match backend
+            match elections
                 .elect_write(&record, term, Some(&current), lease)
                 .await
             {
@@ -510,7 +515,7 @@ impl Leadership {
         }
         let backend = self.client.backend();
         let _gate = self.writes.lock().await;
-        match backend
+        match elections(backend.as_ref())?
             .elect_write(&self.record, self.term, Some(&value), self.lease)
             .await?
         {
@@ -550,11 +555,12 @@ impl Leadership {
         // refresh already sent lands before, not after, the end of the term.
         let gate = self.writes.clone();
         let gate = gate.lock().await;
-        let cleared = self
-            .client
-            .backend()
-            .elect_write(&self.record, self.term, None, self.lease)
-            .await;
+        let cleared = async {
+            elections(self.client.backend().as_ref())?
+                .elect_write(&self.record, self.term, None, self.lease)
+                .await
+        }
+        .await;
         drop(gate);
         let held = guard.release().await?;
         Ok(cleared? && held)
@@ -583,7 +589,12 @@ impl Drop for Leadership {
         let writes = self.writes.clone();
         self.client.engine.spawn_detached(async move {
             let gate = writes.lock().await;
-            if let Err(e) = backend.elect_write(&record, term, None, lease).await {
+            let ended = async {
+                elections(&*backend)?
+                    .elect_write(&record, term, None, lease)
+                    .await
+            };
+            if let Err(e) = ended.await {
                 tracing::debug!(election = %record, "ending a dropped leadership's term failed (its record lapses): {e}");
             }
             drop(gate);
@@ -623,8 +634,7 @@ impl Observer {
                 return Ok(leader);
             }
             self.changes.next().await;
-            let entries = self
-                .backend
+            let entries = elections(&*self.backend)?
                 .elect_log(&self.record, Some(self.after))
                 .await?;
             if let Some(first) = entries.first()

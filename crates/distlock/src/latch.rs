@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::client::{Client, latches};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -73,10 +73,7 @@ impl Latch {
     }
 
     fn key(&self) -> Result<LockName> {
-        let backend = self.client.backend();
-        if !backend.capabilities().latches {
-            return Err(Error::unsupported(backend.name(), "count-down latches"));
-        }
+        latches(self.client.backend().as_ref())?;
         LockName::new(&self.name).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidName,
@@ -97,7 +94,9 @@ impl Latch {
                     format!("a latch count is 1 ..= {}, got {count}", Self::MAX_COUNT),
                 ));
             }
-            self.client.backend().latch_set(&key, count).await
+            latches(self.client.backend().as_ref())?
+                .latch_set(&key, count)
+                .await
         }
         .instrument(self.span("set_count"))
         .await
@@ -112,7 +111,9 @@ impl Latch {
     pub async fn count_down(&self) -> Result<u64> {
         async {
             let key = self.key()?;
-            self.client.backend().latch_count_down(&key).await
+            latches(self.client.backend().as_ref())?
+                .latch_count_down(&key)
+                .await
         }
         .instrument(self.span("count_down"))
         .await
@@ -122,7 +123,9 @@ impl Latch {
     pub async fn count(&self) -> Result<u64> {
         async {
             let key = self.key()?;
-            self.client.backend().latch_count(&key).await
+            latches(self.client.backend().as_ref())?
+                .latch_count(&key)
+                .await
         }
         .instrument(self.span("count"))
         .await
@@ -156,17 +159,18 @@ impl Latch {
     async fn wait_for_zero(&self, deadline: Deadline, wait: Duration) -> Result<()> {
         let key = self.key()?;
         let backend = self.client.backend();
+        let counts = latches(backend.as_ref())?;
         // Listen first, then read: a count-down to 0 between the two is not missed.
-        let wakeups = backend.watch_latch(&key).await?;
+        let wakeups = counts.watch_latch(&key).await?;
         let mut changes = Changes::new(wakeups, backend.capabilities().notifies);
         loop {
-            let count = backend.latch_count(&key).await?;
+            let count = counts.latch_count(&key).await?;
             if count == 0 {
                 return Ok(());
             }
             if deadline.bound(changes.next()).await.is_none() {
                 // One last look: the count may have reached 0 right at the deadline.
-                if backend.latch_count(&key).await? == 0 {
+                if counts.latch_count(&key).await? == 0 {
                     return Ok(());
                 }
                 return Err(Error::new(

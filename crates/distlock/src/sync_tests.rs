@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Latches, LockRequest,
+};
 use crate::error::{ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
 use crate::{Client, Leader};
@@ -43,7 +45,7 @@ impl Backend for FakeStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().electing_and_latching()
+        Capabilities::leases()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -93,6 +95,17 @@ impl Backend for FakeStore {
         Ok(ours)
     }
 
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Elections for FakeStore {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -141,7 +154,10 @@ impl Backend for FakeStore {
             Some(after) => e.log.iter().filter(|l| l.seq > after).cloned().collect(),
         })
     }
+}
 
+#[async_trait]
+impl Latches for FakeStore {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         let mut s = self.state.lock().unwrap();
         let c = s.latches.entry(latch.to_string()).or_default();
