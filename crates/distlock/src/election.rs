@@ -1,8 +1,7 @@
 //! Leader election: [`Election`], [`Leadership`], [`Leader`].
 //!
 //! Written once over the lock and a small record in the store, so every backend that keeps
-//! election records ([`Backend::elections`](crate::Backend::elections)) has it with the same
-//! meaning:
+//! election records ([`Backend::elections`]) has it with the same meaning:
 //!
 //! * leadership **is** holding the election's lock (exclusive, leased, renewed by the watchdog,
 //!   with its lost signal); the **term** is that holding's fencing token, so terms strictly
