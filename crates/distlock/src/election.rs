@@ -28,7 +28,7 @@ use futures_util::Stream;
 
 use tracing::Instrument;
 
-use crate::backend::{Backend, ElectionEntry};
+use crate::backend::{Backend, ElectionEntry, Elections};
 use crate::client::{Client, elections};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
@@ -125,15 +125,17 @@ impl Election {
         &self.name
     }
 
-    /// The record's name, checked, after checking the backend keeps elections.
-    fn record(&self) -> Result<LockName> {
-        elections(self.client.backend().as_ref())?;
-        LockName::new(&self.name).map_err(|e| {
+    /// The store's election records and this election's record name, checked (the store first:
+    /// on a store without elections every call answers that, whatever the name).
+    fn record(&self) -> Result<(&dyn Elections, LockName)> {
+        let records = elections(self.client.backend().as_ref())?;
+        let record = LockName::new(&self.name).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidName,
                 format!("election name: {}", e.message()),
             )
-        })
+        })?;
+        Ok((records, record))
     }
 
     /// Waits as long as it takes to become leader, then proclaims `value` and returns the
@@ -183,7 +185,7 @@ impl Election {
     }
 
     async fn run_campaign(&self, value: String, wait: Option<Duration>) -> Result<Leadership> {
-        let record = self.record()?;
+        let (records, record) = self.record()?;
         check_value(&value)?;
         let lease = Lease::new(self.lease)?;
         let lock = self
@@ -214,7 +216,7 @@ impl Election {
             };
             let term = guard.fencing_token();
             // The guard drops (and releases in the background) on every error below.
-            if elections(&*backend)?
+            if records
                 .elect_write(&record, term, Some(&value), lease.duration())
                 .await?
             {
@@ -281,10 +283,8 @@ impl Election {
             election = %self.name,
         );
         async {
-            let record = self.record()?;
-            let entry = elections(self.client.backend().as_ref())?
-                .elect_current(&record)
-                .await?;
+            let (records, record) = self.record()?;
+            let entry = records.elect_current(&record).await?;
             Ok(entry.and_then(leader_of))
         }
         .instrument(span)
@@ -306,7 +306,7 @@ impl Election {
     /// Errors: a bad election name ([`ErrorKind::InvalidName`]), a backend without elections
     /// ([`ErrorKind::Unsupported`]), or the store's error while starting.
     pub async fn observe(&self) -> Result<impl Stream<Item = Result<Leader>> + Send + 'static> {
-        let record = self.record()?;
+        let (records, record) = self.record()?;
         let backend = self.client.backend().clone();
         let span = tracing::debug_span!(
             "distlock.observe",
@@ -315,8 +315,8 @@ impl Election {
         );
         // Listen first, then read: a change between the two is not missed.
         let (wakeups, latest) = async {
-            let wakeups = elections(&*backend)?.watch_election(&record).await?;
-            let latest = elections(&*backend)?.elect_log(&record, None).await?;
+            let wakeups = records.watch_election(&record).await?;
+            let latest = records.elect_log(&record, None).await?;
             Ok::<_, Error>((wakeups, latest))
         }
         .instrument(span)
@@ -331,9 +331,7 @@ impl Election {
             last: None,
             ready: std::collections::VecDeque::new(),
         };
-        if let Some(current) = elections(&*state.backend)?
-            .elect_current(&state.record)
-            .await?
+        if let Some(current) = records.elect_current(&state.record).await?
             && current.seq == after
         {
             state.note(current);
