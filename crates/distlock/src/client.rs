@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Elections, Inspection, Latches, Semaphores};
 use crate::core::Engine;
 use crate::election::Election;
 use crate::error::{Error, ErrorKind, Result};
@@ -296,7 +296,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn supports(&self, kind: LockKind) -> bool {
-        self.engine.backend.supports(kind)
+        self.engine.backend.capabilities().kinds.contains(kind)
     }
 
     /// Changes the size of the semaphore `name` to `permits`, for every caller: see
@@ -328,18 +328,16 @@ impl Client {
                 "a semaphore needs at least one permit",
             ));
         }
+        let backend = self.engine.backend.as_ref();
         let kind = LockKind::Permit { permits };
-        if !self.engine.backend.supports(kind) {
-            return Err(self.engine.backend.refusal(kind));
-        }
+        backend.capabilities().admit(backend.name(), kind)?;
         let span = tracing::debug_span!(
             "distlock.set_permits",
             backend = self.backend_name(),
             lock = %name,
             permits,
         );
-        self.engine
-            .backend
+        semaphores(backend, "resizing semaphores")?
             .set_permits(&name, permits)
             .instrument(span)
             .await
@@ -402,14 +400,22 @@ impl Client {
             backend = self.backend_name(),
             lock = name
         );
-        self.engine.backend.status(&which).instrument(span).await
+        let backend = self.engine.backend.as_ref();
+        inspection(backend, "lock status")?
+            .status(&which)
+            .instrument(span)
+            .await
     }
 
     /// [`status`](Client::status) of every lock whose name starts with `prefix` (`""`: all).
     pub async fn status_prefix(&self, prefix: &str) -> Result<Vec<LockStatus>> {
         let which = Selection::Prefix(prefix.to_string());
         let span = tracing::debug_span!("distlock.status", backend = self.backend_name(), prefix);
-        self.engine.backend.status(&which).instrument(span).await
+        let backend = self.engine.backend.as_ref();
+        inspection(backend, "lock status")?
+            .status(&which)
+            .instrument(span)
+            .await
     }
 
     /// What the store's own configuration puts at risk, asked of the store now: one sentence
@@ -420,7 +426,10 @@ impl Client {
     /// `distlock status` prints these.
     pub async fn warnings(&self) -> Vec<String> {
         let span = tracing::debug_span!("distlock.warnings", backend = self.backend_name());
-        self.engine.backend.warnings().instrument(span).await
+        match self.engine.backend.inspection() {
+            Some(inspection) => inspection.warnings().instrument(span).await,
+            None => Vec::new(),
+        }
     }
 
     /// Removes the lock `name` of flavour `kind` whoever holds it (every reader or permit of a
@@ -430,9 +439,8 @@ impl Client {
     /// refused. For wedged holders; a healthy holder loses its lock mid-work.
     pub async fn force_release(&self, name: &str, kind: LockKind) -> Result<ForcedRelease> {
         let name = LockName::new(name)?;
-        if !self.engine.backend.supports(kind) {
-            return Err(self.engine.backend.refusal(kind));
-        }
+        let backend = self.engine.backend.as_ref();
+        backend.capabilities().admit(backend.name(), kind)?;
         // `token`: the fence the lock's counter was advanced to.
         let span = tracing::debug_span!(
             "distlock.force_release",
@@ -441,9 +449,7 @@ impl Client {
             kind = %kind.short_name(),
             token = tracing::field::Empty,
         );
-        let forced = self
-            .engine
-            .backend
+        let forced = inspection(backend, "forced release")?
             .force_release(&name, kind)
             .instrument(span.clone())
             .await?;
@@ -463,6 +469,38 @@ impl Client {
             names.into_iter().map(|n| n.as_ref().to_string()).collect(),
         )
     }
+}
+
+// What a store may offer beyond the lock, each reached by its `Backend` accessor: a store that
+// lacks one answers `None`, and these turn that into the one error every caller sees,
+// `ErrorKind::Unsupported` saying what the store lacks (`what`, e.g. "leader election").
+
+/// The store's semaphore sizing, or the error saying it lacks `what`.
+pub(crate) fn semaphores<'a>(backend: &'a dyn Backend, what: &str) -> Result<&'a dyn Semaphores> {
+    backend.semaphores().ok_or_else(|| lacks(backend, what))
+}
+
+/// The store's election records, or the error saying it lacks leader election.
+pub(crate) fn elections(backend: &dyn Backend) -> Result<&dyn Elections> {
+    backend
+        .elections()
+        .ok_or_else(|| lacks(backend, "leader election"))
+}
+
+/// The store's count-down latches, or the error saying it lacks them.
+pub(crate) fn latches(backend: &dyn Backend) -> Result<&dyn Latches> {
+    backend
+        .latches()
+        .ok_or_else(|| lacks(backend, "count-down latches"))
+}
+
+/// The store's inspection, or the error saying it lacks `what` (status, forced release).
+fn inspection<'a>(backend: &'a dyn Backend, what: &str) -> Result<&'a dyn Inspection> {
+    backend.inspection().ok_or_else(|| lacks(backend, what))
+}
+
+fn lacks(backend: &dyn Backend, what: &str) -> Error {
+    Error::unsupported(backend.name(), what)
 }
 
 impl fmt::Debug for Client {

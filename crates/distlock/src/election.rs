@@ -1,8 +1,7 @@
 //! Leader election: [`Election`], [`Leadership`], [`Leader`].
 //!
 //! Written once over the lock and a small record in the store, so every backend that keeps
-//! election records ([`Capabilities::elections`](crate::Capabilities)) has it with the same
-//! meaning:
+//! election records ([`Backend::elections`]) has it with the same meaning:
 //!
 //! * leadership **is** holding the election's lock (exclusive, leased, renewed by the watchdog,
 //!   with its lost signal); the **term** is that holding's fencing token, so terms strictly
@@ -29,8 +28,8 @@ use futures_util::Stream;
 
 use tracing::Instrument;
 
-use crate::backend::{Backend, ElectionEntry};
-use crate::client::Client;
+use crate::backend::{Backend, ElectionEntry, Elections};
+use crate::client::{Client, elections};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -126,18 +125,17 @@ impl Election {
         &self.name
     }
 
-    /// The record's name, checked, after checking the backend keeps elections.
-    fn record(&self) -> Result<LockName> {
-        let backend = self.client.backend();
-        if !backend.capabilities().elections {
-            return Err(Error::unsupported(backend.name(), "leader election"));
-        }
-        LockName::new(&self.name).map_err(|e| {
+    /// The store's election records and this election's record name, checked (the store first:
+    /// on a store without elections every call answers that, whatever the name).
+    fn record(&self) -> Result<(&dyn Elections, LockName)> {
+        let records = elections(self.client.backend().as_ref())?;
+        let record = LockName::new(&self.name).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidName,
                 format!("election name: {}", e.message()),
             )
-        })
+        })?;
+        Ok((records, record))
     }
 
     /// Waits as long as it takes to become leader, then proclaims `value` and returns the
@@ -187,7 +185,7 @@ impl Election {
     }
 
     async fn run_campaign(&self, value: String, wait: Option<Duration>) -> Result<Leadership> {
-        let record = self.record()?;
+        let (records, record) = self.record()?;
         check_value(&value)?;
         let lease = Lease::new(self.lease)?;
         let lock = self
@@ -218,7 +216,7 @@ impl Election {
             };
             let term = guard.fencing_token();
             // The guard drops (and releases in the background) on every error below.
-            if backend
+            if records
                 .elect_write(&record, term, Some(&value), lease.duration())
                 .await?
             {
@@ -285,8 +283,8 @@ impl Election {
             election = %self.name,
         );
         async {
-            let record = self.record()?;
-            let entry = self.client.backend().elect_current(&record).await?;
+            let (records, record) = self.record()?;
+            let entry = records.elect_current(&record).await?;
             Ok(entry.and_then(leader_of))
         }
         .instrument(span)
@@ -308,7 +306,7 @@ impl Election {
     /// Errors: a bad election name ([`ErrorKind::InvalidName`]), a backend without elections
     /// ([`ErrorKind::Unsupported`]), or the store's error while starting.
     pub async fn observe(&self) -> Result<impl Stream<Item = Result<Leader>> + Send + 'static> {
-        let record = self.record()?;
+        let (records, record) = self.record()?;
         let backend = self.client.backend().clone();
         let span = tracing::debug_span!(
             "distlock.observe",
@@ -317,8 +315,8 @@ impl Election {
         );
         // Listen first, then read: a change between the two is not missed.
         let (wakeups, latest) = async {
-            let wakeups = backend.watch_election(&record).await?;
-            let latest = backend.elect_log(&record, None).await?;
+            let wakeups = records.watch_election(&record).await?;
+            let latest = records.elect_log(&record, None).await?;
             Ok::<_, Error>((wakeups, latest))
         }
         .instrument(span)
@@ -333,7 +331,7 @@ impl Election {
             last: None,
             ready: std::collections::VecDeque::new(),
         };
-        if let Some(current) = state.backend.elect_current(&state.record).await?
+        if let Some(current) = records.elect_current(&state.record).await?
             && current.seq == after
         {
             state.note(current);
@@ -390,12 +388,16 @@ async fn refresh(
     lost: impl Future<Output = Error> + Send + 'static,
 ) {
     let every = lease / 3;
+    // The campaign checked the store keeps elections.
+    let Ok(elections) = elections(&*backend) else {
+        return;
+    };
     let refreshing = async {
         loop {
             tokio::time::sleep(every).await;
             let _gate = writes.lock().await;
             let current = value.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            match backend
+            match elections
                 .elect_write(&record, term, Some(&current), lease)
                 .await
             {
@@ -510,7 +512,7 @@ impl Leadership {
         }
         let backend = self.client.backend();
         let _gate = self.writes.lock().await;
-        match backend
+        match elections(backend.as_ref())?
             .elect_write(&self.record, self.term, Some(&value), self.lease)
             .await?
         {
@@ -550,11 +552,12 @@ impl Leadership {
         // refresh already sent lands before, not after, the end of the term.
         let gate = self.writes.clone();
         let gate = gate.lock().await;
-        let cleared = self
-            .client
-            .backend()
-            .elect_write(&self.record, self.term, None, self.lease)
-            .await;
+        let cleared = async {
+            elections(self.client.backend().as_ref())?
+                .elect_write(&self.record, self.term, None, self.lease)
+                .await
+        }
+        .await;
         drop(gate);
         let held = guard.release().await?;
         Ok(cleared? && held)
@@ -583,7 +586,12 @@ impl Drop for Leadership {
         let writes = self.writes.clone();
         self.client.engine.spawn_detached(async move {
             let gate = writes.lock().await;
-            if let Err(e) = backend.elect_write(&record, term, None, lease).await {
+            let ended = async {
+                elections(&*backend)?
+                    .elect_write(&record, term, None, lease)
+                    .await
+            };
+            if let Err(e) = ended.await {
                 tracing::debug!(election = %record, "ending a dropped leadership's term failed (its record lapses): {e}");
             }
             drop(gate);
@@ -623,8 +631,7 @@ impl Observer {
                 return Ok(leader);
             }
             self.changes.next().await;
-            let entries = self
-                .backend
+            let entries = elections(&*self.backend)?
                 .elect_log(&self.record, Some(self.after))
                 .await?;
             if let Some(first) = entries.first()

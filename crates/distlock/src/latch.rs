@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::backend::Latches;
+use crate::client::{Client, latches};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
 use crate::error::{Error, ErrorKind, Result};
@@ -72,17 +73,17 @@ impl Latch {
         )
     }
 
-    fn key(&self) -> Result<LockName> {
-        let backend = self.client.backend();
-        if !backend.capabilities().latches {
-            return Err(Error::unsupported(backend.name(), "count-down latches"));
-        }
-        LockName::new(&self.name).map_err(|e| {
+    /// The store's latches and this latch's name, checked (the store first: on a store without
+    /// latches every call answers that, whatever the name).
+    fn key(&self) -> Result<(&dyn Latches, LockName)> {
+        let counts = latches(self.client.backend().as_ref())?;
+        let key = LockName::new(&self.name).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidName,
                 format!("latch name: {}", e.message()),
             )
-        })
+        })?;
+        Ok((counts, key))
     }
 
     /// Sets the count to `count` if the latch is at 0 (or new): `Ok(true)`. `Ok(false)`, with
@@ -90,14 +91,14 @@ impl Latch {
     /// [`MAX_COUNT`](Latch::MAX_COUNT).
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
         async {
-            let key = self.key()?;
+            let (counts, key) = self.key()?;
             if count == 0 || count > Self::MAX_COUNT {
                 return Err(Error::new(
                     ErrorKind::InvalidInput,
                     format!("a latch count is 1 ..= {}, got {count}", Self::MAX_COUNT),
                 ));
             }
-            self.client.backend().latch_set(&key, count).await
+            counts.latch_set(&key, count).await
         }
         .instrument(self.span("set_count"))
         .await
@@ -111,8 +112,8 @@ impl Latch {
     /// If dropped before the store answers, the count may or may not have gone down.
     pub async fn count_down(&self) -> Result<u64> {
         async {
-            let key = self.key()?;
-            self.client.backend().latch_count_down(&key).await
+            let (counts, key) = self.key()?;
+            counts.latch_count_down(&key).await
         }
         .instrument(self.span("count_down"))
         .await
@@ -121,8 +122,8 @@ impl Latch {
     /// The count now (0 for a latch never set).
     pub async fn count(&self) -> Result<u64> {
         async {
-            let key = self.key()?;
-            self.client.backend().latch_count(&key).await
+            let (counts, key) = self.key()?;
+            counts.latch_count(&key).await
         }
         .instrument(self.span("count"))
         .await
@@ -154,19 +155,19 @@ impl Latch {
 
     /// Waits for 0 until `deadline` (`wait` from the start, for the message).
     async fn wait_for_zero(&self, deadline: Deadline, wait: Duration) -> Result<()> {
-        let key = self.key()?;
+        let (counts, key) = self.key()?;
         let backend = self.client.backend();
         // Listen first, then read: a count-down to 0 between the two is not missed.
-        let wakeups = backend.watch_latch(&key).await?;
+        let wakeups = counts.watch_latch(&key).await?;
         let mut changes = Changes::new(wakeups, backend.capabilities().notifies);
         loop {
-            let count = backend.latch_count(&key).await?;
+            let count = counts.latch_count(&key).await?;
             if count == 0 {
                 return Ok(());
             }
             if deadline.bound(changes.next()).await.is_none() {
                 // One last look: the count may have reached 0 right at the deadline.
-                if backend.latch_count(&key).await? == 0 {
+                if counts.latch_count(&key).await? == 0 {
                     return Ok(());
                 }
                 return Err(Error::new(

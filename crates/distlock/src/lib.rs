@@ -72,7 +72,9 @@
 //! * [`election`]: leader election over the lock ([`Election`], [`Leadership`], [`Leader`]);
 //!   [`latch`]: the count-down latch ([`Latch`]). Both written once; a backend supplies a few
 //!   record and counter steps.
-//! * `backend`: the `Backend` trait — the few steps that must be atomic in a store.
+//! * `backend`: the `Backend` trait — the few steps of the lock that must be atomic in a
+//!   store — and a trait for each thing a store may offer beyond it (semaphore sizing, election
+//!   records, latches, inspection), reached by an accessor of `Backend`.
 //! * `core`: written once for every backend — the wait loop, the watchdog and lost signal,
 //!   reentrant holders sharing one holding. It stands alone: the user API wraps it.
 //! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files

@@ -383,8 +383,12 @@ impl Lock {
             lock = %req.name,
             kind = %req.kind.short_name(),
         );
-        let backend = &self.client.engine.backend;
-        let count = backend.count_permits(&req).instrument(span).await?;
+        let backend = self.client.engine.backend.as_ref();
+        backend.capabilities().admit(backend.name(), req.kind)?;
+        let count = crate::client::semaphores(backend, "counting permits")?
+            .count_permits(&req)
+            .instrument(span)
+            .await?;
         count.free(backend.name(), &req.name, permits)
     }
 }

@@ -1,6 +1,8 @@
 //! Unit tests of the election and latch recipes with paused Tokio time over a fake in-memory
 //! [`Backend`] (a stand-in for the *trait*: every store is tested for real by the testkit suite).
-//! The fake does not notify, so these also exercise the polling fallback.
+//! The fake does not notify, so these also exercise the polling fallback; it keeps the
+//! exclusive lock alone and has no semaphores or inspection, so it also shows what a client
+//! answers for what its store lacks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,9 +12,11 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, LockRequest};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Latches, LockRequest,
+};
 use crate::error::{ErrorKind, Result};
-use crate::types::{FencingToken, LockName};
+use crate::types::{FencingToken, LockKind, LockName};
 use crate::{Client, Leader};
 
 /// Locks (name → owner, token, lease end), election records and latch counts in maps.
@@ -43,7 +47,7 @@ impl Backend for FakeStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().electing_and_latching()
+        Capabilities::leases()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -93,6 +97,17 @@ impl Backend for FakeStore {
         Ok(ours)
     }
 
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Elections for FakeStore {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -141,7 +156,10 @@ impl Backend for FakeStore {
             Some(after) => e.log.iter().filter(|l| l.seq > after).cloned().collect(),
         })
     }
+}
 
+#[async_trait]
+impl Latches for FakeStore {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         let mut s = self.state.lock().unwrap();
         let c = s.latches.entry(latch.to_string()).or_default();
@@ -299,4 +317,52 @@ async fn a_latch_wait_timeout_times_out_on_time_and_a_count_down_releases_waiter
     }
     // Polling (the fake cannot notify): within the longest poll nap.
     assert!(released.elapsed() <= crate::core::changes::POLL_MAX);
+}
+
+/// What the store lacks (a flavour, semaphore sizing, inspection) is refused by the client, as
+/// `Unsupported` naming the backend and what it lacks, before anything reaches the store.
+#[tokio::test]
+async fn what_the_store_lacks_is_refused_by_name() {
+    let (client, store) = client();
+    assert!(client.supports(LockKind::Mutex));
+    assert!(!client.supports(LockKind::Fair));
+    let refusals = [
+        client.status("a").await.map(|_| ()),
+        client.status_prefix("").await.map(|_| ()),
+        client.force_release("a", LockKind::Mutex).await.map(|_| ()),
+        client.force_release("a", LockKind::Read).await.map(|_| ()),
+        client.set_semaphore_permits("s", 2).await.map(|_| ()),
+        client
+            .semaphore("s", 2)
+            .available_permits()
+            .await
+            .map(|_| ()),
+        client.fair_lock("f").try_acquire().await.map(|_| ()),
+    ];
+    let messages: Vec<String> = refusals
+        .into_iter()
+        .map(|refused| {
+            let e = refused.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert_eq!(e.backend(), "fake");
+            e.message().to_string()
+        })
+        .collect();
+    let lacks = |what: &str| format!("the fake backend does not support {what}");
+    assert_eq!(
+        messages,
+        [
+            lacks("lock status"),
+            lacks("lock status"),
+            lacks("forced release"),
+            lacks("read locks"),
+            lacks("semaphores"),
+            lacks("semaphores"),
+            lacks("fair locks"),
+        ]
+    );
+    assert!(
+        store.state.lock().unwrap().locks.is_empty(),
+        "nothing was taken"
+    );
 }

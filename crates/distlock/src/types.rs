@@ -212,8 +212,8 @@ pub enum LockKind {
 
 impl LockKind {
     /// Whether this is one of the five flavours distlock has (lock, fair lock, read, write,
-    /// permit): what a store that implements every flavour answers in
-    /// [`Backend::supports`](crate::backend::Backend::supports).
+    /// permit): the flavours of a store that keeps them all
+    /// ([`Kinds::ALL`](crate::backend::Kinds::ALL)).
     pub fn is_any_flavour(self) -> bool {
         matches!(
             self,

@@ -461,7 +461,7 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
 async fn stale_election_writes(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("stale");
     let record = LockName::new(&name)?;
-    let backend = ctx.client.backend();
+    let backend = elections(&ctx.client)?;
     let ttl = Duration::from_secs(5);
     let (leader, deposed) = (FencingToken::new(1_000), FencingToken::new(999));
     check!(
@@ -581,7 +581,7 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
     let record = LockName::new(&name)?;
     let term = FencingToken::new(7);
     let ttl = Duration::from_secs(5);
-    let backend = ctx.client.backend();
+    let backend = elections(&ctx.client)?;
     check!(
         backend
             .elect_write(&record, term, Some("start"), ttl)
@@ -597,8 +597,7 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
         tasks.push(tokio::spawn(async move {
             for i in 0..WRITES {
                 let value = format!("w{w}-{i}");
-                if !client
-                    .backend()
+                if !elections(&client)?
                     .elect_write(&record, term, Some(&value), ttl)
                     .await?
                 {
@@ -635,6 +634,14 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
         "an entry of another term"
     );
     Ok(())
+}
+
+/// The election records of `client`'s store (memcached keeps them).
+fn elections(client: &distlock::Client) -> Result<&dyn distlock::backend::Elections, Failure> {
+    client
+        .backend()
+        .elections()
+        .ok_or_else(|| Failure("the memcached backend keeps no election records".into()))
 }
 
 /// A count-down of a latch memcached does not hold answers 0 and creates nothing; racing

@@ -278,9 +278,6 @@ impl distlock::Backend for Counting {
     fn capabilities(&self) -> distlock::Capabilities {
         self.inner.capabilities()
     }
-    fn supports(&self, kind: distlock::LockKind) -> bool {
-        self.inner.supports(kind)
-    }
     async fn try_take(&self, req: &distlock::LockRequest) -> distlock::Result<distlock::Attempt> {
         self.attempts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

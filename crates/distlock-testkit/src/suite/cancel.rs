@@ -166,19 +166,22 @@ pub(super) async fn cut_writes_leave_no_transaction_open(ctx: Ctx) -> Outcome {
     let backend = client.backend().clone();
     let record = distlock::LockName::new(ctx.unique_name("cut-election"))?;
     let latch = distlock::LockName::new(ctx.unique_name("cut-latch"))?;
-    let latches = backend.capabilities().latches;
-    if latches {
-        backend.latch_set(&latch, 1_000_000).await?;
+    let elections = backend
+        .elections()
+        .ok_or_else(|| crate::Failure("the store has no elections".into()))?;
+    let latches = backend.latches();
+    if let Some(latches) = latches {
+        latches.latch_set(&latch, 1_000_000).await?;
     }
     let mut cut = 0;
     for round in 0..200u64 {
         let polls = 1 + round % 6;
         let budget = Duration::from_micros((round * 37) % 1500);
         let term = distlock::FencingToken::new(round + 1);
-        let write = backend.elect_write(&record, term, Some("cut"), Duration::from_secs(30));
+        let write = elections.elect_write(&record, term, Some("cut"), Duration::from_secs(30));
         let mut cut_now = poll_then_drop(write, polls, budget).await.is_none();
-        if latches {
-            let down = backend.latch_count_down(&latch);
+        if let Some(latches) = latches {
+            let down = latches.latch_count_down(&latch);
             cut_now |= poll_then_drop(down, polls, budget).await.is_none();
         }
         if !cut_now {

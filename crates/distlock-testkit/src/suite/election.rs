@@ -287,9 +287,13 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
     // A newer term written under it (as a newer leader would): its proclaim is stale.
     let record = LockName::new(&name)?;
     let newer = FencingToken::new(next.term().get() + 1000);
+    let elections = ctx
+        .client
+        .backend()
+        .elections()
+        .ok_or_else(|| Failure("the store has no elections".into()))?;
     check!(
-        ctx.client
-            .backend()
+        elections
             .elect_write(&record, newer, Some("newer"), Duration::from_secs(2))
             .await?,
         "a newer term was refused"
@@ -300,8 +304,7 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
         "proclaim under a newer term: {stale:?}"
     );
     check!(
-        !ctx.client
-            .backend()
+        !elections
             .elect_write(&record, next.term(), Some("b3"), Duration::from_secs(2))
             .await?,
         "a write with an older term was accepted"

@@ -177,9 +177,9 @@ pub(super) async fn count_rules(ctx: Ctx) -> Outcome {
 /// On a backend without elections or latches every call is a typed `Unsupported` error, and
 /// nothing is taken.
 pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
-    let caps = ctx.client.backend().capabilities();
+    let backend = ctx.client.backend();
     let name = ctx.unique_name("unsupported");
-    if !caps.elections {
+    if backend.elections().is_none() {
         let election = ctx.client.election(&name);
         let e = election.campaign("x").await;
         check!(
@@ -202,7 +202,7 @@ pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
             "an unsupported campaign left its lock taken"
         );
     }
-    if !caps.latches {
+    if backend.latches().is_none() {
         let latch = ctx.client.latch(&name);
         for (what, e) in [
             ("try_set_count", latch.try_set_count(1).await.map(|_| ())),

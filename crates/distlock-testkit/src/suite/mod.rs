@@ -201,8 +201,8 @@ pub struct Suite {
 /// a restart" from "ended while the store was down".
 pub const PRIVATE_SESSION_TTL: Duration = Duration::from_secs(8);
 
-/// What a case needs beyond a store: read from the store's [`distlock::Capabilities`], or from
-/// the hooks the backend's test file gave.
+/// What a case needs beyond a store: read from the store ([`Probed`]), or from the hooks the
+/// backend's test file gave.
 #[derive(Clone, Copy, PartialEq)]
 enum Need {
     /// Per-lock leases (lease expiry, renewal, pauses past the lease); not session holdings.
@@ -216,13 +216,13 @@ enum Need {
     PrivateStore,
     /// A way to end sessions from the server side ([`Suite::end_sessions`]).
     EndSessions,
-    /// Leader election ([`distlock::Capabilities::elections`]).
+    /// Leader election ([`distlock::Backend::elections`]).
     Elections,
-    /// Count-down latches ([`distlock::Capabilities::latches`]).
+    /// Count-down latches ([`distlock::Backend::latches`]).
     Latches,
     /// A store lacking elections or latches (the case checks the typed `Unsupported` errors).
     LacksElectionsOrLatches,
-    /// Lock status and forced release ([`distlock::Capabilities::inspects`]).
+    /// Lock status and forced release ([`distlock::Backend::inspection`]).
     Inspects,
     /// A store without them (the case checks the typed `Unsupported` errors).
     LacksInspection,
@@ -230,13 +230,9 @@ enum Need {
 
 impl Need {
     /// Why a case with this need does not apply, if it does not.
-    fn unmet(
-        self,
-        capabilities: Option<distlock::Capabilities>,
-        faults: &Faults,
-    ) -> Option<&'static str> {
+    fn unmet(self, store: Option<Probed>, faults: &Faults) -> Option<&'static str> {
         // A store that cannot be reached gets its cases, and every case fails naming it.
-        let renews = capabilities.map(|c| c.renews());
+        let renews = store.map(|s| s.capabilities.renews());
         match self {
             Need::Leases if renews == Some(false) => Some(
                 "its holdings are sessions, not leases (no lease ends, a paused holder keeps \
@@ -257,27 +253,25 @@ impl Need {
                 "its test file gives no way to end a session from the server side \
                  (Suite::end_sessions)",
             ),
-            Need::Elections if capabilities.is_some_and(|c| !c.elections) => Some(
+            Need::Elections if store.is_some_and(|s| !s.elections) => Some(
                 "SKIPPED, unsupported: this backend has no leader election yet \
-                 (Capabilities::elections is false; unsupported_election_and_latch_are_typed \
+                 (Backend::elections is None; unsupported_election_and_latch_are_typed \
                  checks that every call says so)",
             ),
-            Need::Latches if capabilities.is_some_and(|c| !c.latches) => Some(
+            Need::Latches if store.is_some_and(|s| !s.latches) => Some(
                 "SKIPPED, unsupported: this backend has no count-down latch yet \
-                 (Capabilities::latches is false; unsupported_election_and_latch_are_typed \
+                 (Backend::latches is None; unsupported_election_and_latch_are_typed \
                  checks that every call says so)",
             ),
-            Need::LacksElectionsOrLatches
-                if capabilities.is_some_and(|c| c.elections && c.latches) =>
-            {
+            Need::LacksElectionsOrLatches if store.is_some_and(|s| s.elections && s.latches) => {
                 Some("it supports both leader election and the count-down latch")
             }
-            Need::Inspects if capabilities.is_some_and(|c| !c.inspects) => Some(
+            Need::Inspects if store.is_some_and(|s| !s.inspection) => Some(
                 "SKIPPED, unsupported: this backend has no lock status or forced release yet \
-                 (Capabilities::inspects is false; unsupported_status_is_typed checks that \
+                 (Backend::inspection is None; unsupported_status_is_typed checks that \
                  both calls say so)",
             ),
-            Need::LacksInspection if capabilities.is_some_and(|c| c.inspects) => {
+            Need::LacksInspection if store.is_some_and(|s| s.inspection) => {
                 Some("it has lock status and forced release")
             }
             _ => None,
@@ -726,15 +720,11 @@ impl Suite {
         }
         // Which cases apply follows from what the store says it can do. A store that cannot be
         // reached gets every case, and every case fails naming it.
-        let capabilities = if skip {
-            None
-        } else {
-            probe_capabilities(&self.url)
-        };
+        let store = if skip { None } else { probe(&self.url) };
         let applies_to_store = |case: &str, needs: &[Need]| -> bool {
             match needs
                 .iter()
-                .find_map(|need| need.unmet(capabilities, &self.faults))
+                .find_map(|need| need.unmet(store, &self.faults))
             {
                 Some(why) => {
                     eprintln!("not applicable to {}: {case}: {why}", self.backend);
@@ -791,8 +781,19 @@ impl Suite {
     }
 }
 
+/// What a store says of itself, read once before the cases run.
+#[derive(Clone, Copy)]
+struct Probed {
+    /// What its lock is like.
+    capabilities: distlock::Capabilities,
+    /// Which of what a store may offer beyond the lock it has (its `Backend` accessors).
+    elections: bool,
+    latches: bool,
+    inspection: bool,
+}
+
 /// What the store at `url` can do, or `None` if it cannot be reached now.
-fn probe_capabilities(url: &str) -> Option<distlock::Capabilities> {
+fn probe(url: &str) -> Option<Probed> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -802,7 +803,13 @@ fn probe_capabilities(url: &str) -> Option<distlock::Capabilities> {
             .await
             .ok()?
             .ok()?;
-        Some(client.backend().capabilities())
+        let backend = client.backend();
+        Some(Probed {
+            capabilities: backend.capabilities(),
+            elections: backend.elections().is_some(),
+            latches: backend.latches().is_some(),
+            inspection: backend.inspection().is_some(),
+        })
     })
 }
 

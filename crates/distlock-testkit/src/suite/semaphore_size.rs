@@ -26,7 +26,7 @@ fn refused<T: std::fmt::Debug>(outcome: &Result<T, Error>, stored: u32, asked: u
 
 /// The size a status shows for the semaphore `name`, on a store with status.
 async fn size_in_status(ctx: &Ctx, name: &str) -> Result<Option<u32>, Failure> {
-    if !ctx.client.backend().capabilities().inspects {
+    if ctx.client.backend().inspection().is_none() {
         return Ok(None);
     }
     let found = ctx.client.status(name).await?;
@@ -100,7 +100,7 @@ async fn waiter_queued(ctx: &Ctx, name: &str) -> Outcome {
             .filter(|s| matches!(s.kind, LockKind::Permit { .. }))
             .find_map(|s| s.waiters)
     };
-    let counted = ctx.client.backend().capabilities().inspects
+    let counted = ctx.client.backend().inspection().is_some()
         && waiters(ctx.client.status(name).await?).is_some();
     if !counted {
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -360,21 +360,6 @@ pub(crate) fn attempt(
     }
 }
 
-/// The refusal of a fair lock, read-write lock or semaphore by a SQL store in `?lock=session`
-/// mode ([`ErrorKind::Unsupported`]), naming the setting that has them.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-pub(crate) fn session_refusal(backend: &'static str, kind: LockKind) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!(
-            "the {backend} backend does not support {kind} with ?lock=session (a session lock \
-             is an exclusive lock of one connection); use ?lock=lease, the default, which has \
-             fair locks, read-write locks and semaphores"
-        ),
-    )
-    .with_backend(backend)
-}
-
 /// One live holding as a status shows it.
 pub(crate) struct Shown {
     pub(crate) side: Side,

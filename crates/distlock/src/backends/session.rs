@@ -32,6 +32,12 @@ pub(crate) const NO_LEASE: &str = "they are held as long as their connection, wh
      holder keeps open, so nothing ends a stopped holder's holding by time; for leases, use the \
      lease mode (the URL without ?lock=session)";
 
+/// What the refusal of a fair lock, read-write lock or semaphore in session mode adds (for
+/// [`crate::Capabilities::refusing_with`]): the setting that has them.
+pub(crate) const SESSION_KINDS: &str = "with ?lock=session (a session lock is an exclusive lock \
+     of one connection); use ?lock=lease, the default, which has fair locks, read-write locks \
+     and semaphores";
+
 /// Where session connections come from.
 #[async_trait]
 pub(crate) trait SessionPool: Send + Sync + 'static {

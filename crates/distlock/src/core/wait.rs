@@ -49,10 +49,8 @@ pub(crate) async fn acquire(
     deadline: Deadline,
 ) -> Result<Option<Arc<HeldLease>>> {
     let backend = &engine.backend;
-    if !backend.supports(req.kind) {
-        return Err(backend.refusal(req.kind));
-    }
     let caps = backend.capabilities();
+    caps.admit(backend.name(), req.kind)?;
     lease::settle(&caps, backend.name(), &mut req, terms)?;
     let waiter: Box<dyn Waiter> = backend.waiter(&req).unwrap_or_else(|| {
         Box::new(PollingWaiter {

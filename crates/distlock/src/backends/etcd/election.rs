@@ -92,7 +92,7 @@ async fn read(inner: &Inner, keys: &Keys) -> Result<Seen> {
     Ok(Seen { record, alive })
 }
 
-/// See [`crate::Backend::elect_write`]; `ttl` is not used (see the module's doc).
+/// See [`crate::backend::Elections::elect_write`]; `ttl` is not used (see the module's doc).
 pub(super) async fn write(
     inner: &Arc<Inner>,
     election: &LockName,
@@ -185,8 +185,8 @@ pub(super) async fn write(
     .with_backend(NAME))
 }
 
-/// See [`crate::Backend::elect_current`]: the latest entry with a value while `alive` (its
-/// writer's lease) stands for it.
+/// See [`crate::backend::Elections::elect_current`]: the latest entry with a value while `alive`
+/// (its writer's lease) stands for it.
 pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option<ElectionEntry>> {
     let keys = Keys::new(&inner.config.prefix, election);
     let seen = read(inner, &keys).await?;
@@ -196,7 +196,7 @@ pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option
     ))
 }
 
-/// See [`crate::Backend::elect_log`].
+/// See [`crate::backend::Elections::elect_log`].
 pub(super) async fn log(
     inner: &Inner,
     election: &LockName,
@@ -261,7 +261,7 @@ pub(super) async fn watch_key(inner: &Inner, key: String) -> Result<Wakeups> {
     Ok(Box::pin(wakeups))
 }
 
-/// See [`crate::Backend::watch_election`].
+/// See [`crate::backend::Elections::watch_election`].
 pub(super) async fn watch(inner: &Inner, election: &LockName) -> Result<Wakeups> {
     let keys = Keys::new(&inner.config.prefix, election);
     watch_key(inner, keys.rec()).await

@@ -30,7 +30,7 @@ fn oldest_first() -> GetOptions {
         .with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
-/// See [`crate::Backend::status`]: one range read of every key the selection can reach.
+/// See [`crate::backend::Inspection::status`]: one range read of every key the selection can reach.
 pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<LockStatus>> {
     let url_prefix = &inner.config.prefix;
     let start = match which {
@@ -108,7 +108,7 @@ fn holding(kv: &KeyValue) -> Holding {
     holding
 }
 
-/// See [`crate::Backend::force_release`].
+/// See [`crate::backend::Inspection::force_release`].
 pub(super) async fn force_release(
     inner: &Arc<Inner>,
     name: &LockName,

@@ -42,7 +42,7 @@ async fn once(inner: &Inner, what: &'static str, txn: Txn) -> Result<(bool, Vec<
     Ok((answer.succeeded(), answer.op_responses()))
 }
 
-/// See [`crate::Backend::latch_set`].
+/// See [`crate::backend::Latches::latch_set`].
 pub(super) async fn set(inner: &Inner, latch: &LockName, count: u64) -> Result<bool> {
     let key = key(&inner.config.prefix, latch);
     for _ in 0..RACES {
@@ -83,7 +83,7 @@ pub(super) async fn set(inner: &Inner, latch: &LockName, count: u64) -> Result<b
     Err(latch_raced(latch, RACES, NAME))
 }
 
-/// See [`crate::Backend::latch_count_down`].
+/// See [`crate::backend::Latches::latch_count_down`].
 pub(super) async fn count_down(inner: &Inner, latch: &LockName) -> Result<u64> {
     let key = key(&inner.config.prefix, latch);
     for _ in 0..RACES {
@@ -115,7 +115,7 @@ pub(super) async fn count_down(inner: &Inner, latch: &LockName) -> Result<u64> {
     Err(latch_raced(latch, RACES, NAME))
 }
 
-/// See [`crate::Backend::latch_count`].
+/// See [`crate::backend::Latches::latch_count`].
 pub(super) async fn count(inner: &Inner, latch: &LockName) -> Result<u64> {
     let key = key(&inner.config.prefix, latch);
     Ok(read(inner, &key).await?.map_or(0, |(count, _)| count))

@@ -35,7 +35,8 @@ use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::queues::records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
@@ -469,14 +470,69 @@ impl Backend for EtcdBackend {
         // behind: 16 workers over 4 processes, one lock, sent 4.94 transactions and 2.94 range
         // reads per hand-off with it, 4 and 2 without.
         .handing_over()
-        .electing_and_latching()
-        .inspecting()
+        .keeping(Kinds::ALL)
     }
 
-    fn supports(&self, kind: LockKind) -> bool {
-        kind.is_any_flavour()
+    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
+        let mut waiter = EtcdWaiter::new(self.inner.clone(), req.clone());
+        let attempt = waiter.poll().await?;
+        if matches!(attempt, Attempt::Held { .. }) {
+            waiter.leave().await?;
+        }
+        Ok(attempt)
     }
 
+    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
+        // A session holding has no lease of its own: this only confirms it.
+        let revision = token.get() as i64;
+        let Some((key, session)) = self.inner.holdings.find(&req.name, &req.owner, revision) else {
+            return Ok(None);
+        };
+        if session.is_over() {
+            return Ok(None);
+        }
+        let answer = self.inner.get("confirming a holding", &key, None).await?;
+        let held = answer.kvs().first().is_some_and(|kv| {
+            kv.create_revision() == revision && contender_of(kv.value(), req.owner.as_str())
+        });
+        Ok(held.then_some(Duration::ZERO))
+    }
+
+    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
+        let revision = token.map(|t| t.get() as i64);
+        let Some((revision, key, session)) =
+            self.inner.holdings.take(&req.name, &req.owner, revision)
+        else {
+            return Ok(false);
+        };
+        self.inner
+            .delete_surely(key, Some(revision), req.owner.clone(), session)
+            .await
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        Some(Box::new(EtcdWaiter::new(self.inner.clone(), req.clone())))
+    }
+
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for EtcdBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let keys = LockKeys::new(&self.inner.config.prefix, &req.name, req.kind);
         let count = etcd_client::GetOptions::new()
@@ -528,48 +584,10 @@ impl Backend for EtcdBackend {
             .map_err(from_etcd("changing a semaphore's size"))?;
         waiter::size_of(answer.prev_key())
     }
+}
 
-    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        let mut waiter = EtcdWaiter::new(self.inner.clone(), req.clone());
-        let attempt = waiter.poll().await?;
-        if matches!(attempt, Attempt::Held { .. }) {
-            waiter.leave().await?;
-        }
-        Ok(attempt)
-    }
-
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
-        // A session holding has no lease of its own: this only confirms it.
-        let revision = token.get() as i64;
-        let Some((key, session)) = self.inner.holdings.find(&req.name, &req.owner, revision) else {
-            return Ok(None);
-        };
-        if session.is_over() {
-            return Ok(None);
-        }
-        let answer = self.inner.get("confirming a holding", &key, None).await?;
-        let held = answer.kvs().first().is_some_and(|kv| {
-            kv.create_revision() == revision && contender_of(kv.value(), req.owner.as_str())
-        });
-        Ok(held.then_some(Duration::ZERO))
-    }
-
-    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        let revision = token.map(|t| t.get() as i64);
-        let Some((revision, key, session)) =
-            self.inner.holdings.take(&req.name, &req.owner, revision)
-        else {
-            return Ok(false);
-        };
-        self.inner
-            .delete_surely(key, Some(revision), req.owner.clone(), session)
-            .await
-    }
-
-    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
-        Some(Box::new(EtcdWaiter::new(self.inner.clone(), req.clone())))
-    }
-
+#[async_trait]
+impl Elections for EtcdBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -595,7 +613,10 @@ impl Backend for EtcdBackend {
     async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
         election::watch(&self.inner, election).await
     }
+}
 
+#[async_trait]
+impl Latches for EtcdBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         latch::set(&self.inner, latch, count).await
     }
@@ -611,7 +632,10 @@ impl Backend for EtcdBackend {
     async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
         latch::watch(&self.inner, latch).await
     }
+}
 
+#[async_trait]
+impl Inspection for EtcdBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         inspect::status(&self.inner, which).await
     }

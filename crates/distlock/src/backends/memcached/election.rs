@@ -116,7 +116,7 @@ enum Step {
     Appended,
 }
 
-/// [`crate::Backend::elect_write`].
+/// [`crate::backend::Elections::elect_write`].
 pub(super) struct Write<'a> {
     pub(super) k: ElectionKeys<'a>,
     pub(super) term: u64,
@@ -227,7 +227,7 @@ impl Task for Write<'_> {
     }
 }
 
-/// [`crate::Backend::elect_current`].
+/// [`crate::backend::Elections::elect_current`].
 pub(super) struct Current<'a> {
     pub(super) k: ElectionKeys<'a>,
 }
@@ -253,7 +253,7 @@ impl Task for Current<'_> {
     }
 }
 
-/// [`crate::Backend::elect_log`].
+/// [`crate::backend::Elections::elect_log`].
 pub(super) struct Log<'a> {
     pub(super) k: ElectionKeys<'a>,
     pub(super) after: Option<u64>,

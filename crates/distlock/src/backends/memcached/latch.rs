@@ -19,7 +19,7 @@ fn parse_count(item: &Item) -> Result<u64, Fault> {
     })
 }
 
-/// [`crate::Backend::latch_set`]: `add` the count; over a latch at 0, check-and-set it.
+/// [`crate::backend::Latches::latch_set`]: `add` the count; over a latch at 0, check-and-set it.
 pub(super) struct Set {
     pub(super) key: String,
     pub(super) count: u64,
@@ -48,8 +48,8 @@ impl Task for Set {
     }
 }
 
-/// [`crate::Backend::latch_count_down`]: memcached's own decrement, one atomic step that stops
-/// at 0 and does not create a missing item.
+/// [`crate::backend::Latches::latch_count_down`]: memcached's own decrement, one atomic step that
+/// stops at 0 and does not create a missing item.
 pub(super) struct CountDown {
     pub(super) key: String,
 }
@@ -63,7 +63,7 @@ impl Task for CountDown {
     }
 }
 
-/// [`crate::Backend::latch_count`].
+/// [`crate::backend::Latches::latch_count`].
 pub(super) struct Count {
     pub(super) key: String,
 }

@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Attempt, Backend, Capabilities, ElectionEntry, Hold, LockRequest};
+use crate::backend::{
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Hold, Inspection, Latches,
+    LockRequest,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
@@ -190,10 +193,7 @@ impl Backend for MemcachedBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases()
-            .granularity(GRANULARITY)
-            .inspecting()
-            .electing_and_latching()
+        Capabilities::leases().granularity(GRANULARITY)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -237,6 +237,21 @@ impl Backend for MemcachedBackend {
             .await
     }
 
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Elections for MemcachedBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -277,7 +292,10 @@ impl Backend for MemcachedBackend {
             .run("reading the election's log", &log)
             .await
     }
+}
 
+#[async_trait]
+impl Latches for MemcachedBackend {
     async fn latch_set(&self, name: &LockName, count: u64) -> Result<bool> {
         let set = latch::Set {
             key: keys::latch(name),
@@ -301,7 +319,10 @@ impl Backend for MemcachedBackend {
         };
         self.server(name).run("reading the latch", &count).await
     }
+}
 
+#[async_trait]
+impl Inspection for MemcachedBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         let names = match which {
             Selection::Name(name) => vec![name.clone()],
@@ -314,10 +335,7 @@ impl Backend for MemcachedBackend {
         Ok(all)
     }
 
-    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        if !self.supports(kind) {
-            return Err(Error::unsupported(NAME, kind));
-        }
+    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
         let force = ForceRelease { k: Keys::new(name) };
         let (item, fence) = self.server(name).run("forcing a release", &force).await?;
         let removed = item.as_ref().and_then(holding).into_iter().collect();

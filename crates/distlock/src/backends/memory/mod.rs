@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //!
-//! * this file: [`MemoryBackend`], the stores by name, the [`Backend`] methods;
+//! * this file: [`MemoryBackend`], the stores by name, the methods of [`Backend`] and of every
+//!   trait it adds (semaphores, elections, latches, inspection);
 //! * `locks.rs`: the plain lock, the fair lock, the read-write lock and the semaphore, each step
 //!   atomic under the store's mutex, judged by the rules the SQL stores share
 //!   (`backends/flavour_rules.rs`); leases on tokio's clock;
@@ -23,7 +24,8 @@ use async_trait::async_trait;
 use self::locks::Locks;
 use self::sync::{Elections, Latches};
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, Inspection, Kinds, LockRequest, PermitCount,
+    Semaphores, Waiter, Wakeups,
 };
 use crate::backends::flavour_rules::Side;
 use crate::backends::sql_flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
@@ -101,14 +103,7 @@ impl Backend for MemoryBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases()
-            .notifying()
-            .electing_and_latching()
-            .inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        kind.is_any_flavour()
+        Capabilities::leases().notifying().keeping(Kinds::ALL)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -135,6 +130,25 @@ impl Backend for MemoryBackend {
         self.store.locks.watch(&req.name, req.kind)
     }
 
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn crate::backend::Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn crate::backend::Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for MemoryBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         Ok(self.store.locks.count_permits(&req.name))
     }
@@ -142,7 +156,10 @@ impl Backend for MemoryBackend {
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
         Ok(self.store.locks.set_permits(name, permits))
     }
+}
 
+#[async_trait]
+impl crate::backend::Elections for MemoryBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -168,7 +185,10 @@ impl Backend for MemoryBackend {
     async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
         Ok(self.store.elections.watch(election))
     }
+}
 
+#[async_trait]
+impl crate::backend::Latches for MemoryBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         Ok(self.store.latches.set(latch, count))
     }
@@ -184,7 +204,10 @@ impl Backend for MemoryBackend {
     async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
         Ok(self.store.latches.watch(latch))
     }
+}
 
+#[async_trait]
+impl Inspection for MemoryBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         Ok(self.store.locks.status(which))
     }

@@ -28,7 +28,7 @@ fn is_error_number(e: &sqlx::Error, number: u16) -> bool {
         .is_some_and(|d| d.number() == number)
 }
 
-/// See [`crate::Backend::status`]; `sessions`: the backend's locks are session locks.
+/// See [`crate::backend::Inspection::status`]; `sessions`: the backend's locks are session locks.
 pub(super) async fn status(
     pool: &MySqlPool,
     sessions: bool,
@@ -55,8 +55,8 @@ pub(super) async fn status(
         .map_err(err("reading the locks"))
 }
 
-/// See [`crate::Backend::force_release`]. One transaction; a deadlock victim (two callers
-/// creating the same name's row at once) runs again.
+/// See [`crate::backend::Inspection::force_release`]. One transaction; a deadlock victim (two
+/// callers creating the same name's row at once) runs again.
 pub(super) async fn force_release(
     pool: &MySqlPool,
     sessions: bool,

@@ -21,9 +21,10 @@ use async_trait::async_trait;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter,
 };
-use crate::backends::flavour_rules::{self, Side};
+use crate::backends::flavour_rules::Side;
 use crate::backends::session::Sessions;
 use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_url::{self, LockMode};
@@ -151,27 +152,14 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let base = if self.sessions.is_some() {
+        if self.sessions.is_some() {
+            // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no
+            // count.
             Capabilities::sessions(None, crate::backends::session::NO_LEASE)
+                .refusing_with(crate::backends::session::SESSION_KINDS)
         } else {
-            Capabilities::leases()
-        };
-        base.electing_and_latching().inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no count.
-        match self.sessions {
-            Some(_) => kind == LockKind::Mutex,
-            None => kind.is_any_flavour(),
+            Capabilities::leases().keeping(Kinds::ALL)
         }
-    }
-
-    fn refusal(&self, kind: LockKind) -> Error {
-        if self.sessions.is_some() && kind.is_any_flavour() {
-            return flavour_rules::session_refusal(NAME, kind);
-        }
-        Error::unsupported(NAME, kind)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -253,10 +241,27 @@ impl Backend for MysqlBackend {
         )))
     }
 
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        // Session locks have no semaphores (see `capabilities`).
+        self.sessions.is_none().then_some(self as &dyn Semaphores)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for MysqlBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(req.kind));
-        }
         let (size, taken) = self.flavours.count(&req.name).await?;
         Ok(PermitCount {
             size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
@@ -265,12 +270,12 @@ impl Backend for MysqlBackend {
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(LockKind::Permit { permits }));
-        }
         self.flavours.set_permits(name, permits).await
     }
+}
 
+#[async_trait]
+impl Elections for MysqlBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -298,7 +303,10 @@ impl Backend for MysqlBackend {
     ) -> Result<Vec<ElectionEntry>> {
         sync::elect_log(&self.pool, election, after).await
     }
+}
 
+#[async_trait]
+impl Latches for MysqlBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         let (pool, latch) = (self.pool.clone(), latch.clone());
         sqlx_tx::finished(async move { sync::latch_set(&pool, &latch, count).await }).await
@@ -312,7 +320,10 @@ impl Backend for MysqlBackend {
     async fn latch_count(&self, latch: &LockName) -> Result<u64> {
         sync::latch_count(&self.pool, latch).await
     }
+}
 
+#[async_trait]
+impl Inspection for MysqlBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         let mut found = inspect::status(&self.pool, self.sessions.is_some(), which).await?;
         if self.sessions.is_none() {
@@ -324,10 +335,8 @@ impl Backend for MysqlBackend {
     }
 
     async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        // In session mode the client lets only the exclusive lock through (`Kinds::MUTEX`).
         if let Some(side) = Side::of(kind) {
-            if self.sessions.is_some() {
-                return Err(self.refusal(kind));
-            }
             return self.flavours.force_release(name, side).await;
         }
         let (pool, sessions, name) = (self.pool.clone(), self.sessions.is_some(), name.clone());

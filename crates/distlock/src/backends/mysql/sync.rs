@@ -49,7 +49,7 @@ async fn lock_row(
     sqlx::query(lock).bind(name).fetch_one(&mut *tx).await
 }
 
-/// See [`crate::Backend::elect_write`].
+/// See [`crate::backend::Elections::elect_write`].
 pub(super) async fn elect_write(
     pool: &MySqlPool,
     election: &LockName,
@@ -142,7 +142,7 @@ fn entries(rows: Vec<MySqlRow>, what: &str) -> Result<Vec<ElectionEntry>> {
         .collect()
 }
 
-/// See [`crate::Backend::elect_current`].
+/// See [`crate::backend::Elections::elect_current`].
 pub(super) async fn elect_current(
     pool: &MySqlPool,
     election: &LockName,
@@ -155,7 +155,7 @@ pub(super) async fn elect_current(
     Ok(entries(rows, "reading the election record")?.pop())
 }
 
-/// See [`crate::Backend::elect_log`].
+/// See [`crate::backend::Elections::elect_log`].
 pub(super) async fn elect_log(
     pool: &MySqlPool,
     election: &LockName,
@@ -219,7 +219,7 @@ async fn try_latch_change<T>(
     Ok(answer)
 }
 
-/// See [`crate::Backend::latch_set`].
+/// See [`crate::backend::Latches::latch_set`].
 pub(super) async fn latch_set(pool: &MySqlPool, latch: &LockName, count: u64) -> Result<bool> {
     latch_change(pool, latch, "setting the latch", |now| {
         if now == 0 {
@@ -231,7 +231,7 @@ pub(super) async fn latch_set(pool: &MySqlPool, latch: &LockName, count: u64) ->
     .await
 }
 
-/// See [`crate::Backend::latch_count_down`].
+/// See [`crate::backend::Latches::latch_count_down`].
 pub(super) async fn latch_count_down(pool: &MySqlPool, latch: &LockName) -> Result<u64> {
     latch_change(pool, latch, "counting the latch down", |now| {
         if now == 0 {
@@ -243,7 +243,7 @@ pub(super) async fn latch_count_down(pool: &MySqlPool, latch: &LockName) -> Resu
     .await
 }
 
-/// See [`crate::Backend::latch_count`].
+/// See [`crate::backend::Latches::latch_count`].
 pub(super) async fn latch_count(pool: &MySqlPool, latch: &LockName) -> Result<u64> {
     let count = sqlx::query(include_str!("sql/latch_count.sql"))
         .bind(latch.as_str().as_bytes())

@@ -23,9 +23,10 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::{self, Side};
+use crate::backends::flavour_rules::Side;
 use crate::backends::session::Sessions;
 use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_inspect;
@@ -164,26 +165,14 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         let base = if self.sessions.is_some() {
+            // Advisory locks are exclusive locks of a connection: no queue, no shared side, no
+            // count.
             Capabilities::sessions(None, crate::backends::session::NO_LEASE)
+                .refusing_with(crate::backends::session::SESSION_KINDS)
         } else {
-            Capabilities::leases()
+            Capabilities::leases().keeping(Kinds::ALL)
         };
-        base.notifying().electing_and_latching().inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        // Advisory locks are exclusive locks of a connection: no queue, no shared side, no count.
-        match self.sessions {
-            Some(_) => kind == LockKind::Mutex,
-            None => kind.is_any_flavour(),
-        }
-    }
-
-    fn refusal(&self, kind: LockKind) -> Error {
-        if self.sessions.is_some() && kind.is_any_flavour() {
-            return flavour_rules::session_refusal(NAME, kind);
-        }
-        Error::unsupported(NAME, kind)
+        base.notifying()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -269,10 +258,27 @@ impl Backend for PostgresBackend {
         )))
     }
 
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        // Session locks have no semaphores (see `capabilities`).
+        self.sessions.is_none().then_some(self as &dyn Semaphores)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for PostgresBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(req.kind));
-        }
         let (size, taken) = self.flavours.count(&req.name).await?;
         Ok(PermitCount {
             size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
@@ -281,12 +287,12 @@ impl Backend for PostgresBackend {
     }
 
     async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(LockKind::Permit { permits }));
-        }
         self.flavours.set_permits(name, permits).await
     }
+}
 
+#[async_trait]
+impl Elections for PostgresBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -320,7 +326,10 @@ impl Backend for PostgresBackend {
             .watch_changes(format!("e:{}", election.as_str()))
             .await
     }
+}
 
+#[async_trait]
+impl Latches for PostgresBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         sync::latch_set(&self.pool, latch, count).await
     }
@@ -339,7 +348,10 @@ impl Backend for PostgresBackend {
             .watch_changes(format!("l:{}", latch.as_str()))
             .await
     }
+}
 
+#[async_trait]
+impl Inspection for PostgresBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         let (name, prefix) = sql_inspect::selection(NAME, which)?;
         let statement = if self.sessions.is_some() {
@@ -366,10 +378,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
+        // In session mode the client lets only the exclusive lock through (`Kinds::MUTEX`).
         if let Some(side) = Side::of(kind) {
-            if self.sessions.is_some() {
-                return Err(self.refusal(kind));
-            }
             return self.flavours.force_release(name, side).await;
         }
         let statement = if self.sessions.is_some() {

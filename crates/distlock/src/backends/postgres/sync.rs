@@ -18,7 +18,7 @@ fn err(what: &str) -> impl FnOnce(sqlx::Error) -> crate::error::Error + '_ {
     move |e| from_sqlx(super::NAME, what, e)
 }
 
-/// See [`crate::Backend::elect_write`].
+/// See [`crate::backend::Elections::elect_write`].
 pub(super) async fn elect_write(
     pool: &PgPool,
     election: &LockName,
@@ -97,7 +97,7 @@ fn entries(rows: Vec<sqlx::postgres::PgRow>, what: &str) -> Result<Vec<ElectionE
         .collect()
 }
 
-/// See [`crate::Backend::elect_current`].
+/// See [`crate::backend::Elections::elect_current`].
 pub(super) async fn elect_current(
     pool: &PgPool,
     election: &LockName,
@@ -110,7 +110,7 @@ pub(super) async fn elect_current(
     Ok(entries(rows, "reading the election record")?.pop())
 }
 
-/// See [`crate::Backend::elect_log`].
+/// See [`crate::backend::Elections::elect_log`].
 pub(super) async fn elect_log(
     pool: &PgPool,
     election: &LockName,
@@ -129,7 +129,7 @@ pub(super) async fn elect_log(
     entries(rows, "reading the election log")
 }
 
-/// See [`crate::Backend::latch_set`].
+/// See [`crate::backend::Latches::latch_set`].
 pub(super) async fn latch_set(pool: &PgPool, latch: &LockName, count: u64) -> Result<bool> {
     let set = sqlx::query(include_str!("sql/latch_set.sql"))
         .bind(latch.as_str())
@@ -140,7 +140,7 @@ pub(super) async fn latch_set(pool: &PgPool, latch: &LockName, count: u64) -> Re
     Ok(set.is_some())
 }
 
-/// See [`crate::Backend::latch_count_down`].
+/// See [`crate::backend::Latches::latch_count_down`].
 pub(super) async fn latch_count_down(pool: &PgPool, latch: &LockName) -> Result<u64> {
     let what = "counting the latch down";
     let mut tx = pool.begin().await.map_err(err(what))?;
@@ -163,7 +163,7 @@ pub(super) async fn latch_count_down(pool: &PgPool, latch: &LockName) -> Result<
     Ok(after.unwrap_or(0).max(0) as u64)
 }
 
-/// See [`crate::Backend::latch_count`].
+/// See [`crate::backend::Latches::latch_count`].
 pub(super) async fn latch_count(pool: &PgPool, latch: &LockName) -> Result<u64> {
     let count = sqlx::query(include_str!("sql/latch_count.sql"))
         .bind(latch.as_str())

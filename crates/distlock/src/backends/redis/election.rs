@@ -52,7 +52,7 @@ impl Keys {
     }
 }
 
-/// See [`crate::Backend::elect_write`].
+/// See [`crate::backend::Elections::elect_write`].
 pub(super) async fn write(
     server: &Server,
     election: &LockName,

@@ -187,7 +187,7 @@ pub(crate) fn force_call(
     (k.inspect(), args)
 }
 
-/// [`crate::backend::Backend::status`] on one server.
+/// [`crate::backend::Inspection::status`] on one server.
 pub(super) async fn status(server: &Server, which: &Selection) -> Result<Vec<LockStatus>> {
     let what = "reading lock status";
     let scanned = match scan_pattern(&server.prefix, which) {
@@ -218,7 +218,7 @@ pub(super) async fn status(server: &Server, which: &Selection) -> Result<Vec<Loc
     Ok(all)
 }
 
-/// [`crate::backend::Backend::force_release`] on one server.
+/// [`crate::backend::Inspection::force_release`] on one server.
 pub(super) async fn force_release(
     server: &Server,
     name: &LockName,

@@ -17,7 +17,7 @@ fn channel(server: &Server, latch: &LockName) -> String {
     format!("{}:zero", key(server, latch))
 }
 
-/// See [`crate::Backend::latch_set`].
+/// See [`crate::backend::Latches::latch_set`].
 pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result<bool> {
     let count = count.to_string();
     let set: i64 = server
@@ -31,7 +31,7 @@ pub(super) async fn set(server: &Server, latch: &LockName, count: u64) -> Result
     Ok(set == 1)
 }
 
-/// See [`crate::Backend::latch_count_down`].
+/// See [`crate::backend::Latches::latch_count_down`].
 pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64> {
     let after: i64 = server
         .run(
@@ -44,7 +44,7 @@ pub(super) async fn count_down(server: &Server, latch: &LockName) -> Result<u64>
     Ok(after.max(0) as u64)
 }
 
-/// See [`crate::Backend::latch_count`].
+/// See [`crate::backend::Latches::latch_count`].
 pub(super) async fn count(server: &Server, latch: &LockName) -> Result<u64> {
     let count: i64 = server
         .run(

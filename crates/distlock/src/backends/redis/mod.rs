@@ -16,7 +16,7 @@
 //!   acknowledged them (`WAIT`).
 //! * `cluster`: `redis-cluster://`, scripts routed to their slot's master, sharded pub/sub.
 //! * `eviction`: whether the server may evict lock keys (`maxmemory-policy`), warned about at
-//!   connect and in `Backend::warnings`.
+//!   connect and in `Inspection::warnings`.
 //!
 #![doc = include_str!("docs.md")]
 
@@ -46,8 +46,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
-    permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter, Wakeups, permits_differ,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -304,12 +304,7 @@ impl Backend for RedisBackend {
         Capabilities::leases()
             .notifying()
             .queueing()
-            .electing_and_latching()
-            .inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        kind.is_any_flavour()
+            .keeping(Kinds::ALL)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -405,6 +400,25 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for RedisBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let (size, taken) = sem_count(&self.server, &req.name).await?;
         Ok(PermitCount { size, taken })
@@ -421,7 +435,10 @@ impl Backend for RedisBackend {
             .await?;
         Ok(u32::try_from(had).ok().filter(|had| *had > 0))
     }
+}
 
+#[async_trait]
+impl Elections for RedisBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -450,7 +467,10 @@ impl Backend for RedisBackend {
     async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
         Ok(election::watch(&self.server, election).await)
     }
+}
 
+#[async_trait]
+impl Latches for RedisBackend {
     async fn latch_set(&self, name: &LockName, count: u64) -> Result<bool> {
         latch::set(&self.server, name, count).await
     }
@@ -466,7 +486,10 @@ impl Backend for RedisBackend {
     async fn watch_latch(&self, name: &LockName) -> Result<Wakeups> {
         Ok(latch::watch(&self.server, name).await)
     }
+}
 
+#[async_trait]
+impl Inspection for RedisBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         inspect::status(&self.server, which).await
     }
@@ -476,9 +499,6 @@ impl Backend for RedisBackend {
     }
 
     async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        if !self.supports(kind) {
-            return Err(Error::unsupported(NAME, kind));
-        }
         inspect::force_release(&self.server, name, kind).await
     }
 }

@@ -28,7 +28,7 @@ use futures_util::future::join_all;
 use redis::Script;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Capabilities, Hold, LockRequest, Wakeups};
+use crate::backend::{Attempt, Backend, Capabilities, Hold, Inspection, LockRequest, Wakeups};
 use crate::backends::redis::keys::Keys;
 use crate::backends::redis::scripts::{COUNTER_SCRIPTS as SCRIPTS, script};
 use crate::backends::redis::{exclusive_answer, named_holding};
@@ -339,7 +339,7 @@ impl Backend for RedlockBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::leases().notifying().inspecting()
+        Capabilities::leases().notifying()
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -362,14 +362,18 @@ impl Backend for RedlockBackend {
         Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
     }
 
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Inspection for RedlockBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         self.inspect_status(which).await
     }
 
-    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        if !self.supports(kind) {
-            return Err(Error::unsupported(NAME, kind));
-        }
+    async fn force_release(&self, name: &LockName, _kind: LockKind) -> Result<ForcedRelease> {
         self.inspect_force(name).await
     }
 

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //!
-//! * this file: [`SqliteBackend`], the [`Backend`] methods as `writer::Op`s;
+//! * this file: [`SqliteBackend`], the methods of [`Backend`] and of every trait it adds
+//!   (semaphores, elections, latches, inspection) as `writer::Op`s;
 //! * `writer.rs`: the thread that owns the connection and runs the ops, several per
 //!   transaction (group commit), each take one `BEGIN IMMEDIATE` transaction with its fencing
 //!   token;
@@ -45,7 +46,8 @@ use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
@@ -274,17 +276,9 @@ impl Backend for SqliteBackend {
             return Capabilities::leases()
                 .notifying()
                 .handing_over()
-                .electing_and_latching()
-                .inspecting();
+                .keeping(Kinds::ALL);
         }
-        Capabilities::leases()
-            .handing_over()
-            .electing_and_latching()
-            .inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        kind.is_any_flavour()
+        Capabilities::leases().handing_over().keeping(Kinds::ALL)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -337,6 +331,54 @@ impl Backend for SqliteBackend {
         Ok(matches!(answer, FlavourAnswer::Done { found: true, .. }))
     }
 
+    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(notices) = &self.notices {
+            return notices
+                .watch(sidecar::slot_of(req.name.as_str()))
+                .map_err(|e| err("listening for releases")(Failure::Io(e)));
+        }
+        let _ = req;
+        Ok(Box::pin(futures_util::stream::pending()))
+    }
+
+    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
+        if let Some(side) = Side::of(req.kind) {
+            return Some(Box::new(flavour_waiter::FlavourWaiter::new(
+                self.writer.clone(),
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                self.notices.clone(),
+                req.clone(),
+                side,
+            )));
+        }
+        Some(Box::new(waiter::SqliteWaiter::new(
+            self.writer.clone(),
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            self.notices.clone(),
+            req.clone(),
+        )))
+    }
+
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for SqliteBackend {
     async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
         let op = FlavourOp::Count {
             name: req.name.as_str().to_string(),
@@ -368,36 +410,10 @@ impl Backend for SqliteBackend {
             .with_backend(NAME)),
         }
     }
+}
 
-    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        if let Some(notices) = &self.notices {
-            return notices
-                .watch(sidecar::slot_of(req.name.as_str()))
-                .map_err(|e| err("listening for releases")(Failure::Io(e)));
-        }
-        let _ = req;
-        Ok(Box::pin(futures_util::stream::pending()))
-    }
-
-    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
-        if let Some(side) = Side::of(req.kind) {
-            return Some(Box::new(flavour_waiter::FlavourWaiter::new(
-                self.writer.clone(),
-                #[cfg(any(target_os = "linux", target_os = "android"))]
-                self.notices.clone(),
-                req.clone(),
-                side,
-            )));
-        }
-        Some(Box::new(waiter::SqliteWaiter::new(
-            self.writer.clone(),
-            #[cfg(any(target_os = "linux", target_os = "android"))]
-            self.notices.clone(),
-            req.clone(),
-        )))
-    }
-
+#[async_trait]
+impl Elections for SqliteBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -445,7 +461,10 @@ impl Backend for SqliteBackend {
     async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
         self.watch_slot(sync::election_slot(election.as_str()))
     }
+}
 
+#[async_trait]
+impl Latches for SqliteBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         let op = SyncOp::LatchSet {
             name: latch.as_str().to_string(),
@@ -480,7 +499,10 @@ impl Backend for SqliteBackend {
     async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
         self.watch_slot(sync::latch_slot(latch.as_str()))
     }
+}
 
+#[async_trait]
+impl Inspection for SqliteBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         let (name, prefix) = match which {
             Selection::Name(name) => (Some(name.as_str().to_string()), String::new()),

@@ -1,5 +1,5 @@
 //! Election records and count-down latches in the SQLite file: the steps of
-//! [`Backend::elect_write`](crate::backend::Backend::elect_write) and the latch methods, run by
+//! [`Elections::elect_write`](crate::backend::Elections::elect_write) and the latch methods, run by
 //! the writer thread like any other op (each atomic in its transaction). A step that changes
 //! what watchers wait for (an election entry appended, a latch reaching 0) bumps a release
 //! counter of the sidecar file after the commit, which inotify reports to other processes.

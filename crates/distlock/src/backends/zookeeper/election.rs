@@ -93,7 +93,7 @@ async fn read(inner: &Inner, record: &str) -> Result<Seen> {
     Ok(Seen { record, alive })
 }
 
-/// See [`crate::Backend::elect_write`]; `ttl` is not used (see the module's doc).
+/// See [`crate::backend::Elections::elect_write`]; `ttl` is not used (see the module's doc).
 pub(super) async fn write(
     inner: &Arc<Inner>,
     election: &LockName,
@@ -218,8 +218,8 @@ fn on_zk(e: zookeeper_client::Error) -> Error {
     on_session("preparing the election write", e)
 }
 
-/// See [`crate::Backend::elect_current`]: the latest entry with a value, while its `alive` node
-/// (its writer's session) stands.
+/// See [`crate::backend::Elections::elect_current`]: the latest entry with a value, while its
+/// `alive` node (its writer's session) stands.
 pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option<ElectionEntry>> {
     let record = record_path(&inner.config.prefix, election);
     let seen = read(inner, &record).await?;
@@ -229,7 +229,7 @@ pub(super) async fn current(inner: &Inner, election: &LockName) -> Result<Option
     ))
 }
 
-/// See [`crate::Backend::elect_log`].
+/// See [`crate::backend::Elections::elect_log`].
 pub(super) async fn log(
     inner: &Inner,
     election: &LockName,

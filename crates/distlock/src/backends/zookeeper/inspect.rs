@@ -24,7 +24,7 @@ use crate::types::{FencingToken, LockKind, LockName};
 /// delete left first.
 const RACES: u32 = 10;
 
-/// See [`crate::Backend::status`].
+/// See [`crate::backend::Inspection::status`].
 pub(super) async fn status(inner: &Arc<Inner>, which: &Selection) -> Result<Vec<LockStatus>> {
     let session = inner.sessions.get().await?;
     let parents: Vec<(LockName, Parent)> = match which {
@@ -157,7 +157,7 @@ fn holding(data: &[u8], stat: &Stat) -> Holding {
     holding
 }
 
-/// See [`crate::Backend::force_release`].
+/// See [`crate::backend::Inspection::force_release`].
 pub(super) async fn force_release(
     inner: &Arc<Inner>,
     name: &LockName,

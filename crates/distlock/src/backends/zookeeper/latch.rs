@@ -47,7 +47,7 @@ async fn read(inner: &Inner, path: &str) -> Result<Option<(u64, i32)>> {
     }
 }
 
-/// See [`crate::Backend::latch_set`].
+/// See [`crate::backend::Latches::latch_set`].
 pub(super) async fn set(inner: &Inner, latch: &LockName, count: u64) -> Result<bool> {
     let path = path(&inner.config.prefix, latch);
     let data = count.to_string();
@@ -88,7 +88,7 @@ pub(super) async fn set(inner: &Inner, latch: &LockName, count: u64) -> Result<b
     Err(latch_raced(latch, RACES, NAME))
 }
 
-/// See [`crate::Backend::latch_count_down`].
+/// See [`crate::backend::Latches::latch_count_down`].
 pub(super) async fn count_down(inner: &Inner, latch: &LockName) -> Result<u64> {
     let path = path(&inner.config.prefix, latch);
     for _ in 0..RACES {
@@ -116,7 +116,7 @@ pub(super) async fn count_down(inner: &Inner, latch: &LockName) -> Result<u64> {
     Err(latch_raced(latch, RACES, NAME))
 }
 
-/// See [`crate::Backend::latch_count`].
+/// See [`crate::backend::Latches::latch_count`].
 pub(super) async fn count(inner: &Inner, latch: &LockName) -> Result<u64> {
     let path = path(&inner.config.prefix, latch);
     Ok(read(inner, &path).await?.map_or(0, |(count, _)| count))

@@ -30,7 +30,8 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 use self::session::{Session, Sessions, on_session};
 use self::waiter::ZkWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
+    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -252,32 +253,7 @@ impl Backend for ZooKeeperBackend {
         // and find itself still behind (as on etcd): 16 workers over 4 processes, one lock, made
         // 7.7–8.0 requests per hand-off with it, 5.0 without (docs/benchmarks.md).
         .handing_over()
-        .electing_and_latching()
-        .inspecting()
-    }
-
-    fn supports(&self, kind: LockKind) -> bool {
-        kind.is_any_flavour()
-    }
-
-    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, &req.name, req.kind);
-        let session = self.inner.sessions.get().await?;
-        let size_node = nodes.size_node().unwrap_or_default();
-        let (children, size) =
-            size::children_and_size(&self.inner, &session, nodes.parent(), size_node).await?;
-        // Waiters have nodes too: permits are free only when no node is beyond them.
-        Ok(PermitCount {
-            size: size.map(|size| size.permits),
-            taken: u32::try_from(children.len()).unwrap_or(u32::MAX),
-        })
-    }
-
-    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        let kind = LockKind::Permit { permits };
-        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, name, kind);
-        let size_node = nodes.size_node().unwrap_or_default();
-        size::set_permits(&self.inner, name, size_node, permits).await
+        .keeping(Kinds::ALL)
     }
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
@@ -328,6 +304,48 @@ impl Backend for ZooKeeperBackend {
         Some(Box::new(ZkWaiter::new(self.inner.clone(), req.clone())))
     }
 
+    fn semaphores(&self) -> Option<&dyn Semaphores> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections> {
+        Some(self)
+    }
+
+    fn latches(&self) -> Option<&dyn Latches> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Semaphores for ZooKeeperBackend {
+    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
+        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, &req.name, req.kind);
+        let session = self.inner.sessions.get().await?;
+        let size_node = nodes.size_node().unwrap_or_default();
+        let (children, size) =
+            size::children_and_size(&self.inner, &session, nodes.parent(), size_node).await?;
+        // Waiters have nodes too: permits are free only when no node is beyond them.
+        Ok(PermitCount {
+            size: size.map(|size| size.permits),
+            taken: u32::try_from(children.len()).unwrap_or(u32::MAX),
+        })
+    }
+
+    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
+        let kind = LockKind::Permit { permits };
+        let nodes = nodes::LockNodes::new(&self.inner.config.prefix, name, kind);
+        let size_node = nodes.size_node().unwrap_or_default();
+        size::set_permits(&self.inner, name, size_node, permits).await
+    }
+}
+
+#[async_trait]
+impl Elections for ZooKeeperBackend {
     async fn elect_write(
         &self,
         election: &LockName,
@@ -354,7 +372,10 @@ impl Backend for ZooKeeperBackend {
         let path = election::record_path(&self.inner.config.prefix, election);
         election::watch_node(self.inner.clone(), path).await
     }
+}
 
+#[async_trait]
+impl Latches for ZooKeeperBackend {
     async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
         latch::set(&self.inner, latch, count).await
     }
@@ -370,7 +391,10 @@ impl Backend for ZooKeeperBackend {
     async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
         latch::watch(self.inner.clone(), latch).await
     }
+}
 
+#[async_trait]
+impl Inspection for ZooKeeperBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         inspect::status(&self.inner, which).await
     }

@@ -203,10 +203,10 @@ pub(super) async fn create_contender(
     .with_backend(NAME))
 }
 
-/// See [`crate::Backend::set_permits`]: sets the size node at `path` to `permits` (creating it,
-/// and the chroot, if need be) by compare-and-set on the version read; the write wakes every
-/// waiter's watch on it. Not sent again after a connection fault (had it landed, the size it
-/// had would be answered as the new one).
+/// See [`crate::backend::Semaphores::set_permits`]: sets the size node at `path` to `permits`
+/// (creating it, and the chroot, if need be) by compare-and-set on the version read; the write
+/// wakes every waiter's watch on it. Not sent again after a connection fault (had it landed, the
+/// size it had would be answered as the new one).
 pub(super) async fn set_permits(
     inner: &Inner,
     name: &LockName,
