@@ -1,11 +1,5 @@
 //! One module per store, each behind its cargo feature.
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
-pub(crate) mod sqlx_error;
-
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sqlx_tx;
-
 #[cfg(any(
     feature = "postgres",
     feature = "mysql",

@@ -130,7 +130,7 @@ where
     O::Connection: Sized,
 {
     let conn = cfg.options.connect().await.map_err(|e| {
-        crate::backends::sqlx_error::from_sqlx(
+        crate::sqlx_support::error::from_sqlx(
             backend,
             &format!("connecting to {}", cfg.url.redacted),
             e,

@@ -31,7 +31,7 @@ use std::marker::PhantomData;
 
 use tracing::Instrument;
 
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{FencingToken, LockName};
 

@@ -32,7 +32,7 @@ use std::ops::{Deref, DerefMut};
 
 use async_trait::async_trait;
 
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::LockName;
 
@@ -196,7 +196,7 @@ macro_rules! row_lock_for {
                 };
                 // At most twice: the second time the row exists.
                 for _ in 0..2 {
-                    let mut tx = crate::backends::sqlx_tx::begin(pool).await.map_err(|e| {
+                    let mut tx = crate::sqlx_support::tx::begin(pool).await.map_err(|e| {
                         from_sqlx($backend, "starting the row-lock transaction", e)
                     })?;
                     match sqlx::query(sql).bind($bind).fetch_optional(&mut *tx).await {

@@ -6,7 +6,7 @@
 //! synchronizer its waiters wait for with one poller ([`PollWatch`]), which wakes them when its
 //! holdings or line change; a transaction InnoDB picks as a deadlock victim runs again.
 //!
-//! Every transaction runs whole in a task of its own ([`sqlx_tx::finished`]), so a caller that
+//! Every transaction runs whole in a task of its own ([`tx::finished`]), so a caller that
 //! is dropped mid-step never leaves a transaction open on a pooled connection.
 
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use crate::backends::flavour_rules::{
 use crate::backends::poll_watch::PollWatch;
 use crate::backends::sql_flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
-use crate::backends::sqlx_tx;
+use crate::sqlx_support::tx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holder, Holding, LockStatus};
 use crate::types::{FencingToken, LockName};
@@ -274,7 +274,7 @@ impl MysqlFlavours {
             });
         }
         let (pool, owned) = (self.pool.clone(), req.clone());
-        let outcome = sqlx_tx::finished(async move {
+        let outcome = tx::finished(async move {
             retried("taking the lock", || async {
                 // At most once more: the first run created the row.
                 match try_take(&pool, &owned, side, queue).await? {
@@ -333,7 +333,7 @@ impl MysqlFlavours {
     pub(super) async fn count(&self, name: &LockName) -> Result<(Option<i64>, i64)> {
         let pool = self.pool.clone();
         let name = name.as_str().as_bytes().to_vec();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             let side = Side::Permit;
             let mut tx = pool.begin().await.map_err(err("counting permits"))?;
             let size = sqlx::query(include_str!("sql/flavour_lock.sql"))
@@ -361,7 +361,7 @@ impl MysqlFlavours {
     pub(super) async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
         let pool = self.pool.clone();
         let name = name.as_str().as_bytes().to_vec();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             retried("changing a semaphore's size", || async {
                 let side = Side::Permit;
                 create_row(&pool, side, &name).await?;
@@ -386,7 +386,7 @@ impl MysqlFlavours {
     pub(super) async fn force_release(&self, name: &LockName, side: Side) -> Result<ForcedRelease> {
         let pool = self.pool.clone();
         let name = name.as_str().as_bytes().to_vec();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             retried("releasing the lock by force", || async {
                 create_row(&pool, side, &name).await?;
                 let mut tx = pool.begin().await?;

@@ -8,7 +8,7 @@ use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
 
 use super::sync::{DEADLOCK_RETRIES, is_deadlock};
 use crate::backends::sql_inspect;
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::LockName;

@@ -11,7 +11,7 @@ use sqlx::mysql::MySqlPool;
 use sqlx::pool::PoolConnection;
 
 use crate::backends::session::{SessionConn, SessionPool};
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::{FencingToken, LockName};
 

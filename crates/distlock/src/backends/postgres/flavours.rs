@@ -5,7 +5,7 @@
 //! `distlock_changed` with the key `f:FAMILY:NAME` in their transaction; waiters listen on the
 //! client's one listening connection (`notify.rs`).
 //!
-//! Every transaction runs whole in a task of its own ([`sqlx_tx::finished`]), so a caller that
+//! Every transaction runs whole in a task of its own ([`tx::finished`]), so a caller that
 //! is dropped mid-step never leaves a transaction open on a pooled connection.
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use crate::backends::flavour_rules::{
 };
 use crate::backends::sql_flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
-use crate::backends::sqlx_tx;
+use crate::sqlx_support::tx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holder, Holding, LockStatus};
 use crate::types::{FencingToken, LockName};
@@ -207,7 +207,7 @@ impl PgFlavours {
             });
         }
         let (pool, owned) = (self.pool.clone(), req.clone());
-        let outcome = sqlx_tx::finished(take(pool, owned, side, queue)).await?;
+        let outcome = tx::finished(take(pool, owned, side, queue)).await?;
         flavour_rules::attempt(NAME, outcome, req)
     }
 
@@ -254,7 +254,7 @@ impl PgFlavours {
         let what = "counting permits";
         let pool = self.pool.clone();
         let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             let side = Side::Permit;
             let mut tx = pool.begin().await.map_err(err(what))?;
             let (_, permits) = lock_row(&mut tx, side, &name).await?;
@@ -275,7 +275,7 @@ impl PgFlavours {
         let what = "changing a semaphore's size";
         let pool = self.pool.clone();
         let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             let side = Side::Permit;
             let mut tx = pool.begin().await.map_err(err(what))?;
             let (_, had) = lock_row(&mut tx, side, &name).await?;
@@ -302,7 +302,7 @@ impl PgFlavours {
         let what = "releasing the lock by force";
         let pool = self.pool.clone();
         let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             let mut tx = pool.begin().await.map_err(err(what))?;
             lock_row(&mut tx, side, &name).await?;
             let removed = sqlx::query(include_str!("sql/flavour_force.sql"))

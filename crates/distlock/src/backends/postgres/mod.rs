@@ -30,8 +30,8 @@ use crate::backends::session::Sessions;
 use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
-use crate::backends::sqlx_error::from_sqlx;
-use crate::backends::sqlx_tx;
+use crate::sqlx_support::error::from_sqlx;
+use crate::sqlx_support::tx;
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
@@ -294,10 +294,10 @@ impl Backend for PostgresBackend {
         value: Option<&str>,
         ttl: Duration,
     ) -> Result<bool> {
-        // A whole transaction, finished even if this call is dropped: see `sqlx_tx`.
+        // A whole transaction, finished even if this call is dropped: see `crate::sqlx_support::tx`.
         let (pool, election) = (self.pool.clone(), election.clone());
         let value = value.map(str::to_owned);
-        sqlx_tx::finished(async move {
+        tx::finished(async move {
             sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
         })
         .await
@@ -327,7 +327,7 @@ impl Backend for PostgresBackend {
 
     async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
         let (pool, latch) = (self.pool.clone(), latch.clone());
-        sqlx_tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
+        tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
     }
 
     async fn latch_count(&self, latch: &LockName) -> Result<u64> {

@@ -17,7 +17,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{Notify, OnceCell};
 
 use crate::backend::Wakeups;
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::LockName;
 

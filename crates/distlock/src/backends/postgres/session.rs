@@ -13,7 +13,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgListener, PgPool};
 
 use crate::backends::session::{SessionConn, SessionPool};
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::{FencingToken, LockName};
 

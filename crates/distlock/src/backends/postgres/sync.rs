@@ -10,7 +10,7 @@ use sqlx::postgres::PgPool;
 
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry};
 use crate::backends::records::{self, Step};
-use crate::backends::sqlx_error::from_sqlx;
+use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::{FencingToken, LockName};
 

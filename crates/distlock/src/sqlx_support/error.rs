@@ -1,4 +1,4 @@
-//! Turning sqlx's errors into distlock's, for the three SQL backends.
+//! Turning sqlx's errors into distlock's, for the SQL backends and the helpers on a pool.
 
 use crate::error::{Error, ErrorKind};
 
