@@ -39,24 +39,6 @@ use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "postgres";
 
-/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
-pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
-    schema: include_str!("sql/fence_schema.sql"),
-    advance: include_str!("sql/fence_advance.sql"),
-    create: include_str!("sql/fence_create.sql"),
-    create_first: false,
-    read: include_str!("sql/fence_read.sql"),
-};
-
-/// The statements of the row-lock API ([`crate::sql::RowLock`]) on this database.
-pub(crate) const ROW_LOCK: crate::sql::row_lock::RowLockStatements =
-    crate::sql::row_lock::RowLockStatements {
-        lock: include_str!("sql/row_lock.sql"),
-        lock_nowait: include_str!("sql/row_lock_nowait.sql"),
-        create: include_str!("sql/row_lock_create.sql"),
-        schema: include_str!("sql/schema.sql"),
-    };
-
 /// How long a call waits for a free pooled connection before failing with a connection error.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 

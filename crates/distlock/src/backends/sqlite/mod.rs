@@ -55,16 +55,6 @@ use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "sqlite";
 
-/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
-#[cfg(feature = "sqlite-fence")]
-pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
-    schema: include_str!("sql/fence_schema.sql"),
-    advance: include_str!("sql/fence_advance.sql"),
-    create: include_str!("sql/fence_create.sql"),
-    create_first: false,
-    read: include_str!("sql/fence_read.sql"),
-};
-
 /// How long a writer queues behind another process's transaction before giving up, unless
 /// [`Options::response_timeout`] says otherwise.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
