@@ -6,16 +6,12 @@
     feature = "sqlite",
     feature = "memory"
 ))]
-pub(crate) mod flavour_rules;
+pub(crate) mod client_rules;
 
 #[cfg(feature = "mysql")]
 pub(crate) mod poll_watch;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod session;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-pub(crate) mod sql_flavour_waiter;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_inspect;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -6,7 +6,7 @@
 //! * this file: [`MemoryBackend`], the stores by name, the [`Backend`] methods;
 //! * `locks.rs`: the plain lock, the fair lock, the read-write lock and the semaphore, each step
 //!   atomic under the store's mutex, judged by the rules the SQL stores share
-//!   (`backends/flavour_rules.rs`); leases on tokio's clock;
+//!   (`backends/client_rules/flavour_rules.rs`); leases on tokio's clock;
 //! * `sync.rs`: election records and count-down latches.
 //!
 #![doc = include_str!("docs.md")]
@@ -25,8 +25,8 @@ use self::sync::{Elections, Latches};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::Side;
-use crate::backends::sql_flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
+use crate::backends::client_rules::flavour_rules::Side;
+use crate::backends::client_rules::flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
 use crate::error::Result;
 use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};

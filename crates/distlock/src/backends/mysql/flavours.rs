@@ -18,11 +18,11 @@ use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 use super::sync::{DEADLOCK_RETRIES, is_deadlock};
 use super::{NAME, err};
 use crate::backend::{Attempt, LockRequest, Wakeups};
-use crate::backends::flavour_rules::{
+use crate::backends::client_rules::flavour_rules::{
     self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
 use crate::backends::poll_watch::PollWatch;
-use crate::backends::sql_flavour_waiter::FlavourSteps;
+use crate::backends::client_rules::flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
 use crate::sqlx_support::tx;
 use crate::error::Result;

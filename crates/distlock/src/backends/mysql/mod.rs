@@ -23,9 +23,9 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter,
 };
-use crate::backends::flavour_rules::{self, Side};
+use crate::backends::client_rules::flavour_rules::{self, Side};
 use crate::backends::session::Sessions;
-use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
+use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_url::{self, LockMode};
 use crate::sqlx_support::error::from_sqlx;
 use crate::sqlx_support::tx;

@@ -9,7 +9,7 @@ use sqlx::Row;
 use sqlx::mysql::{MySqlPool, MySqlRow};
 
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry};
-use crate::backends::records::{self, Step};
+use crate::backends::client_rules::records::{self, Step};
 use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::{FencingToken, LockName};

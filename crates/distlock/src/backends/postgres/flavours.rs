@@ -17,10 +17,10 @@ use sqlx::postgres::{PgPool, Postgres};
 use super::notify::Releases;
 use super::{NAME, err};
 use crate::backend::{Attempt, LockRequest, Wakeups};
-use crate::backends::flavour_rules::{
+use crate::backends::client_rules::flavour_rules::{
     self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
-use crate::backends::sql_flavour_waiter::FlavourSteps;
+use crate::backends::client_rules::flavour_waiter::FlavourSteps;
 use crate::backends::sql_inspect;
 use crate::sqlx_support::tx;
 use crate::error::Result;

@@ -25,9 +25,9 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::{self, Side};
+use crate::backends::client_rules::flavour_rules::{self, Side};
 use crate::backends::session::Sessions;
-use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
+use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
 use crate::backends::sql_inspect;
 use crate::backends::sql_url::{self, LockMode};
 use crate::sqlx_support::error::from_sqlx;

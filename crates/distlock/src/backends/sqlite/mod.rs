@@ -47,7 +47,7 @@ use self::writer::{Answer, Failure, Op, Writer};
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::{self, Outcome};
+use crate::backends::client_rules::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
