@@ -8,14 +8,8 @@
 ))]
 pub(crate) mod client_rules;
 
-#[cfg(feature = "mysql")]
-pub(crate) mod poll_watch;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod session;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sql_inspect;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sql_url;
+pub(crate) mod sql_family;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -4,7 +4,7 @@ use crate::error::{Error, ErrorKind};
 
 /// Maps a driver error: unreachable or busy stores are [`ErrorKind::Connection`] (worth a
 /// retry), everything the database refused is [`ErrorKind::Backend`]. sqlx's messages carry no
-/// connection password (a bad URL is reported by `sql_url`, masked, before sqlx sees it).
+/// connection password (a bad URL is reported by `backends::sql_family::url`, masked, before sqlx sees it).
 pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Error {
     let kind = match &e {
         sqlx::Error::Io(_)

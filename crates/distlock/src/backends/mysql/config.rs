@@ -2,7 +2,7 @@
 
 use sqlx::mysql::MySqlConnectOptions;
 
-use crate::backends::sql_url;
+use crate::backends::sql_family::url as sql_url;
 use crate::error::Result;
 
 /// The URL's distlock part and the driver's options.

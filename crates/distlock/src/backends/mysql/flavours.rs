@@ -21,9 +21,9 @@ use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::client_rules::flavour_rules::{
     self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
-use crate::backends::poll_watch::PollWatch;
+use super::poll_watch::PollWatch;
 use crate::backends::client_rules::flavour_waiter::FlavourSteps;
-use crate::backends::sql_inspect;
+use crate::backends::sql_family::inspect as sql_inspect;
 use crate::sqlx_support::tx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holder, Holding, LockStatus};

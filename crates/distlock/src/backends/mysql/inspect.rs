@@ -1,13 +1,13 @@
 //! `distlock status` and forced release on MySQL / MariaDB, in both lock modes: the lease rows
 //! (`sql/status.sql`, `sql/force_*.sql`) and the session-lock records checked against
 //! `IS_USED_LOCK` (`sql/session_status.sql`, `sql/session_force_*.sql`, `sql/session_kill.sql`).
-//! The answers are built by the SQL backends' shared [`sql_inspect`].
+//! The answers are built by the SQL backends' shared [`sql_inspect`](crate::backends::sql_family::inspect).
 
 use sqlx::Row;
 use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
 
 use super::sync::{DEADLOCK_RETRIES, is_deadlock};
-use crate::backends::sql_inspect;
+use crate::backends::sql_family::inspect as sql_inspect;
 use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, LockStatus, Selection};

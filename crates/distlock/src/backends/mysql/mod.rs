@@ -11,6 +11,7 @@
 mod config;
 mod flavours;
 mod inspect;
+mod poll_watch;
 mod session;
 mod sync;
 
@@ -24,9 +25,9 @@ use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter,
 };
 use crate::backends::client_rules::flavour_rules::{self, Side};
-use crate::backends::session::Sessions;
+use crate::backends::sql_family::session::Sessions;
 use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
-use crate::backends::sql_url::{self, LockMode};
+use crate::backends::sql_family::url::{self as sql_url, LockMode};
 use crate::sqlx_support::error::from_sqlx;
 use crate::sqlx_support::tx;
 use crate::error::{Error, Result};
@@ -134,7 +135,7 @@ impl Backend for MysqlBackend {
 
     fn capabilities(&self) -> Capabilities {
         let base = if self.sessions.is_some() {
-            Capabilities::sessions(None, crate::backends::session::NO_LEASE)
+            Capabilities::sessions(None, crate::backends::sql_family::session::NO_LEASE)
         } else {
             Capabilities::leases()
         };
@@ -298,7 +299,7 @@ impl Backend for MysqlBackend {
     async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
         let mut found = inspect::status(&self.pool, self.sessions.is_some(), which).await?;
         if self.sessions.is_none() {
-            let (name, prefix) = crate::backends::sql_inspect::selection(NAME, which)?;
+            let (name, prefix) = crate::backends::sql_family::inspect::selection(NAME, which)?;
             found.extend(self.flavours.status(name, prefix).await?);
             found.sort_by(|a, b| a.name.cmp(&b.name));
         }

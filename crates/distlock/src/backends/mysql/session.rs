@@ -1,4 +1,4 @@
-//! Session locks on `GET_LOCK`; the holding logic is in [`crate::backends::session`].
+//! Session locks on `GET_LOCK`; the holding logic is in [`crate::backends::sql_family::session`].
 //!
 //! sqlx cannot wait on an idle MySQL socket, so a connection the server kills (`KILL`) is
 //! noticed by the next ping, every 250 ms.
@@ -10,7 +10,7 @@ use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 use sqlx::pool::PoolConnection;
 
-use crate::backends::session::{SessionConn, SessionPool};
+use crate::backends::sql_family::session::{SessionConn, SessionPool};
 use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
 use crate::types::{FencingToken, LockName};

@@ -21,7 +21,7 @@ use crate::backends::client_rules::flavour_rules::{
     self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
 };
 use crate::backends::client_rules::flavour_waiter::FlavourSteps;
-use crate::backends::sql_inspect;
+use crate::backends::sql_family::inspect as sql_inspect;
 use crate::sqlx_support::tx;
 use crate::error::Result;
 use crate::status::{ForcedRelease, Holder, Holding, LockStatus};

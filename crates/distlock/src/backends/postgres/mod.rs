@@ -26,10 +26,10 @@ use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter, Wakeups,
 };
 use crate::backends::client_rules::flavour_rules::{self, Side};
-use crate::backends::session::Sessions;
+use crate::backends::sql_family::session::Sessions;
 use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
-use crate::backends::sql_inspect;
-use crate::backends::sql_url::{self, LockMode};
+use crate::backends::sql_family::inspect as sql_inspect;
+use crate::backends::sql_family::url::{self as sql_url, LockMode};
 use crate::sqlx_support::error::from_sqlx;
 use crate::sqlx_support::tx;
 use crate::error::{Error, Result};
@@ -146,7 +146,7 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         let base = if self.sessions.is_some() {
-            Capabilities::sessions(None, crate::backends::session::NO_LEASE)
+            Capabilities::sessions(None, crate::backends::sql_family::session::NO_LEASE)
         } else {
             Capabilities::leases()
         };
