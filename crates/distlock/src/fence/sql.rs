@@ -31,8 +31,8 @@ use std::marker::PhantomData;
 
 use tracing::Instrument;
 
-use crate::sqlx_support::error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
 /// Fences of resources in one SQL database: `distlock_fences`, one row per resource.

@@ -32,8 +32,8 @@ use std::ops::{Deref, DerefMut};
 
 use async_trait::async_trait;
 
-use crate::sqlx_support::error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::LockName;
 
 /// A transaction holding the row lock of one name. Use it (`&mut *tx`) as the executor of the

@@ -1,178 +1,110 @@
 //! The MySQL / MariaDB backend: lease locks in a table (the default) or session locks on
 //! `GET_LOCK` (`?lock=session`). The guarantees of each are below.
 //!
-//! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
-//! server's clock. MySQL has no `RETURNING` on an upsert, so the take and release statements
-//! report their outcome through `LAST_INSERT_ID(expr)`, which the server sends back in the same
-//! reply. Waiters poll with the core's jittered backoff (see `docs.md` for why).
+//! The flow is the SQL family's, written once for PostgreSQL and MySQL (`backends/sql_family/`);
+//! this folder is MySQL's dialect of it:
+//! * this file: [`MysqlBackend`], and the lock's statements: take, extend and release are one
+//!   statement each (`sql/*.sql`), judged by the server's clock. MySQL has no `RETURNING` on
+//!   an upsert, so the take and release statements report their outcome through
+//!   `LAST_INSERT_ID(expr)`, which the server sends back in the same reply;
+//! * `flavours.rs`, `sync.rs`: the statements of the fair lock, read-write lock and semaphore,
+//!   and of elections and latches, one per step; a row a step locks is made first, outside its
+//!   transaction;
+//! * `inspect.rs`: status and forced release in both lock modes, and the holder columns older
+//!   tables get at connect;
+//! * `poll_watch.rs`: MySQL cannot notify, so one poller per watched synchronizer wakes its
+//!   waiters; other waiters poll with the core's jittered backoff (see `docs.md` for why);
+//! * `session.rs`: session locks on `GET_LOCK`.
 //!
 #![doc = include_str!("docs.md")]
 
-mod config;
 mod flavours;
 mod inspect;
 mod poll_watch;
 mod session;
 mod sync;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, LockRequest, PermitCount, Waiter,
-};
-use crate::backends::client_rules::flavour_rules::{self, Side};
-use crate::backends::sql_family::session::Sessions;
-use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
-use crate::backends::sql_family::url::{self as sql_url, LockMode};
-use crate::sqlx_support::error::from_sqlx;
-use crate::sqlx_support::tx;
-use crate::error::{Error, Result};
-use crate::options::Options;
-use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
-use crate::types::{FencingToken, LockKind, LockName};
+use crate::backend::{Attempt, LockRequest, Wakeups};
+use crate::backends::client_rules::flavour_rules::Peek;
+use crate::backends::sql_family::{self, Dialect, Picked, Read, SqlResult, Wants, sql_store};
+use crate::error::Result;
+use crate::status::{ForcedRelease, Holder, LockStatus};
+use crate::types::FencingToken;
 
 const NAME: &str = "mysql";
-
-/// How long a call waits for a free pooled connection before failing with a connection error.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The take statement's "held" answers start here; smaller answers are fencing tokens.
 const HELD_BASE: u64 = 1 << 62;
 
-/// Locks in a MySQL or MariaDB database. Built by [`crate::connect`] from `mysql://…` or
-/// `mariadb://…`; `?lock=session` picks `GET_LOCK` (session) locks instead of lease rows.
-pub struct MysqlBackend {
-    pool: MySqlPool,
-    url: String,
-    sessions: Option<Sessions<session::MySqlSessions>>,
-    flavours: Arc<flavours::MysqlFlavours>,
-}
+sql_store! {
+    /// Locks in a MySQL or MariaDB database. Built by [`crate::connect`] from `mysql://…` or
+    /// `mariadb://…`; `?lock=session` picks `GET_LOCK` (session) locks instead of lease rows.
+    pub struct MysqlBackend(SqlBackend<MysqlDialect>) with pool MySqlPool;
 
-impl std::fmt::Debug for MysqlBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MysqlBackend")
-            .field("url", &self.url)
-            .field("session_locks", &self.sessions.is_some())
-            .finish()
-    }
-}
-
-fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |e| from_sqlx(NAME, what, e)
-}
-
-impl MysqlBackend {
-    /// Connects to the database `url` names and creates distlock's tables if missing.
-    ///
     /// `url` is `mysql://user[:password]@host:port/database` (or `mariadb://…`) with the
     /// driver's parameters (`ssl-mode=REQUIRED`, `ssl-ca=…`) and distlock's:
     /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, &Options::default()).await
-    }
+    fn connect;
+}
 
-    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds getting a pooled
-    /// connection, `response_timeout` a session lock's liveness ping.
-    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
-        let cfg = config::parse(url)?;
-        sql_url::probe(NAME, &cfg).await?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(cfg.url.max_connections)
-            .acquire_timeout(acquire_timeout)
-            .connect_lazy_with(cfg.options.clone());
-        sqlx::raw_sql(include_str!("sql/schema.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the lock tables"))?;
-        inspect::add_holder_columns(&pool).await?;
-        sqlx::raw_sql(include_str!("sql/schema_sync.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the election and latch tables"))?;
-        sqlx::raw_sql(include_str!("sql/schema_flavours.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the fair, read-write and semaphore tables"))?;
-        let sessions = match cfg.url.mode {
-            LockMode::Lease => None,
-            LockMode::Session => Some(Sessions::new(
-                session::MySqlSessions(
-                    MySqlPoolOptions::new()
-                        .max_connections(cfg.url.max_connections)
-                        .acquire_timeout(acquire_timeout)
-                        .connect_lazy_with(cfg.options),
-                ),
-                options,
-            )),
-        };
-        Ok(MysqlBackend {
-            flavours: Arc::new(flavours::MysqlFlavours {
-                pool: pool.clone(),
-                watches: Default::default(),
-            }),
-            pool,
-            url: cfg.url.redacted,
-            sessions,
-        })
-    }
-
-    /// The connection pool, for the row-lock API and the caller's own queries.
-    pub fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
+/// MySQL's dialect; the value is the client's pollers.
+pub(crate) struct MysqlDialect {
+    /// This client's watches of the synchronizers its waiters wait for.
+    watches: poll_watch::PollWatch<Peek>,
 }
 
 #[async_trait]
-impl Backend for MysqlBackend {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+impl Dialect for MysqlDialect {
+    type Db = MySql;
+    type Sessions = session::MySqlSessions;
 
-    fn capabilities(&self) -> Capabilities {
-        let base = if self.sessions.is_some() {
-            Capabilities::sessions(None, crate::backends::sql_family::session::NO_LEASE)
-        } else {
-            Capabilities::leases()
-        };
-        base.electing_and_latching().inspecting()
-    }
+    const NAME: &'static str = NAME;
+    const PRODUCT: &'static str = "MySQL";
+    // InnoDB's deadlock victim (error 1213) answers SQLSTATE 40001: two steps making the same
+    // new row at once can meet so.
+    const DEADLOCK: &'static str = "40001";
+    const NOTIFIES: bool = false;
+    const TABLES: [&'static str; 3] = [
+        include_str!("sql/schema.sql"),
+        include_str!("sql/schema_sync.sql"),
+        include_str!("sql/schema_flavours.sql"),
+    ];
+    const STATUS: [&'static str; 2] = [
+        include_str!("sql/status.sql"),
+        include_str!("sql/session_status.sql"),
+    ];
 
-    fn supports(&self, kind: LockKind) -> bool {
-        // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no count.
-        match self.sessions {
-            Some(_) => kind == LockKind::Mutex,
-            None => kind.is_any_flavour(),
+    fn new(_pool: &MySqlPool) -> Self {
+        MysqlDialect {
+            watches: Default::default(),
         }
     }
 
-    fn refusal(&self, kind: LockKind) -> Error {
-        if self.sessions.is_some() && kind.is_any_flavour() {
-            return flavour_rules::session_refusal(NAME, kind);
-        }
-        Error::unsupported(NAME, kind)
+    fn sessions(pool: MySqlPoolOptions, options: MySqlConnectOptions) -> session::MySqlSessions {
+        session::MySqlSessions(pool.connect_lazy_with(options))
     }
 
-    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.try_take(req).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            // A one-off attempt never joins a queue (the waiter does).
-            return self.flavours.take_side(req, side, false).await;
-        }
+    async fn create_tables(pool: &MySqlPool, tables: &'static str) -> SqlResult<()> {
+        sqlx::raw_sql(tables).execute(pool).await.map(drop)
+    }
+
+    async fn upgrade(pool: &MySqlPool) -> Result<()> {
+        inspect::add_holder_columns(pool).await
+    }
+
+    async fn take(pool: &MySqlPool, req: &LockRequest) -> SqlResult<Attempt> {
         let done = sqlx::query(include_str!("sql/take.sql"))
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() * 1000)
             .bind(Holder::this_process_record())
-            .execute(&self.pool)
-            .await
-            .map_err(err("taking the lock"))?;
+            .execute(pool)
+            .await?;
         let answer = done.last_insert_id();
         Ok(if answer >= HELD_BASE {
             Attempt::Held {
@@ -183,137 +115,63 @@ impl Backend for MysqlBackend {
         })
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
-        if let Some(sessions) = &self.sessions {
-            // A session holding has no lease; the duration is not used.
-            let held = sessions.still_held(req, token).await?;
-            return Ok(held.then_some(Duration::ZERO));
-        }
-        if let Some(side) = Side::of(req.kind) {
-            let held = self.flavours.extend(req, side, token).await?;
-            return Ok(held.then(|| req.lease.duration()));
-        }
+    async fn extend(pool: &MySqlPool, req: &LockRequest, token: FencingToken) -> SqlResult<bool> {
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.lease.as_millis() * 1000)
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
             .bind(token.get())
-            .execute(&self.pool)
-            .await
-            .map_err(err("extending the lease"))?;
+            .execute(pool)
+            .await?;
         // sqlx asks for "found rows": 1 when the row matched, even if nothing changed.
-        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
+        Ok(done.rows_affected() == 1)
     }
 
-    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.release(req, token).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            return self.flavours.release(req, side, token).await;
-        }
+    async fn release(
+        pool: &MySqlPool,
+        req: &LockRequest,
+        token: Option<FencingToken>,
+    ) -> SqlResult<bool> {
         let token = token.map(FencingToken::get);
         let done = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
             .bind(token)
             .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(err("releasing the lock"))?;
+            .execute(pool)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
-        if self.sessions.is_some() {
-            return None;
-        }
-        let side = Side::of(req.kind)?;
-        Some(Box::new(SqlFlavourWaiter::new(
-            self.flavours.clone(),
-            req.clone(),
-            side,
-        )))
+    async fn status(
+        pool: &MySqlPool,
+        statement: &'static str,
+        picked: Picked<'_>,
+    ) -> SqlResult<Vec<LockStatus>> {
+        let rows = inspect::selected(statement, picked).fetch_all(pool).await?;
+        sql_family::inspect::statuses(rows)
     }
 
-    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(req.kind));
+    async fn force_release(
+        pool: &MySqlPool,
+        sessions: bool,
+        name: &str,
+    ) -> SqlResult<ForcedRelease> {
+        if sessions {
+            inspect::force_session(pool, name.as_bytes()).await
+        } else {
+            inspect::force_lease(pool, name.as_bytes()).await
         }
-        let (size, taken) = self.flavours.count(&req.name).await?;
-        Ok(PermitCount {
-            size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
-            taken: u32::try_from(taken).unwrap_or(u32::MAX),
-        })
     }
 
-    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        if self.sessions.is_some() {
-            return Err(self.refusal(LockKind::Permit { permits }));
-        }
-        self.flavours.set_permits(name, permits).await
-    }
-
-    async fn elect_write(
+    async fn watch_synchronizer(
         &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
-        // A whole transaction, finished even if this call is dropped: see `crate::sqlx_support::tx`.
-        let (pool, election) = (self.pool.clone(), election.clone());
-        let value = value.map(str::to_owned);
-        tx::finished(async move {
-            sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
-        })
-        .await
-    }
-
-    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
-        sync::elect_current(&self.pool, election).await
-    }
-
-    async fn elect_log(
-        &self,
-        election: &LockName,
-        after: Option<u64>,
-    ) -> Result<Vec<ElectionEntry>> {
-        sync::elect_log(&self.pool, election, after).await
-    }
-
-    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
-        let (pool, latch) = (self.pool.clone(), latch.clone());
-        tx::finished(async move { sync::latch_set(&pool, &latch, count).await }).await
-    }
-
-    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
-        let (pool, latch) = (self.pool.clone(), latch.clone());
-        tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
-    }
-
-    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
-        sync::latch_count(&self.pool, latch).await
-    }
-
-    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
-        let mut found = inspect::status(&self.pool, self.sessions.is_some(), which).await?;
-        if self.sessions.is_none() {
-            let (name, prefix) = crate::backends::sql_family::inspect::selection(NAME, which)?;
-            found.extend(self.flavours.status(name, prefix).await?);
-            found.sort_by(|a, b| a.name.cmp(&b.name));
-        }
-        Ok(found)
-    }
-
-    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        if let Some(side) = Side::of(kind) {
-            if self.sessions.is_some() {
-                return Err(self.refusal(kind));
-            }
-            return self.flavours.force_release(name, side).await;
-        }
-        let (pool, sessions, name) = (self.pool.clone(), self.sessions.is_some(), name.clone());
-        tx::finished(async move { inspect::force_release(&pool, sessions, &name).await }).await
+        key: String,
+        read: Read<Peek>,
+        wants: Wants<Peek>,
+    ) -> Result<Wakeups> {
+        // MySQL cannot notify: one poller per synchronizer in this client watches for all of
+        // its waiters there, and wakes the ones a change lets in.
+        Ok(self.watches.subscribe(key, read, wants))
     }
 }

@@ -11,13 +11,13 @@ use sqlx::mysql::MySqlPool;
 use sqlx::pool::PoolConnection;
 
 use crate::backends::sql_family::session::{SessionConn, SessionPool};
-use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
-pub(super) struct MySqlSessions(pub(super) MySqlPool);
+pub(crate) struct MySqlSessions(pub(super) MySqlPool);
 
-pub(super) struct MySqlSessionConn(PoolConnection<sqlx::MySql>);
+pub(crate) struct MySqlSessionConn(PoolConnection<sqlx::MySql>);
 
 #[async_trait]
 impl SessionPool for MySqlSessions {

@@ -13,13 +13,13 @@ use sqlx::Row;
 use sqlx::postgres::{PgListener, PgPool};
 
 use crate::backends::sql_family::session::{SessionConn, SessionPool};
-use crate::sqlx_support::error::from_sqlx;
 use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
-pub(super) struct PgSessions(pub(super) PgPool);
+pub(crate) struct PgSessions(pub(super) PgPool);
 
-pub(super) struct PgSessionConn(PgListener);
+pub(crate) struct PgSessionConn(PgListener);
 
 #[async_trait]
 impl SessionPool for PgSessions {
