@@ -9,20 +9,18 @@
 //! notifies: the client's pollers (`poll_watch.rs`) see every change.
 
 use async_trait::async_trait;
-use sqlx::mysql::{MySql, MySqlArguments, MySqlConnection, MySqlPool};
-use sqlx::query::Query;
+use sqlx::mysql::{MySqlConnection, MySqlPool};
 
 use super::MysqlDialect;
-use super::inspect::selected;
-use crate::backends::client_rules::flavour_rules::{Held, Peek, Place, Shown, Side, WAITER_TTL_MS};
-use crate::backends::sql_family::flavours::{At, FlavourSql, Line, Mine, Waiting, state};
+use crate::backends::client_rules::flavour_rules::{Held, Place, Side, WAITER_TTL_MS};
+use crate::backends::sql_family::flavours::{At, FlavourSql, Line, Mine};
 use crate::backends::sql_family::inspect::{self, Columns};
-use crate::backends::sql_family::{Picked, SqlResult};
+use crate::backends::sql_family::{SqlResult, Statement};
 use crate::status::{Holder, Holding};
 
 /// `statement` with the synchronizer bound: family, then name as bytes (names are VARBINARY).
 /// Most flavour statements here take it first; the line and the peek name it again further on.
-fn on<'a>(statement: &'static str, at: At<'a>) -> Query<'a, MySql, MySqlArguments> {
+fn on<'a>(statement: &'static str, at: At<'a>) -> Statement<'a, MysqlDialect> {
     sqlx::query(statement)
         .bind(at.family())
         .bind(at.name.as_bytes())
@@ -76,23 +74,15 @@ async fn places(conn: &mut MySqlConnection, at: At<'_>) -> SqlResult<Vec<Place>>
 
 #[async_trait]
 impl FlavourSql for MysqlDialect {
-    async fn peek(pool: &MySqlPool, at: At<'_>) -> SqlResult<Peek> {
+    fn peek(at: At<'_>) -> Statement<'_, Self> {
         // Holdings, line and row are three selects in one union, each naming the synchronizer.
-        let query = on(include_str!("sql/flavour_peek.sql"), at);
-        let query = query.bind(at.family()).bind(at.name.as_bytes());
-        let rows = query
-            .bind(at.family())
-            .bind(at.name.as_bytes())
-            .fetch_all(pool)
-            .await?;
-        Ok(state(rows)?.0)
+        let peek = on(include_str!("sql/flavour_peek.sql"), at);
+        let peek = peek.bind(at.family()).bind(at.name.as_bytes());
+        peek.bind(at.family()).bind(at.name.as_bytes())
     }
 
-    async fn lock_row(conn: &mut MySqlConnection, at: At<'_>) -> SqlResult<Option<Option<i64>>> {
-        let row = on(include_str!("sql/flavour_lock.sql"), at)
-            .fetch_optional(conn)
-            .await?;
-        row.map(|row| row.int(1)).transpose()
+    fn lock_row(at: At<'_>) -> Statement<'_, Self> {
+        on(include_str!("sql/flavour_lock.sql"), at)
     }
 
     async fn create_row(pool: &MySqlPool, at: At<'_>) -> SqlResult<()> {
@@ -183,15 +173,5 @@ impl FlavourSql for MysqlDialect {
     async fn leave(pool: &MySqlPool, waiter: Mine<'_>) -> SqlResult<()> {
         let delete = on(include_str!("sql/waiter_delete.sql"), waiter.at());
         delete.bind(waiter.owner()).execute(pool).await.map(drop)
-    }
-
-    async fn holdings_shown(pool: &MySqlPool, picked: Picked<'_>) -> SqlResult<Vec<Shown>> {
-        let rows = selected(include_str!("sql/flavour_status.sql"), picked);
-        inspect::shown(rows.fetch_all(pool).await?)
-    }
-
-    async fn lines_shown(pool: &MySqlPool, picked: Picked<'_>) -> SqlResult<Vec<Waiting>> {
-        let rows = selected(include_str!("sql/waiter_status.sql"), picked);
-        inspect::waiting(rows.fetch_all(pool).await?)
     }
 }

@@ -4,10 +4,11 @@
 //! The answers are built by the SQL family's shared [`inspect`].
 
 use sqlx::Row;
-use sqlx::mysql::{MySql, MySqlArguments, MySqlDatabaseError, MySqlPool};
-use sqlx::query::Query;
+use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
 
-use crate::backends::sql_family::{Picked, SqlResult, inspect};
+use super::MysqlDialect;
+
+use crate::backends::sql_family::{Picked, SqlResult, Statement, inspect};
 use crate::error::Result;
 use crate::sqlx_support::error::from_sqlx;
 use crate::status::ForcedRelease;
@@ -28,7 +29,7 @@ fn is_error_number(e: &sqlx::Error, number: u16) -> bool {
 pub(super) fn selected<'a>(
     statement: &'static str,
     picked: Picked<'a>,
-) -> Query<'a, MySql, MySqlArguments> {
+) -> Statement<'a, MysqlDialect> {
     let name = picked.name.map(str::as_bytes);
     let prefix = picked.prefix.as_bytes();
     sqlx::query(statement)

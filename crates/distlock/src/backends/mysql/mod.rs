@@ -31,9 +31,11 @@ use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::client_rules::flavour_rules::Peek;
-use crate::backends::sql_family::{self, Dialect, Picked, Read, SqlResult, Wants, sql_store};
+use crate::backends::sql_family::{
+    Dialect, Picked, Read, SqlResult, Statement, Wants, dialect_statements, sql_store,
+};
 use crate::error::Result;
-use crate::status::{ForcedRelease, Holder, LockStatus};
+use crate::status::{ForcedRelease, Holder};
 use crate::types::FencingToken;
 
 const NAME: &str = "mysql";
@@ -52,46 +54,26 @@ sql_store! {
     fn connect;
 }
 
-/// MySQL's dialect; the value is the client's pollers.
-pub(crate) struct MysqlDialect {
-    /// This client's watches of the synchronizers its waiters wait for.
-    watches: poll_watch::PollWatch<Peek>,
-}
+/// MySQL's dialect; the value is the client's pollers: one per synchronizer its waiters wait
+/// for.
+pub(crate) struct MysqlDialect(poll_watch::PollWatch<Peek>);
 
 #[async_trait]
 impl Dialect for MysqlDialect {
     type Db = MySql;
     type Sessions = session::MySqlSessions;
 
-    const NAME: &'static str = NAME;
-    const PRODUCT: &'static str = "MySQL";
-    // InnoDB's deadlock victim (error 1213) answers SQLSTATE 40001: two steps making the same
-    // new row at once can meet so.
-    const DEADLOCK: &'static str = "40001";
-    const NOTIFIES: bool = false;
-    const TABLES: [&'static str; 3] = [
-        include_str!("sql/schema.sql"),
-        include_str!("sql/schema_sync.sql"),
-        include_str!("sql/schema_flavours.sql"),
-    ];
-    const STATUS: [&'static str; 2] = [
-        include_str!("sql/status.sql"),
-        include_str!("sql/session_status.sql"),
-    ];
-
     fn new(_pool: &MySqlPool) -> Self {
-        MysqlDialect {
-            watches: Default::default(),
-        }
+        MysqlDialect(Default::default())
     }
 
     fn sessions(pool: MySqlPoolOptions, options: MySqlConnectOptions) -> session::MySqlSessions {
         session::MySqlSessions(pool.connect_lazy_with(options))
     }
 
-    async fn create_tables(pool: &MySqlPool, tables: &'static str) -> SqlResult<()> {
-        sqlx::raw_sql(tables).execute(pool).await.map(drop)
-    }
+    dialect_statements!();
+    const NAME: &'static str = NAME;
+    const PRODUCT: &'static str = "MySQL";
 
     async fn upgrade(pool: &MySqlPool) -> Result<()> {
         inspect::add_holder_columns(pool).await
@@ -115,42 +97,51 @@ impl Dialect for MysqlDialect {
         })
     }
 
-    async fn extend(pool: &MySqlPool, req: &LockRequest, token: FencingToken) -> SqlResult<bool> {
-        let done = sqlx::query(include_str!("sql/extend.sql"))
-            .bind(req.lease.as_millis() * 1000)
+    async fn extend(pool: &MySqlPool, req: &LockRequest, token: i64) -> SqlResult<bool> {
+        let lease_us = req.lease.as_millis() * 1000;
+        let extend = sqlx::query(include_str!("sql/extend.sql")).bind(lease_us);
+        let extend = extend
             .bind(req.name.as_str().as_bytes())
-            .bind(req.owner.as_str())
-            .bind(token.get())
-            .execute(pool)
-            .await?;
+            .bind(req.owner.as_str());
         // sqlx asks for "found rows": 1 when the row matched, even if nothing changed.
-        Ok(done.rows_affected() == 1)
+        Ok(extend.bind(token).execute(pool).await?.rows_affected() == 1)
     }
 
-    async fn release(
-        pool: &MySqlPool,
-        req: &LockRequest,
-        token: Option<FencingToken>,
-    ) -> SqlResult<bool> {
-        let token = token.map(FencingToken::get);
-        let done = sqlx::query(include_str!("sql/release.sql"))
+    async fn release(pool: &MySqlPool, req: &LockRequest, token: Option<i64>) -> SqlResult<bool> {
+        let release = sqlx::query(include_str!("sql/release.sql"));
+        let release = release
             .bind(req.name.as_str().as_bytes())
-            .bind(req.owner.as_str())
+            .bind(req.owner.as_str());
+        // `(? IS NULL OR token = ?)`: one value, named twice.
+        Ok(release
             .bind(token)
             .bind(token)
             .execute(pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+            .await?
+            .rows_affected()
+            == 1)
     }
 
-    async fn status(
-        pool: &MySqlPool,
-        statement: &'static str,
-        picked: Picked<'_>,
-    ) -> SqlResult<Vec<LockStatus>> {
-        let rows = inspect::selected(statement, picked).fetch_all(pool).await?;
-        sql_family::inspect::statuses(rows)
+    fn select<'a>(statement: &'static str, picked: Picked<'a>) -> Statement<'a, Self> {
+        inspect::selected(statement, picked)
     }
+
+    fn entries<'a>(
+        statement: &'static str,
+        election: &'a str,
+        after: Option<u64>,
+    ) -> Statement<'a, Self> {
+        // Names are VARBINARY: bound as bytes.
+        let mut read = sqlx::query(statement).bind(election.as_bytes());
+        if let Some(seq) = after {
+            read = read.bind(seq);
+        }
+        read
+    }
+
+    // InnoDB's deadlock victim (error 1213) answers SQLSTATE 40001: two steps making the same
+    // new row at once can meet so.
+    const DEADLOCK: &'static str = "40001";
 
     async fn force_release(
         pool: &MySqlPool,
@@ -164,6 +155,9 @@ impl Dialect for MysqlDialect {
         }
     }
 
+    // MySQL cannot notify a client: its waiters are woken by pollers and the core's backoff.
+    const NOTIFIES: bool = false;
+
     async fn watch_synchronizer(
         &self,
         key: String,
@@ -172,6 +166,6 @@ impl Dialect for MysqlDialect {
     ) -> Result<Wakeups> {
         // MySQL cannot notify: one poller per synchronizer in this client watches for all of
         // its waiters there, and wakes the ones a change lets in.
-        Ok(self.watches.subscribe(key, read, wants))
+        Ok(self.0.subscribe(key, read, wants))
     }
 }

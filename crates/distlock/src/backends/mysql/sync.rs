@@ -4,16 +4,14 @@
 //! if missing), so a latch's count is judged here, not in its statement; appending and trimming
 //! the log are two statements. MySQL cannot notify a client, so watchers poll.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 
 use super::MysqlDialect;
-use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry};
-use crate::backends::sql_family::sync::{Entries, Entry, Record, SyncSql};
-use crate::backends::sql_family::{SqlResult, inspect};
+use crate::backend::ELECTION_LOG_KEEP;
+use crate::backends::sql_family::SqlResult;
+use crate::backends::sql_family::sync::{Entry, Record, SyncSql};
 
 /// Locks the row `lock` selects `FOR UPDATE`, creating it with `create` first if it is missing.
 /// The row is selected first so that an existing row is never touched by the `INSERT IGNORE`
@@ -83,34 +81,13 @@ impl SyncSql for MysqlDialect {
         trim.execute(conn).await.map(drop)
     }
 
-    async fn elect_update(
-        conn: &mut MySqlConnection,
-        entry: &Entry<'_>,
-        live: Duration,
-    ) -> SqlResult<()> {
+    async fn elect_update(conn: &mut MySqlConnection, entry: &Entry<'_>) -> SqlResult<()> {
         let update = sqlx::query(include_str!("sql/elect_update.sql")).bind(entry.seq as u64);
         let update = update.bind(entry.term as u64).bind(entry.value);
         let update = update
-            .bind(live.as_micros() as u64)
+            .bind(entry.live.as_micros() as u64)
             .bind(entry.election.as_bytes());
         update.execute(conn).await.map(drop)
-    }
-
-    async fn elect_read(
-        pool: &MySqlPool,
-        election: &str,
-        which: Entries,
-    ) -> SqlResult<Vec<ElectionEntry>> {
-        let (statement, after) = match which {
-            Entries::Live => (include_str!("sql/elect_current.sql"), None),
-            Entries::Latest => (include_str!("sql/elect_latest.sql"), None),
-            Entries::After(seq) => (include_str!("sql/elect_log.sql"), Some(seq)),
-        };
-        let mut read = sqlx::query(statement).bind(election.as_bytes());
-        if let Some(seq) = after {
-            read = read.bind(seq);
-        }
-        inspect::entries(read.fetch_all(pool).await?)
     }
 
     async fn latch_set(conn: &mut MySqlConnection, latch: &str, count: u64) -> SqlResult<bool> {

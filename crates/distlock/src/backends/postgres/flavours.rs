@@ -9,24 +9,23 @@
 //! with the synchronizer's key in their own statement.
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnection, PgPool, Postgres};
-use sqlx::query::Query;
+use sqlx::postgres::{PgConnection, PgPool};
 
 use super::PostgresDialect;
-use crate::backends::client_rules::flavour_rules::{Peek, Shown, WAITER_TTL_MS};
-use crate::backends::sql_family::flavours::{At, FlavourSql, Line, Mine, Waiting, state};
+use crate::backends::client_rules::flavour_rules::WAITER_TTL_MS;
+use crate::backends::sql_family::flavours::{At, FlavourSql, Line, Mine, state};
 use crate::backends::sql_family::inspect::{self, Columns};
-use crate::backends::sql_family::{Picked, SqlResult};
+use crate::backends::sql_family::{SqlResult, Statement};
 use crate::status::{Holder, Holding};
 
 /// `statement` with the synchronizer bound first, as every flavour statement here takes it:
 /// `$1` family, `$2` name.
-fn on<'a>(statement: &'static str, at: At<'a>) -> Query<'a, Postgres, PgArguments> {
+fn on<'a>(statement: &'static str, at: At<'a>) -> Statement<'a, PostgresDialect> {
     sqlx::query(statement).bind(at.family()).bind(at.name)
 }
 
 /// `statement` about one owner's holding: `$1` family, `$2` name, `$3` side, `$4` owner.
-fn holding<'a>(statement: &'static str, mine: Mine<'a>) -> Query<'a, Postgres, PgArguments> {
+fn holding<'a>(statement: &'static str, mine: Mine<'a>) -> Statement<'a, PostgresDialect> {
     on(statement, mine.at())
         .bind(mine.side.column())
         .bind(mine.owner())
@@ -34,25 +33,19 @@ fn holding<'a>(statement: &'static str, mine: Mine<'a>) -> Query<'a, Postgres, P
 
 /// `statement` about one owner's place in line (no side: a line is the synchronizer's):
 /// `$1` family, `$2` name, `$3` owner.
-fn place<'a>(statement: &'static str, mine: Mine<'a>) -> Query<'a, Postgres, PgArguments> {
+fn place<'a>(statement: &'static str, mine: Mine<'a>) -> Statement<'a, PostgresDialect> {
     on(statement, mine.at()).bind(mine.owner())
 }
 
 #[async_trait]
 impl FlavourSql for PostgresDialect {
-    async fn peek(pool: &PgPool, at: At<'_>) -> SqlResult<Peek> {
-        let rows = on(include_str!("sql/flavour_peek.sql"), at)
-            .fetch_all(pool)
-            .await?;
-        Ok(state(rows)?.0)
+    fn peek(at: At<'_>) -> Statement<'_, Self> {
+        on(include_str!("sql/flavour_peek.sql"), at)
     }
 
-    async fn lock_row(conn: &mut PgConnection, at: At<'_>) -> SqlResult<Option<Option<i64>>> {
-        // Makes the row if missing, so the size is always there to answer.
-        let row = on(include_str!("sql/flavour_lock.sql"), at)
-            .fetch_one(conn)
-            .await?;
-        Ok(Some(row.int(1)?))
+    fn lock_row(at: At<'_>) -> Statement<'_, Self> {
+        // Makes the row if missing, so it always answers one.
+        on(include_str!("sql/flavour_lock.sql"), at)
     }
 
     async fn create_row(_pool: &PgPool, _at: At<'_>) -> SqlResult<()> {
@@ -130,27 +123,5 @@ impl FlavourSql for PostgresDialect {
             .fetch_optional(pool)
             .await
             .map(drop)
-    }
-
-    async fn holdings_shown(pool: &PgPool, picked: Picked<'_>) -> SqlResult<Vec<Shown>> {
-        let query = sqlx::query(include_str!("sql/flavour_status.sql"));
-        inspect::shown(
-            query
-                .bind(picked.name)
-                .bind(picked.prefix)
-                .fetch_all(pool)
-                .await?,
-        )
-    }
-
-    async fn lines_shown(pool: &PgPool, picked: Picked<'_>) -> SqlResult<Vec<Waiting>> {
-        let query = sqlx::query(include_str!("sql/waiter_status.sql"));
-        inspect::waiting(
-            query
-                .bind(picked.name)
-                .bind(picked.prefix)
-                .fetch_all(pool)
-                .await?,
-        )
     }
 }

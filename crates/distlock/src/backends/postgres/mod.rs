@@ -28,9 +28,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Post
 
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::client_rules::flavour_rules::Peek;
-use crate::backends::sql_family::{Dialect, Picked, Read, SqlResult, Wants, inspect, sql_store};
+use crate::backends::sql_family::{
+    Dialect, Picked, Read, SqlResult, Statement, Wants, dialect_statements, inspect, sql_store,
+};
 use crate::error::Result;
-use crate::status::{ForcedRelease, Holder, LockStatus};
+use crate::status::{ForcedRelease, Holder};
 use crate::types::{FencingToken, LockName};
 
 const NAME: &str = "postgres";
@@ -47,34 +49,15 @@ sql_store! {
 }
 
 /// PostgreSQL's dialect; the value is the client's listening connection.
-pub(crate) struct PostgresDialect {
-    releases: notify::Releases,
-}
+pub(crate) struct PostgresDialect(notify::Releases);
 
 #[async_trait]
 impl Dialect for PostgresDialect {
     type Db = Postgres;
     type Sessions = session::PgSessions;
 
-    const NAME: &'static str = NAME;
-    const PRODUCT: &'static str = "PostgreSQL";
-    // deadlock_detected: each step locks its one row first, so none is expected; retried if so.
-    const DEADLOCK: &'static str = "40P01";
-    const NOTIFIES: bool = true;
-    const TABLES: [&'static str; 3] = [
-        include_str!("sql/schema.sql"),
-        include_str!("sql/schema_sync.sql"),
-        include_str!("sql/schema_flavours.sql"),
-    ];
-    const STATUS: [&'static str; 2] = [
-        include_str!("sql/status.sql"),
-        include_str!("sql/session_status.sql"),
-    ];
-
     fn new(pool: &PgPool) -> Self {
-        PostgresDialect {
-            releases: notify::Releases::new(pool.clone()),
-        }
+        PostgresDialect(notify::Releases::new(pool.clone()))
     }
 
     fn sessions(pool: PgPoolOptions, options: PgConnectOptions) -> session::PgSessions {
@@ -90,9 +73,9 @@ impl Dialect for PostgresDialect {
         session::PgSessions(pool.connect_lazy_with(options))
     }
 
-    async fn create_tables(pool: &PgPool, tables: &'static str) -> SqlResult<()> {
-        sqlx::raw_sql(tables).execute(pool).await.map(drop)
-    }
+    dialect_statements!();
+    const NAME: &'static str = NAME;
+    const PRODUCT: &'static str = "PostgreSQL";
 
     async fn take(pool: &PgPool, req: &LockRequest) -> SqlResult<Attempt> {
         let row = sqlx::query(include_str!("sql/take.sql"))
@@ -115,43 +98,45 @@ impl Dialect for PostgresDialect {
         })
     }
 
-    async fn extend(pool: &PgPool, req: &LockRequest, token: FencingToken) -> SqlResult<bool> {
+    async fn extend(pool: &PgPool, req: &LockRequest, token: i64) -> SqlResult<bool> {
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() as i64)
-            .bind(token.get() as i64)
+            .bind(token)
             .execute(pool)
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn release(
-        pool: &PgPool,
-        req: &LockRequest,
-        token: Option<FencingToken>,
-    ) -> SqlResult<bool> {
+    async fn release(pool: &PgPool, req: &LockRequest, token: Option<i64>) -> SqlResult<bool> {
         let freed = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
-            .bind(token.map(|t| t.get() as i64))
+            .bind(token)
             .fetch_optional(pool)
             .await?;
         Ok(freed.is_some())
     }
 
-    async fn status(
-        pool: &PgPool,
-        statement: &'static str,
-        picked: Picked<'_>,
-    ) -> SqlResult<Vec<LockStatus>> {
-        let rows = sqlx::query(statement)
-            .bind(picked.name)
-            .bind(picked.prefix)
-            .fetch_all(pool)
-            .await?;
-        inspect::statuses(rows)
+    fn select<'a>(statement: &'static str, picked: Picked<'a>) -> Statement<'a, Self> {
+        sqlx::query(statement).bind(picked.name).bind(picked.prefix)
     }
+
+    fn entries<'a>(
+        statement: &'static str,
+        election: &'a str,
+        after: Option<u64>,
+    ) -> Statement<'a, Self> {
+        let read = sqlx::query(statement).bind(election);
+        match after {
+            Some(seq) => read.bind(seq as i64),
+            None => read,
+        }
+    }
+
+    // deadlock_detected: each step locks its one row first, so none is expected; retried if so.
+    const DEADLOCK: &'static str = "40P01";
 
     async fn force_release(pool: &PgPool, sessions: bool, name: &str) -> SqlResult<ForcedRelease> {
         // One statement either way: nothing to run again, nothing to leave half done.
@@ -172,12 +157,15 @@ impl Dialect for PostgresDialect {
             .map(drop)
     }
 
+    // Every release, leaver, resize, new election entry and latch reaching 0 notifies.
+    const NOTIFIES: bool = true;
+
     async fn watch_free(&self, name: &LockName) -> Result<Wakeups> {
-        self.releases.watch(name).await
+        self.0.watch(name).await
     }
 
     async fn watch_changes(&self, key: String) -> Result<Wakeups> {
-        self.releases.watch_changes(key).await
+        self.0.watch_changes(key).await
     }
 
     async fn watch_synchronizer(
@@ -187,6 +175,6 @@ impl Dialect for PostgresDialect {
         _wants: Wants<Peek>,
     ) -> Result<Wakeups> {
         // Every change notifies: nothing to poll.
-        self.releases.watch_changes(key).await
+        self.0.watch_changes(key).await
     }
 }

@@ -5,17 +5,14 @@
 //! drops the old entries in the same statement, and each latch step is one statement that
 //! judges the count itself.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use sqlx::Row;
-use sqlx::postgres::{PgArguments, PgConnection, PgPool, Postgres};
-use sqlx::query::Query;
+use sqlx::postgres::{PgConnection, PgPool};
 
 use super::PostgresDialect;
-use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry};
-use crate::backends::sql_family::sync::{Entries, Entry, Record, SyncSql};
-use crate::backends::sql_family::{SqlResult, inspect};
+use crate::backend::ELECTION_LOG_KEEP;
+use crate::backends::sql_family::sync::{Entry, Record, SyncSql};
+use crate::backends::sql_family::{SqlResult, Statement};
 
 #[async_trait]
 impl SyncSql for PostgresDialect {
@@ -39,29 +36,10 @@ impl SyncSql for PostgresDialect {
         append.execute(conn).await.map(drop)
     }
 
-    async fn elect_update(
-        conn: &mut PgConnection,
-        entry: &Entry<'_>,
-        live: Duration,
-    ) -> SqlResult<()> {
-        let live_ms = live.as_millis() as i64;
+    async fn elect_update(conn: &mut PgConnection, entry: &Entry<'_>) -> SqlResult<()> {
+        let live_ms = entry.live.as_millis() as i64;
         let update = written(include_str!("sql/elect_update.sql"), entry).bind(live_ms);
         update.execute(conn).await.map(drop)
-    }
-
-    async fn elect_read(
-        pool: &PgPool,
-        election: &str,
-        which: Entries,
-    ) -> SqlResult<Vec<ElectionEntry>> {
-        let query = match which {
-            Entries::Live => sqlx::query(include_str!("sql/elect_current.sql")).bind(election),
-            Entries::Latest => sqlx::query(include_str!("sql/elect_latest.sql")).bind(election),
-            Entries::After(seq) => sqlx::query(include_str!("sql/elect_log.sql"))
-                .bind(election)
-                .bind(seq as i64),
-        };
-        inspect::entries(query.fetch_all(pool).await?)
     }
 
     async fn latch_set(conn: &mut PgConnection, latch: &str, count: u64) -> SqlResult<bool> {
@@ -96,7 +74,7 @@ impl SyncSql for PostgresDialect {
 
 /// `statement` with an entry bound first, as both statements that write one take it: `$1`
 /// name, `$2` seq, `$3` term, `$4` value.
-fn written<'q>(statement: &'static str, entry: &Entry<'q>) -> Query<'q, Postgres, PgArguments> {
+fn written<'q>(statement: &'static str, entry: &Entry<'q>) -> Statement<'q, PostgresDialect> {
     sqlx::query(statement)
         .bind(entry.election)
         .bind(entry.seq)

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::{Pool, Transaction};
 
-use super::dialect::{Conn, Dialect, Picked, Read, SqlResult, Wants};
+use super::dialect::{Conn, Dialect, Picked, Read, Runs, SqlResult, Statement, Wants};
 use super::inspect::{self, Columns};
 use super::{err, retried};
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::client_rules::flavour_rules::{
-    self, Decision, Held, Outcome, Peek, Place, Shown, Side,
+    self, Decision, Held, Outcome, Peek, Place, Side,
 };
 use crate::backends::client_rules::flavour_waiter::FlavourSteps;
 use crate::error::Result;
@@ -82,13 +82,14 @@ impl<'a> Mine<'a> {
 /// side is stored as [`Side::column`].
 #[async_trait]
 pub(crate) trait FlavourSql: Dialect {
-    /// The synchronizer as one plain read shows it, locking nothing (`flavour_peek.sql`).
-    async fn peek(pool: &Pool<Self::Db>, at: At<'_>) -> SqlResult<Peek>;
+    /// `flavour_peek.sql` with the synchronizer bound: its holdings, line and row as one plain
+    /// read shows them, locking nothing (rows decoded by [`state`]).
+    fn peek(at: At<'_>) -> Statement<'_, Self>;
 
-    /// Locks the synchronizer's row for the rest of the transaction: its semaphore size, or
-    /// `None` if the row is missing (then [`create_row`](FlavourSql::create_row) makes it and
-    /// the step begins again).
-    async fn lock_row(conn: &mut Conn<Self>, at: At<'_>) -> SqlResult<Option<Option<i64>>>;
+    /// `flavour_lock.sql` with the synchronizer bound: locks its row for the rest of the
+    /// transaction and answers it (last token, semaphore size), or no row if it is missing
+    /// (then [`create_row`](FlavourSql::create_row) makes it and the step begins again).
+    fn lock_row(at: At<'_>) -> Statement<'_, Self>;
 
     /// Makes the synchronizer's row, outside any step's transaction.
     async fn create_row(pool: &Pool<Self::Db>, at: At<'_>) -> SqlResult<()>;
@@ -121,18 +122,7 @@ pub(crate) trait FlavourSql: Dialect {
 
     /// Gives up the owner's place in line and tells the others.
     async fn leave(pool: &Pool<Self::Db>, mine: Mine<'_>) -> SqlResult<()>;
-
-    /// The live holdings of the synchronizers `picked`, ordered by name, side and token
-    /// (`flavour_status.sql`, decoded by [`inspect::shown`]).
-    async fn holdings_shown(pool: &Pool<Self::Db>, picked: Picked<'_>) -> SqlResult<Vec<Shown>>;
-
-    /// How many live waiters queue for each synchronizer `picked` (`waiter_status.sql`,
-    /// decoded by [`inspect::waiting`]).
-    async fn lines_shown(pool: &Pool<Self::Db>, picked: Picked<'_>) -> SqlResult<Vec<Waiting>>;
 }
-
-/// A synchronizer's count of live waiters in a status: name, family, count.
-pub(crate) type Waiting = (String, String, i64);
 
 /// The flavours of one client, over the backend's pool.
 pub(crate) struct Flavours<D: Dialect> {
@@ -156,7 +146,7 @@ impl<D: FlavourSql> Flavours<D> {
         // Woken (or polling) waiters read first, and only one that may get in (or must write its
         // place) queues on the row lock.
         let mine = Mine { req, side };
-        let seen = D::peek(&self.pool, mine.at())
+        let seen = peek::<D>(&self.pool, mine.at())
             .await
             .map_err(err::<D>(what))?;
         if let Some(left_ms) = seen.blocked(req, side, queue) {
@@ -212,7 +202,7 @@ impl<D: FlavourSql> Flavours<D> {
             retried::<D, _, _, _>("counting permits", || async {
                 let mut tx = pool.begin().await?;
                 // A semaphore without a row was never used: nothing to lock, nothing held.
-                let Some(size) = D::lock_row(&mut tx, at).await? else {
+                let Some(size) = lock::<D>(&mut tx, at).await? else {
                     return Ok((None, 0));
                 };
                 let held = D::line(&mut tx, at).await?.holdings.len();
@@ -264,15 +254,29 @@ impl<D: FlavourSql> Flavours<D> {
 
     /// The live holdings and lines of the synchronizers `picked`.
     pub(crate) async fn status(&self, picked: Picked<'_>) -> Result<Vec<LockStatus>> {
-        let what = "reading the locks";
-        let shown = D::holdings_shown(&self.pool, picked)
-            .await
-            .map_err(err::<D>(what))?;
-        let waiters = D::lines_shown(&self.pool, picked)
-            .await
-            .map_err(err::<D>(what))?;
-        Ok(flavour_rules::statuses(shown, waiters))
+        let [holdings, lines] = D::SHOWN;
+        let shown = async {
+            let shown = D::Db::rows(&self.pool, D::select(holdings, picked)).await?;
+            let lines = D::Db::rows(&self.pool, D::select(lines, picked)).await?;
+            Ok(flavour_rules::statuses(
+                inspect::shown(shown)?,
+                inspect::waiting(lines)?,
+            ))
+        };
+        shown.await.map_err(err::<D>("reading the locks"))
     }
+}
+
+/// The synchronizer as one plain read shows it, locking nothing.
+async fn peek<D: FlavourSql>(pool: &Pool<D::Db>, at: At<'_>) -> SqlResult<Peek> {
+    Ok(state(D::Db::rows(pool, D::peek(at)).await?)?.0)
+}
+
+/// Locks the synchronizer's row for the rest of the transaction `conn` is in: its semaphore
+/// size, or `None` if the row is missing.
+async fn lock<D: FlavourSql>(conn: &mut Conn<D>, at: At<'_>) -> SqlResult<Option<Option<i64>>> {
+    let rows = D::Db::rows_in(conn, D::lock_row(at)).await?;
+    rows.first().map(|row| row.int(1)).transpose()
 }
 
 /// A transaction holding the synchronizer's row lock, and its semaphore size. A dialect whose
@@ -285,7 +289,7 @@ async fn locked<D: FlavourSql>(
     // At most once more: the first run made the row.
     for _ in 0..2 {
         let mut tx = pool.begin().await?;
-        if let Some(size) = D::lock_row(&mut tx, at).await? {
+        if let Some(size) = lock::<D>(&mut tx, at).await? {
             return Ok((tx, size));
         }
         drop(tx);
@@ -364,7 +368,7 @@ impl<D: FlavourSql> FlavourSteps for Flavours<D> {
         let read: Read<Peek> = Arc::new(move || {
             let (pool, name) = (pool.clone(), name.clone());
             Box::pin(async move {
-                let seen = D::peek(&pool, At { side, name: &name })
+                let seen = peek::<D>(&pool, At { side, name: &name })
                     .await
                     .map_err(err::<D>("taking the lock"))?;
                 Ok((seen.fingerprint(), seen))

@@ -54,7 +54,9 @@ use async_trait::async_trait;
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
 
-pub(crate) use self::dialect::{ConnectOptions, Dialect, Picked, Read, SqlResult, Wants};
+pub(crate) use self::dialect::{
+    ConnectOptions, Dialect, Picked, Read, Runs, SqlResult, Statement, Wants, dialect_statements,
+};
 use self::flavours::{FlavourSql, Flavours};
 use self::session::Sessions;
 use self::sync::{Entries, SyncSql};
@@ -131,7 +133,7 @@ impl<D: FlavourSql + SyncSql> SqlBackend<D> {
             "creating the fair, read-write and semaphore tables",
         ];
         for (tables, what) in D::TABLES.into_iter().zip(made) {
-            D::create_tables(&pool, tables)
+            D::Db::run_all(&pool, tables)
                 .await
                 .map_err(err::<D>(what))?;
         }
@@ -231,7 +233,7 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
         }
         let held = match Side::of(req.kind) {
             Some(side) => self.flavours.extend(req, side, token).await?,
-            None => D::extend(&self.pool, req, token)
+            None => D::extend(&self.pool, req, token.get() as i64)
                 .await
                 .map_err(err::<D>("extending the lease"))?,
         };
@@ -245,7 +247,7 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
         if let Some(side) = Side::of(req.kind) {
             return self.flavours.release(req, side, token).await;
         }
-        D::release(&self.pool, req, token)
+        D::release(&self.pool, req, token.map(|t| t.get() as i64))
             .await
             .map_err(err::<D>("releasing the lock"))
     }
@@ -296,7 +298,7 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
-        let live = D::elect_read(&self.pool, election.as_str(), Entries::Live)
+        let live = sync::entries::<D>(&self.pool, election.as_str(), Entries::Live)
             .await
             .map_err(err::<D>("reading the election record"))?;
         Ok(live.into_iter().last())
@@ -308,7 +310,7 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
         after: Option<u64>,
     ) -> Result<Vec<ElectionEntry>> {
         let entries = after.map_or(Entries::Latest, Entries::After);
-        D::elect_read(&self.pool, election.as_str(), entries)
+        sync::entries::<D>(&self.pool, election.as_str(), entries)
             .await
             .map_err(err::<D>("reading the election log"))
     }
@@ -345,8 +347,9 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
         } else {
             leases
         };
-        let mut found = D::status(&self.pool, statement, picked)
-            .await
+        let found = D::Db::rows(&self.pool, D::select(statement, picked)).await;
+        let mut found = found
+            .and_then(inspect::statuses)
             .map_err(err::<D>("reading the locks"))?;
         if self.sessions.is_none() {
             found.extend(self.flavours.status(picked).await?);

@@ -11,15 +11,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Pool;
 
-use super::dialect::{Conn, Dialect, SqlResult};
-use super::retried;
+use super::dialect::{Conn, Dialect, Runs, SqlResult};
+use super::{inspect, retried};
 use crate::backend::ElectionEntry;
 use crate::backends::client_rules::records::{self, Step};
 use crate::error::Result;
 use crate::sqlx_support::tx;
 use crate::types::{FencingToken, LockName};
 
-/// Which entries of an election to read.
+/// Which entries of an election to read (one of [`Dialect::ENTRIES`]).
 #[derive(Clone, Copy)]
 pub(crate) enum Entries {
     /// The live leader's, if any (`elect_current.sql`).
@@ -28,6 +28,21 @@ pub(crate) enum Entries {
     Latest,
     /// Every entry after this seq, oldest first (`elect_log.sql`).
     After(u64),
+}
+
+/// The entries `which` of `election`.
+pub(crate) async fn entries<D: SyncSql>(
+    pool: &Pool<D::Db>,
+    election: &str,
+    which: Entries,
+) -> SqlResult<Vec<ElectionEntry>> {
+    let [live, latest, log] = D::ENTRIES;
+    let read = match which {
+        Entries::Live => D::entries(live, election, None),
+        Entries::Latest => D::entries(latest, election, None),
+        Entries::After(seq) => D::entries(log, election, Some(seq)),
+    };
+    inspect::entries(D::Db::rows(pool, read).await?)
 }
 
 /// An election's row as its write finds it (locked).
@@ -46,6 +61,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) seq: i64,
     pub(crate) term: i64,
     pub(crate) value: Option<&'a str>,
+    /// How long the record stays live from now, by the server's clock.
+    pub(crate) live: Duration,
 }
 
 /// A dialect's statements for elections and latches.
@@ -59,19 +76,8 @@ pub(crate) trait SyncSql: Dialect {
     /// [`ELECTION_LOG_KEEP`](crate::backend::ELECTION_LOG_KEEP).
     async fn elect_append(conn: &mut Conn<Self>, entry: &Entry<'_>) -> SqlResult<()>;
 
-    /// Writes the entry to the election's row, live for `live` from now by the server's clock.
-    async fn elect_update(
-        conn: &mut Conn<Self>,
-        entry: &Entry<'_>,
-        live: Duration,
-    ) -> SqlResult<()>;
-
-    /// Reads entries of an election (decoded by [`inspect::entries`]).
-    async fn elect_read(
-        pool: &Pool<Self::Db>,
-        election: &str,
-        which: Entries,
-    ) -> SqlResult<Vec<ElectionEntry>>;
+    /// Writes the entry to the election's row (live for [`Entry::live`]).
+    async fn elect_update(conn: &mut Conn<Self>, entry: &Entry<'_>) -> SqlResult<()>;
 
     /// Sets the latch's count if it is 0 or the latch is new; `false` if a count is running.
     async fn latch_set(conn: &mut Conn<Self>, name: &str, count: u64) -> SqlResult<bool>;
@@ -126,14 +132,14 @@ pub(crate) async fn elect_write<D: SyncSql>(
                 seq,
                 term,
                 value,
+                // A resigned record lapses at once.
+                live: if value.is_some() { ttl } else { Duration::ZERO },
             };
             if append {
                 D::elect_append(&mut tx, &entry).await?;
                 D::changed(&mut tx, &election_key(&election)).await?;
             }
-            // A resigned record lapses at once.
-            let live = if value.is_some() { ttl } else { Duration::ZERO };
-            D::elect_update(&mut tx, &entry, live).await?;
+            D::elect_update(&mut tx, &entry).await?;
             tx.commit().await?;
             Ok(true)
         })
