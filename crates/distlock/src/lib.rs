@@ -110,6 +110,8 @@ pub mod lock;
 pub mod metrics;
 mod options;
 pub mod sql;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
+mod sqlx_support;
 pub mod status;
 #[cfg(test)]
 mod sync_tests;

@@ -1,31 +1,15 @@
 //! One module per store, each behind its cargo feature.
 
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
-pub(crate) mod sqlx_error;
-
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sqlx_tx;
-
 #[cfg(any(
     feature = "postgres",
     feature = "mysql",
     feature = "sqlite",
     feature = "memory"
 ))]
-pub(crate) mod flavour_rules;
+pub(crate) mod client_rules;
 
-#[cfg(feature = "mysql")]
-pub(crate) mod poll_watch;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-pub(crate) mod records;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod session;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-pub(crate) mod sql_flavour_waiter;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sql_inspect;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) mod sql_url;
+pub(crate) mod sql_family;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

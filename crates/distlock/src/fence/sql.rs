@@ -31,8 +31,8 @@ use std::marker::PhantomData;
 
 use tracing::Instrument;
 
-use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
 /// Fences of resources in one SQL database: `distlock_fences`, one row per resource.
@@ -61,22 +61,22 @@ impl<DB: sqlx::Database> std::fmt::Debug for SqlFence<DB> {
     }
 }
 
-/// The fence statements of one database, which live with that backend's other SQL
-/// (`backends/<name>/sql/fence_*.sql`). Every dialect binds in the same order.
+/// The fence statements of one database (`fence/sql/<database>/*.sql`). Every dialect binds in
+/// the same order.
 #[derive(Clone, Copy)]
-pub(crate) struct FenceStatements {
+struct FenceStatements {
     /// Creates `distlock_fences` if missing.
-    pub(crate) schema: &'static str,
+    schema: &'static str,
     /// Raises a fence to a larger token: token, resource, token.
-    pub(crate) advance: &'static str,
+    advance: &'static str,
     /// Creates a resource's fence: resource, token.
-    pub(crate) create: &'static str,
+    create: &'static str,
     /// `create` runs before `advance`, with [`NO_TOKEN_YET`], so that `advance` always finds
     /// the row (MySQL: a locking read that finds no row locks a gap, see its
-    /// `fence_create.sql`); otherwise it runs only after `advance` found nothing to raise.
-    pub(crate) create_first: bool,
+    /// `mysql/create.sql`); otherwise it runs only after `advance` found nothing to raise.
+    create_first: bool,
     /// Reads a resource's fence: resource.
-    pub(crate) read: &'static str,
+    read: &'static str,
 }
 
 /// The token of a fence row created before its first write is compared: below every token.
@@ -100,7 +100,7 @@ macro_rules! fence_for {
         db = $db:ty,
         connection = $conn:ty,
         backend = $backend:literal,
-        statements = $statements:path,
+        statements = $statements:expr,
         bind = |$n:ident| $bind:expr,
     ) => {
         #[cfg(feature = $feature)]
@@ -270,7 +270,13 @@ fence_for! {
     db = sqlx::Postgres,
     connection = sqlx::PgConnection,
     backend = "postgres",
-    statements = crate::backends::postgres::FENCE,
+    statements = FenceStatements {
+        schema: include_str!("sql/postgres/schema.sql"),
+        advance: include_str!("sql/postgres/advance.sql"),
+        create: include_str!("sql/postgres/create.sql"),
+        create_first: false,
+        read: include_str!("sql/postgres/read.sql"),
+    },
     bind = |n| n.as_str(),
 }
 
@@ -279,7 +285,13 @@ fence_for! {
     db = sqlx::MySql,
     connection = sqlx::MySqlConnection,
     backend = "mysql",
-    statements = crate::backends::mysql::FENCE,
+    statements = FenceStatements {
+        schema: include_str!("sql/mysql/schema.sql"),
+        advance: include_str!("sql/mysql/advance.sql"),
+        create: include_str!("sql/mysql/create.sql"),
+        create_first: true,
+        read: include_str!("sql/mysql/read.sql"),
+    },
     bind = |n| n.as_str().as_bytes(),
 }
 
@@ -288,6 +300,12 @@ fence_for! {
     db = sqlx::Sqlite,
     connection = sqlx::SqliteConnection,
     backend = "sqlite",
-    statements = crate::backends::sqlite::FENCE,
+    statements = FenceStatements {
+        schema: include_str!("sql/sqlite/schema.sql"),
+        advance: include_str!("sql/sqlite/advance.sql"),
+        create: include_str!("sql/sqlite/create.sql"),
+        create_first: false,
+        read: include_str!("sql/sqlite/read.sql"),
+    },
     bind = |n| n.as_str(),
 }

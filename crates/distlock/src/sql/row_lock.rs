@@ -32,8 +32,8 @@ use std::ops::{Deref, DerefMut};
 
 use async_trait::async_trait;
 
-use crate::backends::sqlx_error::from_sqlx;
 use crate::error::{Error, ErrorKind, Result};
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::LockName;
 
 /// A transaction holding the row lock of one name. Use it (`&mut *tx`) as the executor of the
@@ -91,7 +91,7 @@ impl<DB: sqlx::Database> std::fmt::Debug for RowLockTx<DB> {
 }
 
 /// Row locks on a connection pool (`PgPool`, `MySqlPool`). The lock table is created on first use
-/// if missing (distlock's `connect` also creates it).
+/// if missing.
 #[async_trait]
 pub trait RowLock {
     /// The database of the pool.
@@ -110,18 +110,17 @@ pub trait RowLock {
     async fn try_lock_row(&self, name: &str) -> Result<Option<RowLockTx<Self::Database>>>;
 }
 
-/// The row-lock statements of one database, which live with that backend's other SQL
-/// (`backends/<name>/sql/row_lock*.sql`).
+/// The row-lock statements of one database (`sql/row_lock/<database>/*.sql`).
 #[derive(Clone, Copy)]
-pub(crate) struct RowLockStatements {
+struct RowLockStatements {
     /// Locks the name's row in the caller's transaction, waiting.
-    pub(crate) lock: &'static str,
+    lock: &'static str,
     /// The same, refusing at once when another transaction holds the row.
-    pub(crate) lock_nowait: &'static str,
+    lock_nowait: &'static str,
     /// Creates the name's row if missing.
-    pub(crate) create: &'static str,
-    /// The backend's schema, for a database that has never seen distlock.
-    pub(crate) schema: &'static str,
+    create: &'static str,
+    /// Creates the lock table if missing.
+    schema: &'static str,
 }
 
 /// One implementation per database, differing only in SQL, binding and error codes.
@@ -132,7 +131,7 @@ macro_rules! row_lock_for {
         pool = $pool:ty,
         db = $db:ty,
         backend = $backend:literal,
-        statements = $statements:path,
+        statements = $statements:expr,
         bind = |$n:ident| $bind:expr,
         busy = $busy:expr,
         missing_table = $missing:expr,
@@ -173,7 +172,7 @@ macro_rules! row_lock_for {
                         sqlx::raw_sql($statements.schema)
                         .execute(pool)
                         .await
-                        .map_err(|e| from_sqlx($backend, "creating the lock tables", e))?;
+                        .map_err(|e| from_sqlx($backend, "creating the row-lock table", e))?;
                         insert()
                             .await
                             .map(|_| ())
@@ -196,7 +195,7 @@ macro_rules! row_lock_for {
                 };
                 // At most twice: the second time the row exists.
                 for _ in 0..2 {
-                    let mut tx = crate::backends::sqlx_tx::begin(pool).await.map_err(|e| {
+                    let mut tx = crate::sqlx_support::tx::begin(pool).await.map_err(|e| {
                         from_sqlx($backend, "starting the row-lock transaction", e)
                     })?;
                     match sqlx::query(sql).bind($bind).fetch_optional(&mut *tx).await {
@@ -230,7 +229,12 @@ row_lock_for! {
     pool = sqlx::PgPool,
     db = sqlx::Postgres,
     backend = "postgres",
-    statements = crate::backends::postgres::ROW_LOCK,
+    statements = RowLockStatements {
+        lock: include_str!("row_lock/postgres/lock.sql"),
+        lock_nowait: include_str!("row_lock/postgres/lock_nowait.sql"),
+        create: include_str!("row_lock/postgres/create.sql"),
+        schema: include_str!("row_lock/postgres/schema.sql"),
+    },
     bind = |n| n.as_str(),
     busy = |e| e.code().as_deref() == Some("55P03"),
     missing_table = |e| e.code().as_deref() == Some("42P01"),
@@ -242,7 +246,12 @@ row_lock_for! {
     pool = sqlx::MySqlPool,
     db = sqlx::MySql,
     backend = "mysql",
-    statements = crate::backends::mysql::ROW_LOCK,
+    statements = RowLockStatements {
+        lock: include_str!("row_lock/mysql/lock.sql"),
+        lock_nowait: include_str!("row_lock/mysql/lock_nowait.sql"),
+        create: include_str!("row_lock/mysql/create.sql"),
+        schema: include_str!("row_lock/mysql/schema.sql"),
+    },
     bind = |n| n.as_str().as_bytes(),
     // MariaDB answers NOWAIT with 1205 (lock wait timeout), MySQL with 3572.
     busy = |e| mysql_number(e).is_some_and(|n| n == 1205 || n == 3572),

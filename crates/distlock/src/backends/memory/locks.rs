@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::NAME;
 use crate::backend::{Attempt, LockRequest, PermitCount, Wakeups};
-use crate::backends::flavour_rules::{
+use crate::backends::client_rules::flavour_rules::{
     self, Decision, Held, Outcome, Place, Shown, Side, WAITER_TTL_MS,
 };
 use crate::error::{Error, Result};

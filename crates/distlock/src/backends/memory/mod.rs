@@ -7,7 +7,7 @@
 //!   trait it adds (semaphores, elections, latches, inspection);
 //! * `locks.rs`: the plain lock, the fair lock, the read-write lock and the semaphore, each step
 //!   atomic under the store's mutex, judged by the rules the SQL stores share
-//!   (`backends/flavour_rules.rs`); leases on tokio's clock;
+//!   (`backends/client_rules/flavour_rules.rs`); leases on tokio's clock;
 //! * `sync.rs`: election records and count-down latches.
 //!
 #![doc = include_str!("docs.md")]
@@ -27,8 +27,8 @@ use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, Inspection, Kinds, LockRequest, PermitCount,
     Semaphores, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::Side;
-use crate::backends::sql_flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
+use crate::backends::client_rules::flavour_rules::Side;
+use crate::backends::client_rules::flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
 use crate::error::Result;
 use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::locks::notices;
 use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry, Wakeups};
-use crate::backends::records::{self, Step};
+use crate::backends::client_rules::records::{self, Step};
 use crate::types::{FencingToken, LockName};
 
 /// One election: its log and the largest term written.

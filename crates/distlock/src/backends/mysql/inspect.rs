@@ -1,21 +1,17 @@
 //! `distlock status` and forced release on MySQL / MariaDB, in both lock modes: the lease rows
 //! (`sql/status.sql`, `sql/force_*.sql`) and the session-lock records checked against
 //! `IS_USED_LOCK` (`sql/session_status.sql`, `sql/session_force_*.sql`, `sql/session_kill.sql`).
-//! The answers are built by the SQL backends' shared [`sql_inspect`].
+//! The answers are built by the SQL family's shared [`inspect`].
 
 use sqlx::Row;
 use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
 
-use super::sync::{DEADLOCK_RETRIES, is_deadlock};
-use crate::backends::sql_inspect;
-use crate::backends::sqlx_error::from_sqlx;
-use crate::error::Result;
-use crate::status::{ForcedRelease, LockStatus, Selection};
-use crate::types::LockName;
+use super::MysqlDialect;
 
-fn err(what: &str) -> impl FnOnce(sqlx::Error) -> crate::error::Error + '_ {
-    move |e| from_sqlx(super::NAME, what, e)
-}
+use crate::backends::sql_family::{Picked, SqlResult, Statement, inspect};
+use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
+use crate::status::ForcedRelease;
 
 /// MySQL's "unknown thread id": the connection to kill ended by itself.
 const ER_NO_SUCH_THREAD: u16 = 1094;
@@ -28,65 +24,31 @@ fn is_error_number(e: &sqlx::Error, number: u16) -> bool {
         .is_some_and(|d| d.number() == number)
 }
 
-/// See [`crate::backend::Inspection::status`]; `sessions`: the backend's locks are session locks.
-pub(super) async fn status(
-    pool: &MySqlPool,
-    sessions: bool,
-    which: &Selection,
-) -> Result<Vec<LockStatus>> {
-    let (name, prefix) = sql_inspect::selection(super::NAME, which)?;
-    let name = name.map(str::as_bytes);
-    let statement = if sessions {
-        include_str!("sql/session_status.sql")
-    } else {
-        include_str!("sql/status.sql")
-    };
-    let rows = sqlx::query(statement)
+/// `statement` (`sql/*status.sql`) with the locks `picked` bound: the exact name (NULL for a
+/// prefix) twice, then the prefix twice, as bytes (names are VARBINARY).
+pub(super) fn selected<'a>(
+    statement: &'static str,
+    picked: Picked<'a>,
+) -> Statement<'a, MysqlDialect> {
+    let name = picked.name.map(str::as_bytes);
+    let prefix = picked.prefix.as_bytes();
+    sqlx::query(statement)
         .bind(name)
         .bind(name)
-        .bind(prefix.as_bytes())
-        .bind(prefix.as_bytes())
-        .fetch_all(pool)
-        .await
-        .map_err(err("reading the locks"))?;
-    rows.iter()
-        .map(sql_inspect::status_row)
-        .collect::<std::result::Result<_, _>>()
-        .map_err(err("reading the locks"))
+        .bind(prefix)
+        .bind(prefix)
 }
 
-/// See [`crate::backend::Inspection::force_release`]. One transaction; a deadlock victim (two
-/// callers creating the same name's row at once) runs again.
-pub(super) async fn force_release(
-    pool: &MySqlPool,
-    sessions: bool,
-    name: &LockName,
-) -> Result<ForcedRelease> {
-    let mut tries = 0;
-    loop {
-        let forced = if sessions {
-            force_session(pool, name.as_str().as_bytes()).await
-        } else {
-            force_lease(pool, name.as_str().as_bytes()).await
-        };
-        match forced {
-            Err(e) if is_deadlock(&e) && tries < DEADLOCK_RETRIES => tries += 1,
-            done => return done.map_err(err("releasing the lock by force")),
-        }
-    }
-}
-
-async fn force_lease(
-    pool: &MySqlPool,
-    name: &[u8],
-) -> std::result::Result<ForcedRelease, sqlx::Error> {
+/// Forced release of a lease lock: one transaction (the SQL family runs a deadlock victim,
+/// two callers creating the same name's row at once, again).
+pub(super) async fn force_lease(pool: &MySqlPool, name: &[u8]) -> SqlResult<ForcedRelease> {
     let mut tx = pool.begin().await?;
     let old = sqlx::query(include_str!("sql/force_select.sql"))
         .bind(name)
         .fetch_optional(&mut *tx)
         .await?;
     let removed = match old {
-        Some(row) if row.try_get::<i64, _>(4)? == 1 => sql_inspect::removed_holding(&row)?,
+        Some(row) if row.try_get::<i64, _>(4)? == 1 => inspect::removed(&row)?,
         _ => None,
     };
     let fence = sqlx::query(include_str!("sql/force_advance.sql"))
@@ -97,14 +59,13 @@ async fn force_lease(
     tx.commit().await?;
     Ok(ForcedRelease::new(
         removed.into_iter().collect(),
-        sql_inspect::token(fence as i64),
+        inspect::token(fence as i64),
     ))
 }
 
-async fn force_session(
-    pool: &MySqlPool,
-    name: &[u8],
-) -> std::result::Result<ForcedRelease, sqlx::Error> {
+/// Forced release of a session lock: one transaction that advances the counter, then ends the
+/// holder's connection.
+pub(super) async fn force_session(pool: &MySqlPool, name: &[u8]) -> SqlResult<ForcedRelease> {
     let mut tx = pool.begin().await?;
     let old = sqlx::query(include_str!("sql/session_force_select.sql"))
         .bind(name)
@@ -117,7 +78,7 @@ async fn force_session(
             // The record is the holding only if the lock's holder wrote it; a leftover record
             // of an ended holding (or of one whose holder has not written it yet) is not.
             let removed = match (recorded, holding) {
-                (Some(r), Some(h)) if r == h => sql_inspect::removed_holding(&row)?,
+                (Some(r), Some(h)) if r == h => inspect::removed(&row)?,
                 _ => None,
             };
             (removed, holding)
@@ -146,7 +107,7 @@ async fn force_session(
     tx.commit().await?;
     Ok(ForcedRelease::new(
         removed.into_iter().collect(),
-        sql_inspect::token(fence as i64),
+        inspect::token(fence as i64),
     ))
 }
 
@@ -158,10 +119,11 @@ const ER_DUP_FIELDNAME: u16 = 1060;
 /// the later ALTER fails with "duplicate column", which means it is done.
 pub(super) async fn add_holder_columns(pool: &MySqlPool) -> Result<()> {
     let what = "adding the holder columns to the lock tables";
+    let err = |e| from_sqlx(super::NAME, what, e);
     let missing: Vec<String> = sqlx::query_scalar(include_str!("sql/schema_holder_missing.sql"))
         .fetch_all(pool)
         .await
-        .map_err(err(what))?;
+        .map_err(err)?;
     for table in missing {
         let alter = match table.as_str() {
             "distlock_locks" => include_str!("sql/schema_holder_locks.sql"),
@@ -171,7 +133,7 @@ pub(super) async fn add_holder_columns(pool: &MySqlPool) -> Result<()> {
         match sqlx::raw_sql(alter).execute(pool).await {
             Err(e) if is_error_number(&e, ER_DUP_FIELDNAME) => {}
             other => {
-                other.map_err(err(what))?;
+                other.map_err(err)?;
             }
         }
     }

@@ -1,183 +1,92 @@
 //! The MySQL / MariaDB backend: lease locks in a table (the default) or session locks on
 //! `GET_LOCK` (`?lock=session`). The guarantees of each are below.
 //!
-//! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
-//! server's clock. MySQL has no `RETURNING` on an upsert, so the take and release statements
-//! report their outcome through `LAST_INSERT_ID(expr)`, which the server sends back in the same
-//! reply. Waiters poll with the core's jittered backoff (see `docs.md` for why).
+//! The flow is the SQL family's, written once for PostgreSQL and MySQL (`backends/sql_family/`);
+//! this folder is MySQL's dialect of it:
+//! * this file: [`MysqlBackend`], and the lock's statements: take, extend and release are one
+//!   statement each (`sql/*.sql`), judged by the server's clock. MySQL has no `RETURNING` on
+//!   an upsert, so the take and release statements report their outcome through
+//!   `LAST_INSERT_ID(expr)`, which the server sends back in the same reply;
+//! * `flavours.rs`, `sync.rs`: the statements of the fair lock, read-write lock and semaphore,
+//!   and of elections and latches, one per step; a row a step locks is made first, outside its
+//!   transaction;
+//! * `inspect.rs`: status and forced release in both lock modes, and the holder columns older
+//!   tables get at connect;
+//! * `poll_watch.rs`: MySQL cannot notify, so one poller per watched synchronizer wakes its
+//!   waiters; other waiters poll with the core's jittered backoff (see `docs.md` for why);
+//! * `session.rs`: session locks on `GET_LOCK`.
 //!
 #![doc = include_str!("docs.md")]
 
-mod config;
 mod flavours;
 mod inspect;
+mod poll_watch;
 mod session;
 mod sync;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter,
+use crate::backend::{Attempt, LockRequest, Wakeups};
+use crate::backends::client_rules::flavour_rules::Peek;
+use crate::backends::sql_family::{
+    Dialect, Picked, Read, SqlResult, Statement, Wants, dialect_statements, sql_store,
 };
-use crate::backends::flavour_rules::Side;
-use crate::backends::session::Sessions;
-use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
-use crate::backends::sql_url::{self, LockMode};
-use crate::backends::sqlx_error::from_sqlx;
-use crate::backends::sqlx_tx;
-use crate::error::{Error, Result};
-use crate::options::Options;
-use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
-use crate::types::{FencingToken, LockKind, LockName};
+use crate::error::Result;
+use crate::status::{ForcedRelease, Holder};
+use crate::types::FencingToken;
 
 const NAME: &str = "mysql";
-
-/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
-pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
-    schema: include_str!("sql/fence_schema.sql"),
-    advance: include_str!("sql/fence_advance.sql"),
-    create: include_str!("sql/fence_create.sql"),
-    create_first: true,
-    read: include_str!("sql/fence_read.sql"),
-};
-
-/// The statements of the row-lock API ([`crate::sql::RowLock`]) on this database.
-pub(crate) const ROW_LOCK: crate::sql::row_lock::RowLockStatements =
-    crate::sql::row_lock::RowLockStatements {
-        lock: include_str!("sql/row_lock.sql"),
-        lock_nowait: include_str!("sql/row_lock_nowait.sql"),
-        create: include_str!("sql/row_lock_create.sql"),
-        schema: include_str!("sql/schema.sql"),
-    };
-
-/// How long a call waits for a free pooled connection before failing with a connection error.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The take statement's "held" answers start here; smaller answers are fencing tokens.
 const HELD_BASE: u64 = 1 << 62;
 
-/// Locks in a MySQL or MariaDB database. Built by [`crate::connect`] from `mysql://…` or
-/// `mariadb://…`; `?lock=session` picks `GET_LOCK` (session) locks instead of lease rows.
-pub struct MysqlBackend {
-    pool: MySqlPool,
-    url: String,
-    sessions: Option<Sessions<session::MySqlSessions>>,
-    flavours: Arc<flavours::MysqlFlavours>,
-}
+sql_store! {
+    /// Locks in a MySQL or MariaDB database. Built by [`crate::connect`] from `mysql://…` or
+    /// `mariadb://…`; `?lock=session` picks `GET_LOCK` (session) locks instead of lease rows.
+    pub struct MysqlBackend(SqlBackend<MysqlDialect>) with pool MySqlPool;
 
-impl std::fmt::Debug for MysqlBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MysqlBackend")
-            .field("url", &self.url)
-            .field("session_locks", &self.sessions.is_some())
-            .finish()
-    }
-}
-
-fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |e| from_sqlx(NAME, what, e)
-}
-
-impl MysqlBackend {
-    /// Connects to the database `url` names and creates distlock's tables if missing.
-    ///
     /// `url` is `mysql://user[:password]@host:port/database` (or `mariadb://…`) with the
     /// driver's parameters (`ssl-mode=REQUIRED`, `ssl-ca=…`) and distlock's:
     /// `lock=lease|session`, `max_connections=N` (pool size, default 20).
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, &Options::default()).await
-    }
-
-    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds getting a pooled
-    /// connection, `response_timeout` a session lock's liveness ping.
-    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
-        let cfg = config::parse(url)?;
-        sql_url::probe(NAME, &cfg).await?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(cfg.url.max_connections)
-            .acquire_timeout(acquire_timeout)
-            .connect_lazy_with(cfg.options.clone());
-        sqlx::raw_sql(include_str!("sql/schema.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the lock tables"))?;
-        inspect::add_holder_columns(&pool).await?;
-        sqlx::raw_sql(include_str!("sql/schema_sync.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the election and latch tables"))?;
-        sqlx::raw_sql(include_str!("sql/schema_flavours.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the fair, read-write and semaphore tables"))?;
-        let sessions = match cfg.url.mode {
-            LockMode::Lease => None,
-            LockMode::Session => Some(Sessions::new(
-                session::MySqlSessions(
-                    MySqlPoolOptions::new()
-                        .max_connections(cfg.url.max_connections)
-                        .acquire_timeout(acquire_timeout)
-                        .connect_lazy_with(cfg.options),
-                ),
-                options,
-            )),
-        };
-        Ok(MysqlBackend {
-            flavours: Arc::new(flavours::MysqlFlavours {
-                pool: pool.clone(),
-                watches: Default::default(),
-            }),
-            pool,
-            url: cfg.url.redacted,
-            sessions,
-        })
-    }
-
-    /// The connection pool, for the row-lock API and the caller's own queries.
-    pub fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
+    fn connect;
 }
 
+/// MySQL's dialect; the value is the client's pollers: one per synchronizer its waiters wait
+/// for.
+pub(crate) struct MysqlDialect(poll_watch::PollWatch<Peek>);
+
 #[async_trait]
-impl Backend for MysqlBackend {
-    fn name(&self) -> &'static str {
-        NAME
+impl Dialect for MysqlDialect {
+    type Db = MySql;
+    type Sessions = session::MySqlSessions;
+
+    fn new(_pool: &MySqlPool) -> Self {
+        MysqlDialect(Default::default())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        if self.sessions.is_some() {
-            // GET_LOCK locks are exclusive locks of a connection: no queue, no shared side, no
-            // count.
-            Capabilities::sessions(None, crate::backends::session::NO_LEASE)
-                .refusing_with(crate::backends::session::SESSION_KINDS)
-        } else {
-            Capabilities::leases().keeping(Kinds::ALL)
-        }
+    fn sessions(pool: MySqlPoolOptions, options: MySqlConnectOptions) -> session::MySqlSessions {
+        session::MySqlSessions(pool.connect_lazy_with(options))
     }
 
-    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.try_take(req).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            // A one-off attempt never joins a queue (the waiter does).
-            return self.flavours.take_side(req, side, false).await;
-        }
+    dialect_statements!();
+    const NAME: &'static str = NAME;
+    const PRODUCT: &'static str = "MySQL";
+
+    async fn upgrade(pool: &MySqlPool) -> Result<()> {
+        inspect::add_holder_columns(pool).await
+    }
+
+    async fn take(pool: &MySqlPool, req: &LockRequest) -> SqlResult<Attempt> {
         let done = sqlx::query(include_str!("sql/take.sql"))
             .bind(req.name.as_str().as_bytes())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() * 1000)
             .bind(Holder::this_process_record())
-            .execute(&self.pool)
-            .await
-            .map_err(err("taking the lock"))?;
+            .execute(pool)
+            .await?;
         let answer = done.last_insert_id();
         Ok(if answer >= HELD_BASE {
             Attempt::Held {
@@ -188,158 +97,75 @@ impl Backend for MysqlBackend {
         })
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
-        if let Some(sessions) = &self.sessions {
-            // A session holding has no lease; the duration is not used.
-            let held = sessions.still_held(req, token).await?;
-            return Ok(held.then_some(Duration::ZERO));
-        }
-        if let Some(side) = Side::of(req.kind) {
-            let held = self.flavours.extend(req, side, token).await?;
-            return Ok(held.then(|| req.lease.duration()));
-        }
-        let done = sqlx::query(include_str!("sql/extend.sql"))
-            .bind(req.lease.as_millis() * 1000)
+    async fn extend(pool: &MySqlPool, req: &LockRequest, token: i64) -> SqlResult<bool> {
+        let lease_us = req.lease.as_millis() * 1000;
+        let extend = sqlx::query(include_str!("sql/extend.sql")).bind(lease_us);
+        let extend = extend
             .bind(req.name.as_str().as_bytes())
-            .bind(req.owner.as_str())
-            .bind(token.get())
-            .execute(&self.pool)
-            .await
-            .map_err(err("extending the lease"))?;
+            .bind(req.owner.as_str());
         // sqlx asks for "found rows": 1 when the row matched, even if nothing changed.
-        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
+        Ok(extend.bind(token).execute(pool).await?.rows_affected() == 1)
     }
 
-    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.release(req, token).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            return self.flavours.release(req, side, token).await;
-        }
-        let token = token.map(FencingToken::get);
-        let done = sqlx::query(include_str!("sql/release.sql"))
+    async fn release(pool: &MySqlPool, req: &LockRequest, token: Option<i64>) -> SqlResult<bool> {
+        let release = sqlx::query(include_str!("sql/release.sql"));
+        let release = release
             .bind(req.name.as_str().as_bytes())
-            .bind(req.owner.as_str())
+            .bind(req.owner.as_str());
+        // `(? IS NULL OR token = ?)`: one value, named twice.
+        Ok(release
             .bind(token)
             .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(err("releasing the lock"))?;
-        Ok(done.rows_affected() == 1)
+            .execute(pool)
+            .await?
+            .rows_affected()
+            == 1)
     }
 
-    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
-        if self.sessions.is_some() {
-            return None;
-        }
-        let side = Side::of(req.kind)?;
-        Some(Box::new(SqlFlavourWaiter::new(
-            self.flavours.clone(),
-            req.clone(),
-            side,
-        )))
+    fn select<'a>(statement: &'static str, picked: Picked<'a>) -> Statement<'a, Self> {
+        inspect::selected(statement, picked)
     }
 
-    fn semaphores(&self) -> Option<&dyn Semaphores> {
-        // Session locks have no semaphores (see `capabilities`).
-        self.sessions.is_none().then_some(self as &dyn Semaphores)
-    }
-
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl Semaphores for MysqlBackend {
-    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        let (size, taken) = self.flavours.count(&req.name).await?;
-        Ok(PermitCount {
-            size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
-            taken: u32::try_from(taken).unwrap_or(u32::MAX),
-        })
-    }
-
-    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        self.flavours.set_permits(name, permits).await
-    }
-}
-
-#[async_trait]
-impl Elections for MysqlBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
-        // A whole transaction, finished even if this call is dropped: see `sqlx_tx`.
-        let (pool, election) = (self.pool.clone(), election.clone());
-        let value = value.map(str::to_owned);
-        sqlx_tx::finished(async move {
-            sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
-        })
-        .await
-    }
-
-    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
-        sync::elect_current(&self.pool, election).await
-    }
-
-    async fn elect_log(
-        &self,
-        election: &LockName,
+    fn entries<'a>(
+        statement: &'static str,
+        election: &'a str,
         after: Option<u64>,
-    ) -> Result<Vec<ElectionEntry>> {
-        sync::elect_log(&self.pool, election, after).await
-    }
-}
-
-#[async_trait]
-impl Latches for MysqlBackend {
-    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
-        let (pool, latch) = (self.pool.clone(), latch.clone());
-        sqlx_tx::finished(async move { sync::latch_set(&pool, &latch, count).await }).await
-    }
-
-    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
-        let (pool, latch) = (self.pool.clone(), latch.clone());
-        sqlx_tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
-    }
-
-    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
-        sync::latch_count(&self.pool, latch).await
-    }
-}
-
-#[async_trait]
-impl Inspection for MysqlBackend {
-    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
-        let mut found = inspect::status(&self.pool, self.sessions.is_some(), which).await?;
-        if self.sessions.is_none() {
-            let (name, prefix) = crate::backends::sql_inspect::selection(NAME, which)?;
-            found.extend(self.flavours.status(name, prefix).await?);
-            found.sort_by(|a, b| a.name.cmp(&b.name));
+    ) -> Statement<'a, Self> {
+        // Names are VARBINARY: bound as bytes.
+        let mut read = sqlx::query(statement).bind(election.as_bytes());
+        if let Some(seq) = after {
+            read = read.bind(seq);
         }
-        Ok(found)
+        read
     }
 
-    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        // In session mode the client lets only the exclusive lock through (`Kinds::MUTEX`).
-        if let Some(side) = Side::of(kind) {
-            return self.flavours.force_release(name, side).await;
+    // InnoDB's deadlock victim (error 1213) answers SQLSTATE 40001: two steps making the same
+    // new row at once can meet so.
+    const DEADLOCK: &'static str = "40001";
+
+    async fn force_release(
+        pool: &MySqlPool,
+        sessions: bool,
+        name: &str,
+    ) -> SqlResult<ForcedRelease> {
+        if sessions {
+            inspect::force_session(pool, name.as_bytes()).await
+        } else {
+            inspect::force_lease(pool, name.as_bytes()).await
         }
-        let (pool, sessions, name) = (self.pool.clone(), self.sessions.is_some(), name.clone());
-        sqlx_tx::finished(async move { inspect::force_release(&pool, sessions, &name).await }).await
+    }
+
+    // MySQL cannot notify a client: its waiters are woken by pollers and the core's backoff.
+    const NOTIFIES: bool = false;
+
+    async fn watch_synchronizer(
+        &self,
+        key: String,
+        read: Read<Peek>,
+        wants: Wants<Peek>,
+    ) -> Result<Wakeups> {
+        // MySQL cannot notify: one poller per synchronizer in this client watches for all of
+        // its waiters there, and wakes the ones a change lets in.
+        Ok(self.0.subscribe(key, read, wants))
     }
 }

@@ -1,4 +1,4 @@
-//! Session locks on `GET_LOCK`; the holding logic is in [`crate::backends::session`].
+//! Session locks on `GET_LOCK`; the holding logic is in [`crate::backends::sql_family::session`].
 //!
 //! sqlx cannot wait on an idle MySQL socket, so a connection the server kills (`KILL`) is
 //! noticed by the next ping, every 250 ms.
@@ -10,14 +10,14 @@ use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 use sqlx::pool::PoolConnection;
 
-use crate::backends::session::{SessionConn, SessionPool};
-use crate::backends::sqlx_error::from_sqlx;
+use crate::backends::sql_family::session::{SessionConn, SessionPool};
 use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
-pub(super) struct MySqlSessions(pub(super) MySqlPool);
+pub(crate) struct MySqlSessions(pub(super) MySqlPool);
 
-pub(super) struct MySqlSessionConn(PoolConnection<sqlx::MySql>);
+pub(crate) struct MySqlSessionConn(PoolConnection<sqlx::MySql>);
 
 #[async_trait]
 impl SessionPool for MySqlSessions {

@@ -1,257 +1,115 @@
-//! Election records and count-down latches in MySQL / MariaDB (`sql/elect_*.sql`,
-//! `sql/latch_*.sql`): each write locks its row (`SELECT … FOR UPDATE`), decides, and writes in
-//! one transaction. MySQL cannot notify a client, so watchers poll (the core's bounded jittered
-//! backoff, 10 to 250 ms).
+//! MySQL's statements for election records and count-down latches (`sql/elect_*.sql`,
+//! `sql/latch_*.sql`); the transactions that run them are the SQL family's
+//! (`backends/sql_family/sync.rs`). Each write locks its row (`SELECT … FOR UPDATE`, made first
+//! if missing), so a latch's count is judged here, not in its statement; appending and trimming
+//! the log are two statements. MySQL cannot notify a client, so watchers poll.
 
-use std::time::Duration;
-
+use async_trait::async_trait;
 use sqlx::Row;
-use sqlx::mysql::{MySqlPool, MySqlRow};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlRow};
 
-use crate::backend::{ELECTION_LOG_KEEP, ElectionEntry};
-use crate::backends::records::{self, Step};
-use crate::backends::sqlx_error::from_sqlx;
-use crate::error::Result;
-use crate::types::{FencingToken, LockName};
-
-fn err(what: &str) -> impl FnOnce(sqlx::Error) -> crate::error::Error + '_ {
-    move |e| from_sqlx(super::NAME, what, e)
-}
-
-/// How many times a transaction InnoDB chose as a deadlock victim is run again.
-pub(super) const DEADLOCK_RETRIES: u32 = 5;
-
-pub(super) fn is_deadlock(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code == "40001")
-}
+use super::MysqlDialect;
+use crate::backend::ELECTION_LOG_KEEP;
+use crate::backends::sql_family::SqlResult;
+use crate::backends::sql_family::sync::{Entry, Record, SyncSql};
 
 /// Locks the row `lock` selects `FOR UPDATE`, creating it with `create` first if it is missing.
 /// The row is selected first so that an existing row is never touched by the `INSERT IGNORE`
 /// (whose shared lock on a duplicate, upgraded by the `FOR UPDATE`, deadlocks two writers); two
-/// writers creating the same new row at once can still deadlock, and the caller runs the
+/// writers creating the same new row at once can still deadlock, and the SQL family runs the
 /// transaction again.
 async fn lock_row(
-    tx: &mut sqlx::MySqlConnection,
+    conn: &mut MySqlConnection,
     name: &[u8],
     create: &'static str,
     lock: &'static str,
-) -> Result<MySqlRow, sqlx::Error> {
+) -> SqlResult<MySqlRow> {
     if let Some(row) = sqlx::query(lock)
         .bind(name)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?
     {
         return Ok(row);
     }
-    sqlx::query(create).bind(name).execute(&mut *tx).await?;
-    sqlx::query(lock).bind(name).fetch_one(&mut *tx).await
+    sqlx::query(create).bind(name).execute(&mut *conn).await?;
+    sqlx::query(lock).bind(name).fetch_one(conn).await
 }
 
-/// See [`crate::backend::Elections::elect_write`].
-pub(super) async fn elect_write(
-    pool: &MySqlPool,
-    election: &LockName,
-    term: FencingToken,
-    value: Option<&str>,
-    ttl: Duration,
-) -> Result<bool> {
-    let mut tries = 0;
-    loop {
-        match try_elect_write(pool, election, term, value, ttl).await {
-            Err(e) if is_deadlock(&e) && tries < DEADLOCK_RETRIES => tries += 1,
-            done => return done.map_err(err("writing the election record")),
-        }
-    }
+/// Locks the latch's row (made at 0 if missing): its count.
+async fn latch_lock(conn: &mut MySqlConnection, name: &str) -> SqlResult<u64> {
+    let create = include_str!("sql/latch_create.sql");
+    let lock = include_str!("sql/latch_lock_row.sql");
+    lock_row(conn, name.as_bytes(), create, lock)
+        .await?
+        .try_get(0)
 }
 
-async fn try_elect_write(
-    pool: &MySqlPool,
-    election: &LockName,
-    term: FencingToken,
-    value: Option<&str>,
-    ttl: Duration,
-) -> Result<bool, sqlx::Error> {
-    let name = election.as_str().as_bytes();
-    let term = term.get();
-    let mut tx = pool.begin().await?;
-    let row = lock_row(
-        &mut tx,
-        name,
-        include_str!("sql/elect_create.sql"),
-        include_str!("sql/elect_lock_row.sql"),
-    )
-    .await?;
-    let (seq, max_term, old): (u64, u64, Option<String>) =
-        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-    // A resigned record lapses at once.
-    let live_us = if value.is_some() {
-        ttl.as_micros() as u64
-    } else {
-        0
-    };
-    let step = records::step(
-        seq as i64,
-        max_term as i64,
-        old.as_deref(),
-        term as i64,
-        value,
-    );
-    let seq = match step {
-        Step::Refuse => return Ok(false),
-        Step::Refresh => seq,
-        Step::Append { seq } => {
-            let seq = seq as u64;
-            sqlx::query(include_str!("sql/elect_append.sql"))
-                .bind(name)
-                .bind(seq)
-                .bind(term)
-                .bind(value)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(include_str!("sql/elect_trim.sql"))
-                .bind(name)
-                .bind(seq.saturating_sub(ELECTION_LOG_KEEP))
-                .execute(&mut *tx)
-                .await?;
-            seq
-        }
-    };
-    sqlx::query(include_str!("sql/elect_update.sql"))
-        .bind(seq)
-        .bind(term)
-        .bind(value)
-        .bind(live_us)
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(true)
+async fn latch_write(conn: &mut MySqlConnection, name: &str, count: u64) -> SqlResult<()> {
+    sqlx::query(include_str!("sql/latch_write.sql"))
+        .bind(count)
+        .bind(name.as_bytes())
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
-fn entries(rows: Vec<MySqlRow>, what: &str) -> Result<Vec<ElectionEntry>> {
-    rows.into_iter()
-        .map(|row| {
-            Ok(ElectionEntry::new(
-                row.try_get::<u64, _>(0).map_err(err(what))?,
-                FencingToken(row.try_get::<u64, _>(1).map_err(err(what))?),
-                row.try_get(2).map_err(err(what))?,
-            ))
+#[async_trait]
+impl SyncSql for MysqlDialect {
+    async fn elect_lock(conn: &mut MySqlConnection, election: &str) -> SqlResult<Record> {
+        let create = include_str!("sql/elect_create.sql");
+        let lock = include_str!("sql/elect_lock_row.sql");
+        let row = lock_row(conn, election.as_bytes(), create, lock).await?;
+        let (seq, term): (u64, u64) = (row.try_get(0)?, row.try_get(1)?);
+        let value = row.try_get(2)?;
+        Ok(Record {
+            seq: seq as i64,
+            max_term: term as i64,
+            value,
         })
-        .collect()
-}
-
-/// See [`crate::backend::Elections::elect_current`].
-pub(super) async fn elect_current(
-    pool: &MySqlPool,
-    election: &LockName,
-) -> Result<Option<ElectionEntry>> {
-    let rows = sqlx::query(include_str!("sql/elect_current.sql"))
-        .bind(election.as_str().as_bytes())
-        .fetch_all(pool)
-        .await
-        .map_err(err("reading the election record"))?;
-    Ok(entries(rows, "reading the election record")?.pop())
-}
-
-/// See [`crate::backend::Elections::elect_log`].
-pub(super) async fn elect_log(
-    pool: &MySqlPool,
-    election: &LockName,
-    after: Option<u64>,
-) -> Result<Vec<ElectionEntry>> {
-    let name = election.as_str().as_bytes();
-    let query = match after {
-        None => sqlx::query(include_str!("sql/elect_latest.sql")).bind(name),
-        Some(after) => sqlx::query(include_str!("sql/elect_log.sql"))
-            .bind(name)
-            .bind(after),
-    };
-    let rows = query
-        .fetch_all(pool)
-        .await
-        .map_err(err("reading the election log"))?;
-    entries(rows, "reading the election log")
-}
-
-/// Locks the latch's row (made at 0 if missing), lets `change` decide from the count what to
-/// write, writes it, commits, and answers what `change` answered.
-async fn latch_change<T>(
-    pool: &MySqlPool,
-    latch: &LockName,
-    what: &str,
-    change: impl Fn(u64) -> (Option<u64>, T),
-) -> Result<T> {
-    let mut tries = 0;
-    loop {
-        match try_latch_change(pool, latch, &change).await {
-            Err(e) if is_deadlock(&e) && tries < DEADLOCK_RETRIES => tries += 1,
-            done => return done.map_err(err(what)),
-        }
     }
-}
 
-async fn try_latch_change<T>(
-    pool: &MySqlPool,
-    latch: &LockName,
-    change: &impl Fn(u64) -> (Option<u64>, T),
-) -> Result<T, sqlx::Error> {
-    let name = latch.as_str().as_bytes();
-    let mut tx = pool.begin().await?;
-    let count: u64 = lock_row(
-        &mut tx,
-        name,
-        include_str!("sql/latch_create.sql"),
-        include_str!("sql/latch_lock_row.sql"),
-    )
-    .await?
-    .try_get(0)?;
-    let (write, answer) = change(count);
-    if let Some(count) = write {
-        sqlx::query(include_str!("sql/latch_write.sql"))
-            .bind(count)
+    async fn elect_append(conn: &mut MySqlConnection, entry: &Entry<'_>) -> SqlResult<()> {
+        let (name, seq) = (entry.election.as_bytes(), entry.seq as u64);
+        let append = sqlx::query(include_str!("sql/elect_append.sql"))
             .bind(name)
-            .execute(&mut *tx)
-            .await?;
+            .bind(seq);
+        let append = append.bind(entry.term as u64).bind(entry.value);
+        append.execute(&mut *conn).await?;
+        // No statement of MySQL's both inserts and deletes: the log is trimmed by a second.
+        let trim = sqlx::query(include_str!("sql/elect_trim.sql")).bind(name);
+        let trim = trim.bind(seq.saturating_sub(ELECTION_LOG_KEEP));
+        trim.execute(conn).await.map(drop)
     }
-    tx.commit().await?;
-    Ok(answer)
-}
 
-/// See [`crate::backend::Latches::latch_set`].
-pub(super) async fn latch_set(pool: &MySqlPool, latch: &LockName, count: u64) -> Result<bool> {
-    latch_change(pool, latch, "setting the latch", |now| {
-        if now == 0 {
-            (Some(count), true)
-        } else {
-            (None, false)
+    async fn elect_update(conn: &mut MySqlConnection, entry: &Entry<'_>) -> SqlResult<()> {
+        let update = sqlx::query(include_str!("sql/elect_update.sql")).bind(entry.seq as u64);
+        let update = update.bind(entry.term as u64).bind(entry.value);
+        let update = update
+            .bind(entry.live.as_micros() as u64)
+            .bind(entry.election.as_bytes());
+        update.execute(conn).await.map(drop)
+    }
+
+    async fn latch_set(conn: &mut MySqlConnection, latch: &str, count: u64) -> SqlResult<bool> {
+        // Only a latch at 0 (or new) takes a count.
+        if latch_lock(conn, latch).await? != 0 {
+            return Ok(false);
         }
-    })
-    .await
-}
+        latch_write(conn, latch, count).await?;
+        Ok(true)
+    }
 
-/// See [`crate::backend::Latches::latch_count_down`].
-pub(super) async fn latch_count_down(pool: &MySqlPool, latch: &LockName) -> Result<u64> {
-    latch_change(pool, latch, "counting the latch down", |now| {
-        if now == 0 {
-            (None, 0)
-        } else {
-            (Some(now - 1), now - 1)
-        }
-    })
-    .await
-}
+    async fn latch_count_down(conn: &mut MySqlConnection, latch: &str) -> SqlResult<Option<u64>> {
+        let Some(after) = latch_lock(conn, latch).await?.checked_sub(1) else {
+            return Ok(None);
+        };
+        latch_write(conn, latch, after).await?;
+        Ok(Some(after))
+    }
 
-/// See [`crate::backend::Latches::latch_count`].
-pub(super) async fn latch_count(pool: &MySqlPool, latch: &LockName) -> Result<u64> {
-    let count = sqlx::query(include_str!("sql/latch_count.sql"))
-        .bind(latch.as_str().as_bytes())
-        .fetch_optional(pool)
-        .await
-        .map_err(err("reading the latch"))?
-        .map(|row| row.try_get::<u64, _>(0))
-        .transpose()
-        .map_err(err("reading the latch"))?;
-    Ok(count.unwrap_or(0))
+    async fn latch_count(pool: &MySqlPool, latch: &str) -> SqlResult<u64> {
+        let read = sqlx::query_scalar(include_str!("sql/latch_count.sql")).bind(latch.as_bytes());
+        let count: Option<u64> = read.fetch_optional(pool).await?;
+        Ok(count.unwrap_or(0))
+    }
 }

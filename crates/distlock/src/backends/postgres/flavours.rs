@@ -1,398 +1,127 @@
-//! The fair lock, the read-write lock and the semaphore in PostgreSQL (lease mode,
-//! `sql/schema_flavours.sql`). Each judging step is one transaction: lock the synchronizer's
-//! row (`flavour_lock.sql`), drop lapsed holdings and places, read the rest, decide by the
-//! shared rules ([`flavour_rules::decide`]), write. A release, a leaver and a resize notify
-//! `distlock_changed` with the key `f:FAMILY:NAME` in their transaction; waiters listen on the
-//! client's one listening connection (`notify.rs`).
+//! PostgreSQL's statements for the fair lock, the read-write lock and the semaphore (lease mode,
+//! `sql/schema_flavours.sql`); the steps that run them are the SQL family's
+//! (`backends/sql_family/flavours.rs`).
 //!
-//! Every transaction runs whole in a task of its own ([`sqlx_tx::finished`]), so a caller that
-//! is dropped mid-step never leaves a transaction open on a pooled connection.
-
-use std::sync::Arc;
+//! Data-modifying `WITH` keeps each step short: locking the synchronizer's row makes it if
+//! missing (`flavour_lock.sql`), dropping the lapsed rows and reading the live ones is one
+//! statement (`flavour_state.sql`), and so is a take that leaves the line, draws the token and
+//! writes the holding (`flavour_take.sql`). A release and a leaver notify `distlock_changed`
+//! with the synchronizer's key in their own statement.
 
 use async_trait::async_trait;
-use sqlx::Row;
-use sqlx::postgres::{PgPool, Postgres};
+use sqlx::postgres::{PgConnection, PgPool};
 
-use super::notify::Releases;
-use super::{NAME, err};
-use crate::backend::{Attempt, LockRequest, Wakeups};
-use crate::backends::flavour_rules::{
-    self, Decision, Held, Outcome, Peek, Place, Shown, Side, WAITER_TTL_MS,
-};
-use crate::backends::sql_flavour_waiter::FlavourSteps;
-use crate::backends::sql_inspect;
-use crate::backends::sqlx_tx;
-use crate::error::Result;
-use crate::status::{ForcedRelease, Holder, Holding, LockStatus};
-use crate::types::{FencingToken, LockName};
+use super::PostgresDialect;
+use crate::backends::client_rules::flavour_rules::WAITER_TTL_MS;
+use crate::backends::sql_family::flavours::{At, FlavourSql, Line, Mine, state};
+use crate::backends::sql_family::inspect::{self, Columns};
+use crate::backends::sql_family::{SqlResult, Statement};
+use crate::status::{Holder, Holding};
 
-type Tx = sqlx::Transaction<'static, Postgres>;
-
-/// The steps, over the backend's pool and listening connection.
-pub(super) struct PgFlavours {
-    pub(super) pool: PgPool,
-    pub(super) releases: Arc<Releases>,
+/// `statement` with the synchronizer bound first, as every flavour statement here takes it:
+/// `$1` family, `$2` name.
+fn on<'a>(statement: &'static str, at: At<'a>) -> Statement<'a, PostgresDialect> {
+    sqlx::query(statement).bind(at.family()).bind(at.name)
 }
 
-/// The notice key of a synchronizer.
-fn key(side: Side, name: &str) -> String {
-    format!("f:{}:{name}", side.family())
+/// `statement` about one owner's holding: `$1` family, `$2` name, `$3` side, `$4` owner.
+fn holding<'a>(statement: &'static str, mine: Mine<'a>) -> Statement<'a, PostgresDialect> {
+    on(statement, mine.at())
+        .bind(mine.side.column())
+        .bind(mine.owner())
 }
 
-/// Locks the synchronizer's row: its last token and a semaphore's size.
-async fn lock_row(tx: &mut Tx, side: Side, name: &str) -> Result<(i64, Option<i32>)> {
-    let row = sqlx::query(include_str!("sql/flavour_lock.sql"))
-        .bind(side.family())
-        .bind(name)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(err("locking the synchronizer's row"))?;
-    Ok((row.get(0), row.get(1)))
-}
-
-async fn next_token(tx: &mut Tx, side: Side, name: &str) -> Result<i64> {
-    sqlx::query_scalar(include_str!("sql/flavour_next_token.sql"))
-        .bind(side.family())
-        .bind(name)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(err("drawing a fencing token"))
-}
-
-/// Reads rows of `flavour_peek.sql` or `flavour_state.sql`: holdings ('h'), places in line by
-/// seq ('w'), the synchronizer's row ('s'); answers them and the count of an 'x' row (places
-/// dropped).
-fn parse_state(rows: &[sqlx::postgres::PgRow]) -> (Peek, i64) {
-    let mut peek = Peek::default();
-    let mut dropped = 0;
-    for row in rows {
-        match row.get::<&str, _>(0) {
-            "h" => peek.holdings.extend(
-                Side::from_column(row.get::<Option<&str>, _>(1).unwrap_or_default()).map(|side| {
-                    Held {
-                        side,
-                        owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
-                        token: row.get::<Option<i64>, _>(3).unwrap_or_default(),
-                        left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-                    }
-                }),
-            ),
-            "w" => peek.line.push(Place {
-                owner: row.get::<Option<String>, _>(2).unwrap_or_default(),
-                left_ms: row.get::<Option<i64>, _>(4).unwrap_or_default(),
-            }),
-            "x" => dropped = row.get::<Option<i64>, _>(3).unwrap_or_default(),
-            _ => peek.row = Some(row.get::<Option<i64>, _>(3)),
-        }
-    }
-    (peek, dropped)
-}
-
-/// The synchronizer as the snapshot of one statement shows it, locking nothing.
-async fn peek(pool: &PgPool, side: Side, name: &str) -> Result<Peek> {
-    let rows = sqlx::query(include_str!("sql/flavour_peek.sql"))
-        .bind(side.family())
-        .bind(name)
-        .fetch_all(pool)
-        .await
-        .map_err(err("taking the lock"))?;
-    Ok(parse_state(&rows).0)
-}
-
-/// One take, in its own transaction.
-async fn take(pool: PgPool, req: LockRequest, side: Side, queue: bool) -> Result<Outcome> {
-    let what = "taking the lock";
-    let (family, name, owner) = (side.family(), req.name.as_str(), req.owner.as_str());
-    let mut tx = pool.begin().await.map_err(err(what))?;
-    let (_, permits) = lock_row(&mut tx, side, name).await?;
-    let mut size = 0;
-    if side == Side::Permit {
-        let asked = flavour_rules::asked_permits(&req);
-        size = match flavour_rules::semaphore_size(
-            permits.map(i64::from),
-            asked,
-            req.follows_resize,
-        ) {
-            Ok(size) => size,
-            Err(kept) => return Ok(Outcome::SizeDiffers(kept)),
-        };
-        if permits.is_none() {
-            // The first take sets the size, for everyone after.
-            sqlx::query(include_str!("sql/sem_set.sql"))
-                .bind(family)
-                .bind(name)
-                .bind(size as i32)
-                .execute(&mut *tx)
-                .await
-                .map_err(err(what))?;
-        }
-    }
-    let rows = sqlx::query(include_str!("sql/flavour_state.sql"))
-        .bind(family)
-        .bind(name)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(err(what))?;
-    let (Peek { holdings, line, .. }, lapsed_places) = parse_state(&rows);
-    let lease_ms = req.lease.as_millis() as i64;
-    let outcome = match flavour_rules::decide(side, owner, &holdings, &line, size, queue) {
-        Decision::Keep(token) => {
-            sqlx::query(include_str!("sql/flavour_extend.sql"))
-                .bind(family)
-                .bind(name)
-                .bind(side.column())
-                .bind(owner)
-                .bind(token)
-                .bind(lease_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            Outcome::Taken(token)
-        }
-        Decision::Take => {
-            let token = sqlx::query_scalar(include_str!("sql/flavour_take.sql"))
-                .bind(family)
-                .bind(name)
-                .bind(side.column())
-                .bind(owner)
-                .bind(lease_ms)
-                .bind(Holder::this_process_record())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            Outcome::Taken(token)
-        }
-        Decision::Blocked { left_ms, join } => {
-            if join {
-                sqlx::query(include_str!("sql/waiter_join.sql"))
-                    .bind(family)
-                    .bind(name)
-                    .bind(owner)
-                    .bind(WAITER_TTL_MS)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err(what))?;
-            }
-            if lapsed_places > 0 {
-                // A lapsed place may have been first in line: the new first must hear of it.
-                sqlx::query(include_str!("sql/notify_changed.sql"))
-                    .bind(key(side, name))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err(what))?;
-            }
-            Outcome::Held(left_ms)
-        }
-        Decision::Upgrade => Outcome::Upgrade,
-    };
-    tx.commit().await.map_err(err(what))?;
-    Ok(outcome)
-}
-
-impl PgFlavours {
-    /// A take of `req`'s side (`queue`: a waiter keeping its place in line).
-    pub(super) async fn take_side(
-        &self,
-        req: &LockRequest,
-        side: Side,
-        queue: bool,
-    ) -> Result<Attempt> {
-        // A crowd of woken waiters reads first, and only one that may get in (or must write its
-        // place) queues on the row lock.
-        let seen = peek(&self.pool, side, req.name.as_str()).await?;
-        if let Some(left_ms) = seen.blocked(req, side, queue) {
-            return Ok(Attempt::Held {
-                retry_after: Some(std::time::Duration::from_millis(left_ms.max(1) as u64)),
-            });
-        }
-        let (pool, owned) = (self.pool.clone(), req.clone());
-        let outcome = sqlx_tx::finished(take(pool, owned, side, queue)).await?;
-        flavour_rules::attempt(NAME, outcome, req)
-    }
-
-    pub(super) async fn extend(
-        &self,
-        req: &LockRequest,
-        side: Side,
-        token: FencingToken,
-    ) -> Result<bool> {
-        let done = sqlx::query(include_str!("sql/flavour_extend.sql"))
-            .bind(side.family())
-            .bind(req.name.as_str())
-            .bind(side.column())
-            .bind(req.owner.as_str())
-            .bind(token.get() as i64)
-            .bind(req.lease.as_millis() as i64)
-            .execute(&self.pool)
-            .await
-            .map_err(err("extending the lease"))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub(super) async fn release(
-        &self,
-        req: &LockRequest,
-        side: Side,
-        token: Option<FencingToken>,
-    ) -> Result<bool> {
-        let freed = sqlx::query(include_str!("sql/flavour_release.sql"))
-            .bind(side.family())
-            .bind(req.name.as_str())
-            .bind(side.column())
-            .bind(req.owner.as_str())
-            .bind(token.map(|t| t.get() as i64))
-            .bind(key(side, req.name.as_str()))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("releasing the lock"))?;
-        Ok(freed.is_some())
-    }
-
-    /// The size the semaphore keeps (`None`: never used) and its permits held now.
-    pub(super) async fn count(&self, name: &LockName) -> Result<(Option<i64>, i64)> {
-        let what = "counting permits";
-        let pool = self.pool.clone();
-        let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
-            let side = Side::Permit;
-            let mut tx = pool.begin().await.map_err(err(what))?;
-            let (_, permits) = lock_row(&mut tx, side, &name).await?;
-            let rows = sqlx::query(include_str!("sql/flavour_state.sql"))
-                .bind(side.family())
-                .bind(&name)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            let held = parse_state(&rows).0.holdings.len();
-            tx.commit().await.map_err(err(what))?;
-            Ok((permits.map(i64::from), held as i64))
-        })
-        .await
-    }
-
-    pub(super) async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        let what = "changing a semaphore's size";
-        let pool = self.pool.clone();
-        let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
-            let side = Side::Permit;
-            let mut tx = pool.begin().await.map_err(err(what))?;
-            let (_, had) = lock_row(&mut tx, side, &name).await?;
-            sqlx::query(include_str!("sql/sem_set.sql"))
-                .bind(side.family())
-                .bind(&name)
-                .bind(i32::try_from(permits).unwrap_or(i32::MAX))
-                .execute(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            // A larger size may let waiters in.
-            sqlx::query(include_str!("sql/notify_changed.sql"))
-                .bind(key(side, &name))
-                .execute(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            tx.commit().await.map_err(err(what))?;
-            Ok(had.and_then(|had| u32::try_from(had).ok()))
-        })
-        .await
-    }
-
-    pub(super) async fn force_release(&self, name: &LockName, side: Side) -> Result<ForcedRelease> {
-        let what = "releasing the lock by force";
-        let pool = self.pool.clone();
-        let name = name.as_str().to_string();
-        sqlx_tx::finished(async move {
-            let mut tx = pool.begin().await.map_err(err(what))?;
-            lock_row(&mut tx, side, &name).await?;
-            let removed = sqlx::query(include_str!("sql/flavour_force.sql"))
-                .bind(side.family())
-                .bind(&name)
-                .bind(side.column())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err(what))?
-                .iter()
-                .map(sql_inspect::removed_holding)
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(err(what))?
-                .into_iter()
-                .flatten()
-                .collect();
-            let fence = next_token(&mut tx, side, &name).await?;
-            sqlx::query(include_str!("sql/notify_changed.sql"))
-                .bind(key(side, &name))
-                .execute(&mut *tx)
-                .await
-                .map_err(err(what))?;
-            tx.commit().await.map_err(err(what))?;
-            Ok(ForcedRelease::new(removed, sql_inspect::token(fence)))
-        })
-        .await
-    }
-
-    /// The live holdings and lines of the synchronizers selected.
-    pub(super) async fn status(&self, name: Option<&str>, prefix: &str) -> Result<Vec<LockStatus>> {
-        let what = "reading the locks";
-        let shown = sqlx::query(include_str!("sql/flavour_status.sql"))
-            .bind(name)
-            .bind(prefix)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err(what))?
-            .iter()
-            .filter_map(|row| {
-                let side = Side::from_column(row.get::<&str, _>(1))?;
-                let holding = Holding::new(sql_inspect::token(row.get(2)))
-                    .holder_record(row.get::<Option<&str>, _>(3))
-                    .since_unix_ms(row.get(4))
-                    .lease_left_ms(row.get(5));
-                Some(Shown {
-                    side,
-                    name: row.get(0),
-                    holding,
-                    last_token: row.get(6),
-                    permits: row
-                        .get::<Option<i32>, _>(7)
-                        .and_then(|p| u32::try_from(p).ok())
-                        .unwrap_or(0),
-                })
-            })
-            .collect();
-        let waiters = sqlx::query(include_str!("sql/waiter_status.sql"))
-            .bind(name)
-            .bind(prefix)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err(what))?
-            .iter()
-            .map(|row| (row.get(0), row.get(1), row.get(2)))
-            .collect();
-        Ok(flavour_rules::statuses(shown, waiters))
-    }
+/// `statement` about one owner's place in line (no side: a line is the synchronizer's):
+/// `$1` family, `$2` name, `$3` owner.
+fn place<'a>(statement: &'static str, mine: Mine<'a>) -> Statement<'a, PostgresDialect> {
+    on(statement, mine.at()).bind(mine.owner())
 }
 
 #[async_trait]
-impl FlavourSteps for PgFlavours {
-    async fn take(&self, req: &LockRequest, side: Side, queue: bool) -> Result<Attempt> {
-        self.take_side(req, side, queue).await
+impl FlavourSql for PostgresDialect {
+    fn peek(at: At<'_>) -> Statement<'_, Self> {
+        on(include_str!("sql/flavour_peek.sql"), at)
     }
 
-    async fn leave(&self, req: &LockRequest, side: Side) -> Result<()> {
-        sqlx::query(include_str!("sql/waiter_leave.sql"))
-            .bind(side.family())
-            .bind(req.name.as_str())
-            .bind(req.owner.as_str())
-            .bind(key(side, req.name.as_str()))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("leaving the wait"))?;
+    fn lock_row(at: At<'_>) -> Statement<'_, Self> {
+        // Makes the row if missing, so it always answers one.
+        on(include_str!("sql/flavour_lock.sql"), at)
+    }
+
+    async fn create_row(_pool: &PgPool, _at: At<'_>) -> SqlResult<()> {
+        // `lock_row` makes the row as it locks it, so it never asks for this.
         Ok(())
     }
 
-    async fn watch(&self, req: &LockRequest, side: Side) -> Result<Wakeups> {
-        self.releases
-            .watch_changes(key(side, req.name.as_str()))
+    async fn set_size(conn: &mut PgConnection, at: At<'_>, size: i64) -> SqlResult<()> {
+        let size = i32::try_from(size).unwrap_or(i32::MAX);
+        let query = on(include_str!("sql/sem_set.sql"), at).bind(size);
+        query.execute(conn).await.map(drop)
+    }
+
+    async fn line(conn: &mut PgConnection, at: At<'_>) -> SqlResult<Line> {
+        let rows = on(include_str!("sql/flavour_state.sql"), at)
+            .fetch_all(conn)
+            .await?;
+        let (peek, dropped) = state(rows)?;
+        Ok(Line {
+            holdings: peek.holdings,
+            places: peek.line,
+            places_lapsed: dropped > 0,
+        })
+    }
+
+    async fn renew(conn: &mut PgConnection, held: Mine<'_>, token: i64) -> SqlResult<bool> {
+        let lease_ms = held.req.lease.as_millis() as i64;
+        let query = holding(include_str!("sql/flavour_extend.sql"), held);
+        let done = query.bind(token).bind(lease_ms).execute(conn).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn hold(conn: &mut PgConnection, taker: Mine<'_>) -> SqlResult<i64> {
+        let lease_ms = taker.req.lease.as_millis() as i64;
+        let query = holding(include_str!("sql/flavour_take.sql"), taker);
+        let row = query
+            .bind(lease_ms)
+            .bind(Holder::this_process_record())
+            .fetch_one(conn)
+            .await?;
+        row.int(0)?.ok_or(sqlx::Error::RowNotFound)
+    }
+
+    async fn join(conn: &mut PgConnection, waiter: Mine<'_>) -> SqlResult<()> {
+        let query = place(include_str!("sql/waiter_join.sql"), waiter);
+        query.bind(WAITER_TTL_MS).execute(conn).await.map(drop)
+    }
+
+    async fn next_token(conn: &mut PgConnection, at: At<'_>) -> SqlResult<i64> {
+        let row = on(include_str!("sql/flavour_next_token.sql"), at)
+            .fetch_one(conn)
+            .await?;
+        row.int(0)?.ok_or(sqlx::Error::RowNotFound)
+    }
+
+    async fn remove_all(conn: &mut PgConnection, at: At<'_>) -> SqlResult<Vec<Holding>> {
+        let query = on(include_str!("sql/flavour_force.sql"), at).bind(at.side.column());
+        inspect::removed_all(query.fetch_all(conn).await?)
+    }
+
+    async fn free(pool: &PgPool, held: Mine<'_>, token: Option<i64>) -> SqlResult<bool> {
+        let query = holding(include_str!("sql/flavour_release.sql"), held);
+        let freed = query
+            .bind(token)
+            .bind(held.at().key())
+            .fetch_optional(pool)
+            .await?;
+        Ok(freed.is_some())
+    }
+
+    async fn leave(pool: &PgPool, waiter: Mine<'_>) -> SqlResult<()> {
+        let query = place(include_str!("sql/waiter_leave.sql"), waiter);
+        query
+            .bind(waiter.at().key())
+            .fetch_optional(pool)
             .await
+            .map(drop)
     }
 }

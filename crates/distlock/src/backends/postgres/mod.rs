@@ -1,397 +1,180 @@
 //! The PostgreSQL backend: lease locks in a table (the default) or session locks on advisory
 //! locks (`?lock=session`). The guarantees of each are below.
 //!
-//! Lease locks: take, extend and release are one statement each (`sql/*.sql`), judged by the
-//! server's clock. Waiters of every lock on one client share one listening connection
-//! (`LISTEN distlock_released`); the release statement notifies in the same transaction.
-//! The fair lock, the read-write lock and the semaphore (lease mode only) are one transaction
-//! per step over their own tables (`flavours.rs`), judged by the rules the SQL stores share.
+//! The flow is the SQL family's, written once for PostgreSQL and MySQL (`backends/sql_family/`);
+//! this folder is PostgreSQL's dialect of it:
+//! * this file: [`PostgresBackend`], and the lock's statements: take, extend and release are
+//!   one statement each (`sql/*.sql`), judged by the server's clock; a status and a forced
+//!   release are one statement in each lock mode;
+//! * `flavours.rs`, `sync.rs`: the statements of the fair lock, read-write lock and semaphore,
+//!   and of elections and latches; data-modifying `WITH` lets most steps be one statement;
+//! * `notify.rs`: waiters of every lock on one client share one listening connection
+//!   (`LISTEN distlock_released`, `distlock_changed`); every release, leaver, resize, new
+//!   election entry and latch reaching 0 notifies in its own transaction;
+//! * `session.rs`: session locks on advisory locks.
 //!
 #![doc = include_str!("docs.md")]
 
-mod config;
 mod flavours;
 mod notify;
 mod session;
 mod sync;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Row;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Postgres};
 
-use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
+use crate::backend::{Attempt, LockRequest, Wakeups};
+use crate::backends::client_rules::flavour_rules::Peek;
+use crate::backends::sql_family::{
+    Dialect, Picked, Read, SqlResult, Statement, Wants, dialect_statements, inspect, sql_store,
 };
-use crate::backends::flavour_rules::Side;
-use crate::backends::session::Sessions;
-use crate::backends::sql_flavour_waiter::SqlFlavourWaiter;
-use crate::backends::sql_inspect;
-use crate::backends::sql_url::{self, LockMode};
-use crate::backends::sqlx_error::from_sqlx;
-use crate::backends::sqlx_tx;
-use crate::error::{Error, Result};
-use crate::options::Options;
-use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
-use crate::types::{FencingToken, LockKind, LockName};
+use crate::error::Result;
+use crate::status::{ForcedRelease, Holder};
+use crate::types::{FencingToken, LockName};
 
 const NAME: &str = "postgres";
 
-/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
-pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
-    schema: include_str!("sql/fence_schema.sql"),
-    advance: include_str!("sql/fence_advance.sql"),
-    create: include_str!("sql/fence_create.sql"),
-    create_first: false,
-    read: include_str!("sql/fence_read.sql"),
-};
+sql_store! {
+    /// Locks in a PostgreSQL database. Built by [`crate::connect`] from `postgres://…` or
+    /// `postgresql://…`; `?lock=session` picks advisory (session) locks instead of lease rows.
+    pub struct PostgresBackend(SqlBackend<PostgresDialect>) with pool PgPool;
 
-/// The statements of the row-lock API ([`crate::sql::RowLock`]) on this database.
-pub(crate) const ROW_LOCK: crate::sql::row_lock::RowLockStatements =
-    crate::sql::row_lock::RowLockStatements {
-        lock: include_str!("sql/row_lock.sql"),
-        lock_nowait: include_str!("sql/row_lock_nowait.sql"),
-        create: include_str!("sql/row_lock_create.sql"),
-        schema: include_str!("sql/schema.sql"),
-    };
-
-/// How long a call waits for a free pooled connection before failing with a connection error.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Locks in a PostgreSQL database. Built by [`crate::connect`] from `postgres://…` or
-/// `postgresql://…`; `?lock=session` picks advisory (session) locks instead of lease rows.
-pub struct PostgresBackend {
-    pool: PgPool,
-    url: String,
-    releases: Arc<notify::Releases>,
-    sessions: Option<Sessions<session::PgSessions>>,
-    flavours: Arc<flavours::PgFlavours>,
-}
-
-impl std::fmt::Debug for PostgresBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresBackend")
-            .field("url", &self.url)
-            .field("session_locks", &self.sessions.is_some())
-            .finish()
-    }
-}
-
-fn err(what: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |e| from_sqlx(NAME, what, e)
-}
-
-impl PostgresBackend {
-    /// Connects to the database `url` names and creates distlock's tables if missing.
-    ///
     /// `url` is `postgres://user[:password]@host:port/database` with the driver's parameters
     /// (`sslmode=require`, `options=…`) and distlock's: `lock=lease|session`,
     /// `max_connections=N` (pool size, default 20).
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, &Options::default()).await
-    }
-
-    /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds getting a pooled
-    /// connection, `response_timeout` a session lock's liveness ping.
-    pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
-        let cfg = config::parse(url)?;
-        sql_url::probe(NAME, &cfg).await?;
-        let pool = PgPoolOptions::new()
-            // One more than asked: the listening connection of waiters lives in the pool too.
-            .max_connections(cfg.url.max_connections + 1)
-            .acquire_timeout(acquire_timeout)
-            .connect_lazy_with(cfg.options.clone());
-        sqlx::raw_sql(include_str!("sql/schema.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the lock tables"))?;
-        sqlx::raw_sql(include_str!("sql/schema_sync.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the election and latch tables"))?;
-        sqlx::raw_sql(include_str!("sql/schema_flavours.sql"))
-            .execute(&pool)
-            .await
-            .map_err(err("creating the fair, read-write and semaphore tables"))?;
-        let sessions = match cfg.url.mode {
-            LockMode::Lease => None,
-            LockMode::Session => Some(Sessions::new(
-                session::PgSessions(
-                    PgPoolOptions::new()
-                        .max_connections(cfg.url.max_connections)
-                        .acquire_timeout(acquire_timeout)
-                        // Whatever path gave the connection back, it holds no lock afterwards.
-                        .after_release(|conn, _| {
-                            Box::pin(async move {
-                                sqlx::query("SELECT pg_advisory_unlock_all()")
-                                    .execute(conn)
-                                    .await?;
-                                Ok(true)
-                            })
-                        })
-                        .connect_lazy_with(cfg.options),
-                ),
-                options,
-            )),
-        };
-        let releases = Arc::new(notify::Releases::new(pool.clone()));
-        Ok(PostgresBackend {
-            flavours: Arc::new(flavours::PgFlavours {
-                pool: pool.clone(),
-                releases: releases.clone(),
-            }),
-            releases,
-            pool,
-            url: cfg.url.redacted,
-            sessions,
-        })
-    }
-
-    /// The connection pool, for the row-lock API and the caller's own queries.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
+    fn connect;
 }
 
+/// PostgreSQL's dialect; the value is the client's listening connection.
+pub(crate) struct PostgresDialect(notify::Releases);
+
 #[async_trait]
-impl Backend for PostgresBackend {
-    fn name(&self) -> &'static str {
-        NAME
+impl Dialect for PostgresDialect {
+    type Db = Postgres;
+    type Sessions = session::PgSessions;
+
+    fn new(pool: &PgPool) -> Self {
+        PostgresDialect(notify::Releases::new(pool.clone()))
     }
 
-    fn capabilities(&self) -> Capabilities {
-        let base = if self.sessions.is_some() {
-            // Advisory locks are exclusive locks of a connection: no queue, no shared side, no
-            // count.
-            Capabilities::sessions(None, crate::backends::session::NO_LEASE)
-                .refusing_with(crate::backends::session::SESSION_KINDS)
-        } else {
-            Capabilities::leases().keeping(Kinds::ALL)
-        };
-        base.notifying()
+    fn sessions(pool: PgPoolOptions, options: PgConnectOptions) -> session::PgSessions {
+        // Whatever path gave the connection back, it holds no lock afterwards.
+        let pool = pool.after_release(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SELECT pg_advisory_unlock_all()")
+                    .execute(conn)
+                    .await?;
+                Ok(true)
+            })
+        });
+        session::PgSessions(pool.connect_lazy_with(options))
     }
 
-    async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.try_take(req).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            // A one-off attempt never joins a queue (the waiter does).
-            return self.flavours.take_side(req, side, false).await;
-        }
+    dialect_statements!();
+    const NAME: &'static str = NAME;
+    const PRODUCT: &'static str = "PostgreSQL";
+
+    async fn take(pool: &PgPool, req: &LockRequest) -> SqlResult<Attempt> {
         let row = sqlx::query(include_str!("sql/take.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() as i64)
             .bind(Holder::this_process_record())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("taking the lock"))?;
+            .fetch_optional(pool)
+            .await?;
         let Some(row) = row else {
             return Ok(Attempt::Held { retry_after: None });
         };
-        match row.get::<Option<i64>, _>(0) {
-            Some(token) => Ok(Attempt::leased(FencingToken(token as u64), req)),
-            None => Ok(Attempt::Held {
+        Ok(match row.try_get::<Option<i64>, _>(0)? {
+            Some(token) => Attempt::leased(FencingToken(token as u64), req),
+            None => Attempt::Held {
                 retry_after: row
-                    .get::<Option<i64>, _>(1)
+                    .try_get::<Option<i64>, _>(1)?
                     .map(|ms| Duration::from_millis(ms.max(0) as u64)),
-            }),
-        }
+            },
+        })
     }
 
-    async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
-        if let Some(sessions) = &self.sessions {
-            // A session holding has no lease; the duration is not used.
-            let held = sessions.still_held(req, token).await?;
-            return Ok(held.then_some(Duration::ZERO));
-        }
-        if let Some(side) = Side::of(req.kind) {
-            let held = self.flavours.extend(req, side, token).await?;
-            return Ok(held.then(|| req.lease.duration()));
-        }
+    async fn extend(pool: &PgPool, req: &LockRequest, token: i64) -> SqlResult<bool> {
         let done = sqlx::query(include_str!("sql/extend.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
             .bind(req.lease.as_millis() as i64)
-            .bind(token.get() as i64)
-            .execute(&self.pool)
-            .await
-            .map_err(err("extending the lease"))?;
-        Ok((done.rows_affected() == 1).then(|| req.lease.duration()))
+            .bind(token)
+            .execute(pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
     }
 
-    async fn release(&self, req: &LockRequest, token: Option<FencingToken>) -> Result<bool> {
-        if let Some(sessions) = &self.sessions {
-            return sessions.release(req, token).await;
-        }
-        if let Some(side) = Side::of(req.kind) {
-            return self.flavours.release(req, side, token).await;
-        }
+    async fn release(pool: &PgPool, req: &LockRequest, token: Option<i64>) -> SqlResult<bool> {
         let freed = sqlx::query(include_str!("sql/release.sql"))
             .bind(req.name.as_str())
             .bind(req.owner.as_str())
-            .bind(token.map(|t| t.get() as i64))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("releasing the lock"))?;
+            .bind(token)
+            .fetch_optional(pool)
+            .await?;
         Ok(freed.is_some())
     }
 
-    async fn watch_free(&self, req: &LockRequest) -> Result<Wakeups> {
-        self.releases.watch(&req.name).await
+    fn select<'a>(statement: &'static str, picked: Picked<'a>) -> Statement<'a, Self> {
+        sqlx::query(statement).bind(picked.name).bind(picked.prefix)
     }
 
-    fn waiter(&self, req: &LockRequest) -> Option<Box<dyn Waiter>> {
-        if self.sessions.is_some() {
-            return None;
-        }
-        let side = Side::of(req.kind)?;
-        Some(Box::new(SqlFlavourWaiter::new(
-            self.flavours.clone(),
-            req.clone(),
-            side,
-        )))
-    }
-
-    fn semaphores(&self) -> Option<&dyn Semaphores> {
-        // Session locks have no semaphores (see `capabilities`).
-        self.sessions.is_none().then_some(self as &dyn Semaphores)
-    }
-
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
-}
-
-#[async_trait]
-impl Semaphores for PostgresBackend {
-    async fn count_permits(&self, req: &LockRequest) -> Result<PermitCount> {
-        let (size, taken) = self.flavours.count(&req.name).await?;
-        Ok(PermitCount {
-            size: size.map(|size| u32::try_from(size).unwrap_or(u32::MAX)),
-            taken: u32::try_from(taken).unwrap_or(u32::MAX),
-        })
-    }
-
-    async fn set_permits(&self, name: &LockName, permits: u32) -> Result<Option<u32>> {
-        self.flavours.set_permits(name, permits).await
-    }
-}
-
-#[async_trait]
-impl Elections for PostgresBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
-        // A whole transaction, finished even if this call is dropped: see `sqlx_tx`.
-        let (pool, election) = (self.pool.clone(), election.clone());
-        let value = value.map(str::to_owned);
-        sqlx_tx::finished(async move {
-            sync::elect_write(&pool, &election, term, value.as_deref(), ttl).await
-        })
-        .await
-    }
-
-    async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
-        sync::elect_current(&self.pool, election).await
-    }
-
-    async fn elect_log(
-        &self,
-        election: &LockName,
+    fn entries<'a>(
+        statement: &'static str,
+        election: &'a str,
         after: Option<u64>,
-    ) -> Result<Vec<ElectionEntry>> {
-        sync::elect_log(&self.pool, election, after).await
-    }
-
-    async fn watch_election(&self, election: &LockName) -> Result<Wakeups> {
-        self.releases
-            .watch_changes(format!("e:{}", election.as_str()))
-            .await
-    }
-}
-
-#[async_trait]
-impl Latches for PostgresBackend {
-    async fn latch_set(&self, latch: &LockName, count: u64) -> Result<bool> {
-        sync::latch_set(&self.pool, latch, count).await
-    }
-
-    async fn latch_count_down(&self, latch: &LockName) -> Result<u64> {
-        let (pool, latch) = (self.pool.clone(), latch.clone());
-        sqlx_tx::finished(async move { sync::latch_count_down(&pool, &latch).await }).await
-    }
-
-    async fn latch_count(&self, latch: &LockName) -> Result<u64> {
-        sync::latch_count(&self.pool, latch).await
-    }
-
-    async fn watch_latch(&self, latch: &LockName) -> Result<Wakeups> {
-        self.releases
-            .watch_changes(format!("l:{}", latch.as_str()))
-            .await
-    }
-}
-
-#[async_trait]
-impl Inspection for PostgresBackend {
-    async fn status(&self, which: &Selection) -> Result<Vec<LockStatus>> {
-        let (name, prefix) = sql_inspect::selection(NAME, which)?;
-        let statement = if self.sessions.is_some() {
-            include_str!("sql/session_status.sql")
-        } else {
-            include_str!("sql/status.sql")
-        };
-        let rows = sqlx::query(statement)
-            .bind(name)
-            .bind(prefix)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err("reading the locks"))?;
-        let mut found = rows
-            .iter()
-            .map(sql_inspect::status_row)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(err("reading the locks"))?;
-        if self.sessions.is_none() {
-            found.extend(self.flavours.status(name, prefix).await?);
-            found.sort_by(|a, b| a.name.cmp(&b.name));
+    ) -> Statement<'a, Self> {
+        let read = sqlx::query(statement).bind(election);
+        match after {
+            Some(seq) => read.bind(seq as i64),
+            None => read,
         }
-        Ok(found)
     }
 
-    async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
-        // In session mode the client lets only the exclusive lock through (`Kinds::MUTEX`).
-        if let Some(side) = Side::of(kind) {
-            return self.flavours.force_release(name, side).await;
-        }
-        let statement = if self.sessions.is_some() {
+    // deadlock_detected: each step locks its one row first, so none is expected; retried if so.
+    const DEADLOCK: &'static str = "40P01";
+
+    async fn force_release(pool: &PgPool, sessions: bool, name: &str) -> SqlResult<ForcedRelease> {
+        // One statement either way: nothing to run again, nothing to leave half done.
+        let statement = if sessions {
             include_str!("sql/session_force_release.sql")
         } else {
             include_str!("sql/force_release.sql")
         };
-        let row = sqlx::query(statement)
-            .bind(name.as_str())
-            .fetch_one(&self.pool)
+        let row = sqlx::query(statement).bind(name).fetch_one(pool).await?;
+        inspect::forced(&row)
+    }
+
+    async fn changed(conn: &mut PgConnection, key: &str) -> SqlResult<()> {
+        sqlx::query(include_str!("sql/notify_changed.sql"))
+            .bind(key)
+            .execute(conn)
             .await
-            .map_err(err("releasing the lock by force"))?;
-        sql_inspect::forced_row(&row).map_err(err("releasing the lock by force"))
+            .map(drop)
+    }
+
+    // Every release, leaver, resize, new election entry and latch reaching 0 notifies.
+    const NOTIFIES: bool = true;
+
+    async fn watch_free(&self, name: &LockName) -> Result<Wakeups> {
+        self.0.watch(name).await
+    }
+
+    async fn watch_changes(&self, key: String) -> Result<Wakeups> {
+        self.0.watch_changes(key).await
+    }
+
+    async fn watch_synchronizer(
+        &self,
+        key: String,
+        _read: Read<Peek>,
+        _wants: Wants<Peek>,
+    ) -> Result<Wakeups> {
+        // Every change notifies: nothing to poll.
+        self.0.watch_changes(key).await
     }
 }

@@ -17,8 +17,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{Notify, OnceCell};
 
 use crate::backend::Wakeups;
-use crate::backends::sqlx_error::from_sqlx;
 use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::LockName;
 
 /// The channel releases are announced on; the payload is the lock name.

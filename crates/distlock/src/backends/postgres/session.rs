@@ -1,5 +1,5 @@
 //! Session locks on PostgreSQL advisory locks; the holding logic is in
-//! [`crate::backends::session`].
+//! [`crate::backends::sql_family::session`].
 //!
 //! The connection is a [`PgListener`] that listens to nothing: its `try_recv` waits on the
 //! socket, so a connection the server ends (`pg_terminate_backend`, shutdown) is noticed at once.
@@ -12,14 +12,14 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgListener, PgPool};
 
-use crate::backends::session::{SessionConn, SessionPool};
-use crate::backends::sqlx_error::from_sqlx;
+use crate::backends::sql_family::session::{SessionConn, SessionPool};
 use crate::error::Result;
+use crate::sqlx_support::error::from_sqlx;
 use crate::types::{FencingToken, LockName};
 
-pub(super) struct PgSessions(pub(super) PgPool);
+pub(crate) struct PgSessions(pub(super) PgPool);
 
-pub(super) struct PgSessionConn(PgListener);
+pub(crate) struct PgSessionConn(PgListener);
 
 #[async_trait]
 impl SessionPool for PgSessions {

@@ -24,7 +24,7 @@ use super::clock;
 use super::inspect::Row;
 use super::sidecar::slot_of;
 
-pub(super) use crate::backends::flavour_rules::{Side, WAITER_TTL_MS};
+pub(super) use crate::backends::client_rules::flavour_rules::{Side, WAITER_TTL_MS};
 
 /// The sidecar counter a synchronizer's waiters listen on: a name no plain lock has (the hash
 /// input carries a control character, which lock names cannot), so their releases do not wake

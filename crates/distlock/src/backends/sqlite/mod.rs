@@ -49,23 +49,13 @@ use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
     LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
-use crate::backends::flavour_rules::{self, Outcome};
+use crate::backends::client_rules::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
 
 const NAME: &str = "sqlite";
-
-/// The statements of the fence helpers ([`crate::fence::SqlFence`]) on this database.
-#[cfg(feature = "sqlite-fence")]
-pub(crate) const FENCE: crate::fence::sql::FenceStatements = crate::fence::sql::FenceStatements {
-    schema: include_str!("sql/fence_schema.sql"),
-    advance: include_str!("sql/fence_advance.sql"),
-    create: include_str!("sql/fence_create.sql"),
-    create_first: false,
-    read: include_str!("sql/fence_read.sql"),
-};
 
 /// How long a writer queues behind another process's transaction before giving up, unless
 /// [`Options::response_timeout`] says otherwise.

@@ -17,8 +17,6 @@
 --   taken_at, conn_id (CONNECTION_ID() of the holding connection). The holder columns describe
 --   a live holding only while IS_USED_LOCK(key) answers that conn_id.
 -- Tables made before holders were recorded get the holder columns from schema_holder.sql.
--- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
---   caller's transaction).
 CREATE TABLE IF NOT EXISTS distlock_locks (
     name       VARBINARY(512) NOT NULL PRIMARY KEY,
     owner      CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -34,7 +32,4 @@ CREATE TABLE IF NOT EXISTS distlock_session_tokens (
     holder   VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     taken_at DATETIME(6) NULL,
     conn_id  BIGINT UNSIGNED NULL
-) ENGINE = InnoDB;
-CREATE TABLE IF NOT EXISTS distlock_row_locks (
-    name VARBINARY(512) NOT NULL PRIMARY KEY
 ) ENGINE = InnoDB;

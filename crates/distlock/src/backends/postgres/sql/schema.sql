@@ -23,8 +23,6 @@
 --   live holding only while pg_locks shows that pid holding the name's advisory lock: a released
 --   or dead holder's row stays until the next take overwrites it; a forced release sets pid 0
 --   (no backend's) and keeps the row for its counter.
--- distlock_row_locks: one row per name used with the row-lock API (SELECT … FOR UPDATE in the
---   caller's transaction); never deleted, rows are tiny.
 -- Clients creating the objects at once would race in the catalog ("duplicate key value violates
 -- unique constraint pg_type_typname_nsp_index", IF NOT EXISTS notwithstanding): one at a time,
 -- under a transaction-scoped advisory lock (this string runs as one implicit transaction).
@@ -57,7 +55,4 @@ CREATE TABLE IF NOT EXISTS distlock_sessions (
     pid      integer NOT NULL,
     holder   text,
     taken_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS distlock_row_locks (
-    name text COLLATE "C" PRIMARY KEY
 );

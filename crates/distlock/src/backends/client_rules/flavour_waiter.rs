@@ -14,7 +14,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::backend::{Attempt, LockRequest, Waiter, Wakeups, next_notice};
-use crate::backends::flavour_rules::Side;
+use crate::backends::client_rules::flavour_rules::Side;
 use crate::error::Result;
 
 /// The store's steps a waiter needs.

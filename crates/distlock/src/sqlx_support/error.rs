@@ -1,10 +1,10 @@
-//! Turning sqlx's errors into distlock's, for the three SQL backends.
+//! Turning sqlx's errors into distlock's, for the SQL backends and the helpers on a pool.
 
 use crate::error::{Error, ErrorKind};
 
 /// Maps a driver error: unreachable or busy stores are [`ErrorKind::Connection`] (worth a
 /// retry), everything the database refused is [`ErrorKind::Backend`]. sqlx's messages carry no
-/// connection password (a bad URL is reported by `sql_url`, masked, before sqlx sees it).
+/// connection password (a bad URL is reported by `backends::sql_family::url`, masked, before sqlx sees it).
 pub(crate) fn from_sqlx(backend: &'static str, what: &str, e: sqlx::Error) -> Error {
     let kind = match &e {
         sqlx::Error::Io(_)

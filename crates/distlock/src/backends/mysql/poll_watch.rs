@@ -13,23 +13,13 @@
 //! costs latency, never a hang.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::backend::Wakeups;
-use crate::error::Result;
-
-/// Reads a synchronizer: what waiters judge, and a fingerprint of it that differs whenever a
-/// waiter's take might now give another answer.
-pub(crate) type Read<T> =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(u64, T)>> + Send>> + Send + Sync>;
-
-/// Whether a waiter's take could succeed, given what the poller read.
-pub(crate) type Wants<T> = Box<dyn Fn(&T) -> bool + Send + Sync>;
+use crate::backends::sql_family::{Read, Wants};
 
 /// The longest pause between two reads, once nothing has changed for a while.
 const SLOWEST: Duration = Duration::from_millis(32);

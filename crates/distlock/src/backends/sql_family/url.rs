@@ -130,7 +130,7 @@ where
     O::Connection: Sized,
 {
     let conn = cfg.options.connect().await.map_err(|e| {
-        crate::backends::sqlx_error::from_sqlx(
+        crate::sqlx_support::error::from_sqlx(
             backend,
             &format!("connecting to {}", cfg.url.redacted),
             e,
@@ -172,6 +172,53 @@ mod tests {
         let u = parse("postgres://u@h/db", "postgres", "postgres").unwrap();
         assert_eq!(u.driver_url, "postgres://u@h/db");
         assert_eq!(u.mode, LockMode::Lease);
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls_reach_the_driver() {
+        let c: Config<sqlx::postgres::PgConnectOptions> = parse_config(
+            "postgresql://app:s3cret@db.example:6543/locks?sslmode=require&lock=session",
+            "postgres",
+            "postgres",
+            "PostgreSQL",
+        )
+        .unwrap();
+        assert_eq!(c.options.get_host(), "db.example");
+        assert_eq!(c.options.get_port(), 6543);
+        assert_eq!(c.options.get_database(), Some("locks"));
+        assert_eq!(c.url.mode, LockMode::Session);
+        assert!(!c.url.redacted.contains("s3cret"));
+        let url = "postgres://app:s3cret@h:notaport/db";
+        let err = parse_config::<sqlx::postgres::PgConnectOptions>(
+            url,
+            "postgres",
+            "postgres",
+            "PostgreSQL",
+        );
+        let err = err.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        assert!(!format!("{err} {err:?}").contains("s3cret"), "{err}");
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_urls_reach_the_driver() {
+        let c: Config<sqlx::mysql::MySqlConnectOptions> = parse_config(
+            "mariadb://app:s3cret@db.example:3307/locks?ssl-mode=REQUIRED&lock=session",
+            "mysql",
+            "mysql",
+            "MySQL",
+        )
+        .unwrap();
+        assert_eq!(c.url.mode, LockMode::Session);
+        assert!(c.url.driver_url.starts_with("mysql://"));
+        assert!(!c.url.redacted.contains("s3cret"));
+        let url = "mysql://app:s3cret@h:notaport/db";
+        let err = parse_config::<sqlx::mysql::MySqlConnectOptions>(url, "mysql", "mysql", "MySQL");
+        let err = err.err().unwrap();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        assert!(!format!("{err} {err:?}").contains("s3cret"), "{err}");
     }
 
     #[test]

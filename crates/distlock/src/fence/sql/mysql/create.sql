@@ -1,5 +1,5 @@
 -- Fence check, step 1 on MySQL/MariaDB (FenceStatements::create_first): make sure the
--- resource's row exists, and lock it, before step 2 (fence_advance.sql) compares against it.
+-- resource's row exists, and lock it, before step 2 (advance.sql) compares against it.
 -- ? resource; ? a token below every real one (-1: a new row accepts any token in step 2).
 -- Why first: step 2 on a missing row would be a locking read that finds nothing, and InnoDB
 -- (REPEATABLE READ) then locks the gap where the row would go; two first writers of new
