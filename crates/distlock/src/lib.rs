@@ -109,6 +109,8 @@ pub mod latch;
 pub mod lock;
 pub mod metrics;
 mod options;
+#[cfg(feature = "redis")]
+mod redis_support;
 pub mod sql;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite-fence"))]
 mod sqlx_support;

@@ -32,8 +32,8 @@ use ::redis::aio::ConnectionLike;
 use ::redis::{Script, ToRedisArgs, Value};
 use tracing::Instrument;
 
-use crate::backends::redis::from_redis;
 use crate::error::{Error, ErrorKind, Result};
+use crate::redis_support::from_redis;
 use crate::types::{FencingToken, LockName};
 
 /// The fenced write: run on the caller's connection, alone (none of the lock scripts' prelude).

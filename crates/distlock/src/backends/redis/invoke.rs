@@ -21,6 +21,7 @@ use super::subscriber::{Source, Subscriber};
 use super::{CONNECT_TIMEOUT, NAME, NOT_SENT_RETRY_FOR, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
+pub(crate) use crate::redis_support::from_redis;
 
 /// Refuses TLS until the application has chosen rustls' process-wide crypto provider.
 ///
@@ -640,46 +641,6 @@ impl std::fmt::Display for SourceText {
 }
 
 impl std::error::Error for SourceText {}
-
-/// A redis-rs error as a distlock error: transport trouble is `Connection`, the rest `Backend`.
-/// redis-rs messages carry no URL, so no password can leak through them.
-pub(crate) fn from_redis(what: &str, e: RedisError) -> Error {
-    use ::redis::ErrorKind as Redis;
-    if matches!(
-        e.kind(),
-        Redis::AuthenticationFailed | Redis::Server(ServerErrorKind::NoPerm)
-    ) || e.code() == Some("NOAUTH")
-    {
-        let text = e.to_string();
-        // Behind Sentinel, the Sentinels' own login (see `sentinel.rs`) or the data nodes'.
-        let whose = [
-            sentinel::SENTINEL_REFUSED_LOGIN,
-            sentinel::SENTINEL_WANTS_LOGIN,
-        ]
-        .into_iter()
-        .find(|why| text.contains(why))
-        .unwrap_or(
-            "the server refused the user or password in the URL (or asks for one the URL \
-                 does not give), or its ACL forbids scripts",
-        );
-        return Error::new(ErrorKind::Backend, format!("{what}: {whose}"))
-            .with_backend(NAME)
-            .with_source(e);
-    }
-    let kind = if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_unrecoverable_error()
-    {
-        ErrorKind::Connection
-    } else {
-        ErrorKind::Backend
-    };
-    Error::new(kind, what.to_string())
-        .with_backend(NAME)
-        .with_source(e)
-}
 
 #[cfg(test)]
 mod tests {

@@ -37,9 +37,6 @@ pub(crate) mod scripts;
 mod sentinel;
 pub(crate) mod subscriber;
 
-// For the fence helpers, which run on the caller's own connection.
-pub(crate) use invoke::from_redis;
-
 use std::sync::Arc;
 use std::time::Duration;
 

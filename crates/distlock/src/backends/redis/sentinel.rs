@@ -34,6 +34,7 @@ use futures_util::StreamExt;
 use super::config::SentinelLogin;
 use super::pipelined::Pipelined;
 use super::subscriber::Follower;
+use crate::redis_support::{SENTINEL_REFUSED_LOGIN, SENTINEL_WANTS_LOGIN};
 
 /// The Sentinels' channel announcing a new master: `<name> <old ip> <old port> <new ip> <new port>`.
 const SWITCH_MASTER: &str = "+switch-master";
@@ -182,13 +183,6 @@ impl Sentinels {
         Ok((::redis::Client::open(info)?, addr))
     }
 }
-
-/// What a Sentinel that refused the URL's `sentinel_password` is reported as.
-pub(crate) const SENTINEL_REFUSED_LOGIN: &str =
-    "a Sentinel refused the URL's sentinel_user/sentinel_password";
-/// What a Sentinel that wants a password the URL does not give is reported as.
-pub(crate) const SENTINEL_WANTS_LOGIN: &str =
-    "a Sentinel asks for a password (its requirepass): give it as ?sentinel_password=";
 
 /// The error of a Sentinel or master that cannot be used now: a refused connection, so a
 /// request that needed it surely was not sent and is retried (`invoke::surely_not_sent`).
