@@ -1,12 +1,14 @@
 //! What a SQL dialect supplies to the one SQL backend ([`SqlBackend`](super::SqlBackend)): its
-//! sqlx database, its statements for the lock itself, how a forced release and a status are
-//! answered in each lock mode, and how waiters hear of a change. The steps of the flavours
-//! ([`FlavourSql`](super::flavours::FlavourSql)) and of elections and latches
-//! ([`SyncSql`](super::sync::SyncSql)) are traits of their own beside the flow that runs them.
+//! sqlx database, its statements for the lock itself, how a forced release is answered in each
+//! lock mode, how it binds the statements the flow runs by name, and how waiters hear of a
+//! change. The steps of the flavours ([`FlavourSql`](super::flavours::FlavourSql)) and of
+//! elections and latches ([`SyncSql`](super::sync::SyncSql)) are traits of their own beside the
+//! flow that runs them.
 //!
 //! Every statement method runs one step of a flow written once in this folder, so it answers
 //! sqlx's error as it is: the flow names what failed (and runs a deadlock victim again).
-//! Methods taking a [`Conn`] run inside the flow's transaction; those taking the pool run alone.
+//! Methods taking a [`Conn`] run inside the flow's transaction; those taking the pool run alone;
+//! those answering a [`Statement`] only bind it, and the flow runs it ([`Runs`]).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -8,6 +8,8 @@
 //! * `mod.rs`: connecting (URL, probe, pool, tables, session pool), which lock mode and
 //!   flavour takes which path, capabilities, status merging, forced-release dispatch, deadlock
 //!   retries, and the error each step reports;
+//! * `dialect.rs`: what a dialect supplies, and the statements the flow runs itself by name
+//!   (tables, status, election reads) through sqlx's bounds written once ([`Runs`]);
 //! * `flavours.rs`: the fair lock, read-write lock and semaphore steps (one transaction each,
 //!   judged by the client's rules, `backends/client_rules/`), the semaphore count and resize;
 //! * `sync.rs`: election records (lock, decide, append, tell, update) and latch transactions;
