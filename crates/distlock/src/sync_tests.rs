@@ -97,13 +97,7 @@ impl Backend for FakeStore {
         Ok(ours)
     }
 
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
+    crate::backend::offers!(elections, latches);
 }
 
 #[async_trait]

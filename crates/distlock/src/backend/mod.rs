@@ -325,3 +325,34 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         None
     }
 }
+
+/// The accessors of [`Backend`] for the traits a store implements on itself, written inside its
+/// `impl Backend`: `offers!(elections, latches)` answers `Some(self)` from `elections()` and
+/// `latches()`. Each name is one of `semaphores`, `elections`, `latches`, `inspection`; an
+/// accessor whose answer depends on the store's mode is written out instead.
+macro_rules! offers {
+    ($($what:ident),+ $(,)?) => {
+        $( $crate::backend::offers!(@one $what); )+
+    };
+    (@one semaphores) => {
+        fn semaphores(&self) -> Option<&dyn $crate::backend::Semaphores> {
+            Some(self)
+        }
+    };
+    (@one elections) => {
+        fn elections(&self) -> Option<&dyn $crate::backend::Elections> {
+            Some(self)
+        }
+    };
+    (@one latches) => {
+        fn latches(&self) -> Option<&dyn $crate::backend::Latches> {
+            Some(self)
+        }
+    };
+    (@one inspection) => {
+        fn inspection(&self) -> Option<&dyn $crate::backend::Inspection> {
+            Some(self)
+        }
+    };
+}
+pub(crate) use offers;

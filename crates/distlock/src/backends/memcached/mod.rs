@@ -237,17 +237,7 @@ impl Backend for MemcachedBackend {
             .await
     }
 
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(elections, latches, inspection);
 }
 
 #[async_trait]

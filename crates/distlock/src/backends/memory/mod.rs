@@ -130,21 +130,7 @@ impl Backend for MemoryBackend {
         self.store.locks.watch(&req.name, req.kind)
     }
 
-    fn semaphores(&self) -> Option<&dyn Semaphores> {
-        Some(self)
-    }
-
-    fn elections(&self) -> Option<&dyn crate::backend::Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn crate::backend::Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(semaphores, elections, latches, inspection);
 }
 
 #[async_trait]

@@ -362,9 +362,7 @@ impl Backend for RedlockBackend {
         Ok(wakeups::watch(&self.masters, self.quorum, &channel, self.round.clone()).await)
     }
 
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(inspection);
 }
 
 #[async_trait]

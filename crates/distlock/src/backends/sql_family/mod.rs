@@ -262,17 +262,7 @@ impl<D: FlavourSql + SyncSql> Backend for SqlBackend<D> {
         self.sessions.is_none().then_some(self as &dyn Semaphores)
     }
 
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(elections, latches, inspection);
 }
 
 #[async_trait]

@@ -350,21 +350,7 @@ impl Backend for SqliteBackend {
         )))
     }
 
-    fn semaphores(&self) -> Option<&dyn Semaphores> {
-        Some(self)
-    }
-
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(semaphores, elections, latches, inspection);
 }
 
 #[async_trait]

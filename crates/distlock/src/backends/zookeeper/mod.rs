@@ -304,21 +304,7 @@ impl Backend for ZooKeeperBackend {
         Some(Box::new(ZkWaiter::new(self.inner.clone(), req.clone())))
     }
 
-    fn semaphores(&self) -> Option<&dyn Semaphores> {
-        Some(self)
-    }
-
-    fn elections(&self) -> Option<&dyn Elections> {
-        Some(self)
-    }
-
-    fn latches(&self) -> Option<&dyn Latches> {
-        Some(self)
-    }
-
-    fn inspection(&self) -> Option<&dyn Inspection> {
-        Some(self)
-    }
+    crate::backend::offers!(semaphores, elections, latches, inspection);
 }
 
 #[async_trait]
