@@ -100,22 +100,16 @@ fn compile() -> Result<CuratorProgram, Failure> {
         let source = build.path().join(format!("{MAIN}.java"));
         let out = build.path().join("classes");
         std::fs::write(&source, SOURCE)?;
-        let result = std::process::Command::new(javac)
-            .args(["-nowarn", "-d"])
-            .arg(&out)
-            .arg("-cp")
-            .arg(&jars)
-            .arg(&source)
-            .stdin(Stdio::null())
-            .output()?;
-        if !result.status.success() {
-            return Err(Failure(format!(
-                "javac could not compile the Curator holder ({}): {}{}",
-                result.status,
-                String::from_utf8_lossy(&result.stdout),
-                String::from_utf8_lossy(&result.stderr)
-            )));
-        }
+        crate::servers::run(
+            std::process::Command::new(javac)
+                .args(["-nowarn", "-d"])
+                .arg(&out)
+                .arg("-cp")
+                .arg(&jars)
+                .arg(&source)
+                .stdin(Stdio::null()),
+            "javac (compiling the Curator holder)",
+        )?;
         if std::fs::rename(&out, &classes).is_err()
             && !classes.join(format!("{MAIN}.class")).is_file()
         {
