@@ -42,12 +42,7 @@ fn check_report(r: &serde_json::Value, workload: &str, workers: u64, processes: 
 }
 
 fn redis_url() -> Option<String> {
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skipped
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case("redis"))
-    {
-        eprintln!("SKIPPED: distlock bench against Redis, because DISTLOCK_SKIP={skipped}");
+    if distlock_testkit::skipped("redis", "distlock bench against Redis") {
         return None;
     }
     let url = std::env::var("DISTLOCK_REDIS_URL")
@@ -187,74 +182,16 @@ fn bad_arguments_fail_cleanly() {
     assert!(!out.status.success());
 }
 
-/// A private TLS-only redis-server (self-signed CA made with the `openssl` command), killed on
-/// drop.
-struct TlsRedis {
-    child: std::process::Child,
-    port: u16,
-    ca: std::path::PathBuf,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
-    let certs = distlock_testkit::certs::make(dir).unwrap_or_else(|e| panic!("{e:?}"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
-        .arg("--tls-cert-file")
-        .arg(&certs.server_cert)
-        .arg("--tls-key-file")
-        .arg(&certs.server_key)
-        .arg("--tls-ca-cert-file")
-        .arg(&certs.ca)
-        .args(["--requirepass", password])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server could not start; run scripts/services.sh");
-    let server = TlsRedis {
-        child,
-        port,
-        ca: certs.ca,
-    };
-    for _ in 0..500 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("TLS redis-server on port {port} did not answer");
-}
-
 #[test]
 fn redis_over_tls_with_password() {
     if redis_url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = start_tls_redis(dir.path(), "tls-s3cret");
-    let url = format!("rediss://:tls-s3cret@localhost:{}", server.port);
+    let certs = distlock_testkit::certs::make(dir.path()).unwrap_or_else(|e| panic!("{e:?}"));
+    let server = distlock_testkit::servers::start_redis_tls(&certs, "tls-s3cret")
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let url = format!("rediss://:tls-s3cret@localhost:{}", server.port());
     // The test CA is trusted through SSL_CERT_FILE (read by rustls-native-certs), for the child
     // processes only.
     let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
@@ -267,7 +204,7 @@ fn redis_over_tls_with_password() {
             "--processes",
             "2",
         ])
-        .env("SSL_CERT_FILE", &server.ca)
+        .env("SSL_CERT_FILE", &certs.ca)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -306,9 +243,7 @@ fn redis_over_tls_with_password() {
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_contended_is_fifo_and_exclusive() {
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skipped.split(',').any(|s| s.trim() == "etcd") {
-        eprintln!("SKIPPED: distlock bench against etcd, because DISTLOCK_SKIP={skipped}");
+    if distlock_testkit::skipped("etcd", "distlock bench against etcd") {
         return;
     }
     let url = std::env::var("DISTLOCK_ETCD_URL")

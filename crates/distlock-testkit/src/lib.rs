@@ -70,6 +70,19 @@ impl From<Failure> for distlock_harness::Failure {
     }
 }
 
+/// Whether `DISTLOCK_SKIP` (a comma-separated list, any case) names `backend`, which skips the
+/// tests of that store on purpose; a skip is printed, naming `what` was skipped.
+pub fn skipped(backend: &str, what: &str) -> bool {
+    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let skipped = skip
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case(backend));
+    if skipped {
+        eprintln!("SKIPPED: {what}, because DISTLOCK_SKIP={skip}");
+    }
+    skipped
+}
+
 /// What a case returns.
 pub type Outcome = Result<(), Failure>;
 

@@ -60,12 +60,7 @@ const SERVERS: &[(&str, &str, &str)] = &[
 ];
 
 fn skipped(name: &str, what: &str) -> bool {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    let skipped = skip.split(',').any(|s| s.trim() == name);
-    if skipped {
-        eprintln!("SKIPPED: {what} on {name}, because DISTLOCK_SKIP={skip}");
-    }
-    skipped
+    distlock_testkit::skipped(name, &format!("{what} on {name}"))
 }
 
 /// A fresh SQLite store.

@@ -6,14 +6,7 @@ use sqlx::{MySqlPool, PgPool};
 use super::{MYSQL_DEFAULT, PG_DEFAULT, url};
 
 pub fn skipped(backend: &str) -> bool {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    let yes = skip
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case(backend));
-    if yes {
-        eprintln!("SKIPPED: {backend} cases, because DISTLOCK_SKIP={skip}");
-    }
-    yes
+    distlock_testkit::skipped(backend, &format!("{backend} cases"))
 }
 
 /// The PostgreSQL test database's pool, or `None` when skipped.
