@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
 
-use crate::{Ctx, Failure, Outcome, check};
+use crate::{Ctx, Failure, Outcome, check, joined};
+
+/// How long a released waiter may take to get in.
+const TEN_S: Duration = Duration::from_secs(10);
 
 /// Polls `probe` every 10 ms until it answers true, failing after `within`.
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut probe: F) -> Outcome
@@ -93,10 +96,12 @@ pub async fn writer_preference(ctx: Ctx) -> Outcome {
         first_reader.release().await?,
         "the first reader lost its lock"
     );
-    let w = tokio::time::timeout(Duration::from_secs(10), writer)
-        .await
-        .map_err(|_| Failure("the writer did not get the lock after the reader left".into()))??;
-    let w = w?;
+    let w = joined(
+        TEN_S,
+        writer,
+        "the writer getting the lock after the reader left",
+    )
+    .await??;
     check!(
         rw.read().try_acquire().await?.is_none(),
         "a reader got in while the writer held"
@@ -151,9 +156,7 @@ pub async fn semaphore_counts_permits(ctx: Ctx) -> Outcome {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     check!(permits.pop().unwrap().release().await?, "a permit was lost");
-    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| Failure("a released permit did not reach the waiter".into()))???;
+    let woken = joined(TEN_S, waiter, "a released permit reaching the waiter").await??;
     check!(
         sem.available_permits().await? == 0,
         "the waiter's permit is not counted"
@@ -206,10 +209,7 @@ pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
     }
     check!(holder.release().await?, "the holder lost its lock");
     for w in waiters {
-        tokio::time::timeout(Duration::from_secs(30), w)
-            .await
-            .map_err(|_| Failure("a fair waiter never got the lock".into()))?
-            .map_err(|e| Failure(e.to_string()))??;
+        joined(Duration::from_secs(30), w, "a fair waiter getting the lock").await??;
     }
     let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
     check!(order == vec![0, 1, 2, 3, 4], "served in order {order:?}");
@@ -248,14 +248,12 @@ pub async fn fair_killed_waiter_lapses(ctx: Ctx, within: Duration) -> Outcome {
     .await?;
     let released = tokio::time::Instant::now();
     check!(holder.release().await?, "the holder lost its lock");
-    let got = tokio::time::timeout(within, next)
-        .await
-        .map_err(|_| {
-            Failure(format!(
-                "the waiter behind a killed one had no lock {within:?} after the release"
-            ))
-        })?
-        .map_err(|e| Failure(e.to_string()))??;
+    let got = joined(
+        within,
+        next,
+        "the lock reaching the waiter behind a killed one",
+    )
+    .await??;
     eprintln!(
         "the waiter behind a killed one got the lock {:?} after the release",
         released.elapsed()

@@ -96,6 +96,37 @@ macro_rules! check {
     };
 }
 
+/// Fails unless `new` (a fencing token, an election term) is above `old`; the message says
+/// `what` they are ("the token after a crashed holder's").
+pub fn check_above<T: PartialOrd + fmt::Display>(what: &str, new: T, old: T) -> Outcome {
+    check!(new > old, "{what}: {new} is not above {old}");
+    Ok(())
+}
+
+/// What `fut` gives if it finishes within `limit`; otherwise fails saying `what` did not happen
+/// within it.
+pub async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    fut: F,
+    what: &str,
+) -> Result<F::Output, Failure> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| Failure(format!("{what}: not within {limit:?}")))
+}
+
+/// What the spawned task `task` returned, if it finished within `limit`; otherwise fails saying
+/// `what` did not happen within it (or how the task failed).
+pub async fn joined<T>(
+    limit: std::time::Duration,
+    task: tokio::task::JoinHandle<T>,
+    what: &str,
+) -> Result<T, Failure> {
+    within(limit, task, what)
+        .await?
+        .map_err(|e| Failure(format!("{what}: {e}")))
+}
+
 /// A request for the exclusive lock `name` by a new owner, with `lease`: for cases that call a
 /// backend's methods themselves (`client.backend().try_take(…)`).
 pub fn mutex_request(name: &str, lease: std::time::Duration) -> Result<LockRequest, Failure> {

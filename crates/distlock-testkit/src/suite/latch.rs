@@ -239,9 +239,6 @@ pub(super) async fn huge_wait_waits_forever(ctx: Ctx) -> Outcome {
         waiter.await
     );
     check!(latch.count_down().await? == 0, "count after the count-down");
-    tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| crate::Failure("the waiter was not released at 0".into()))?
-        .map_err(|e| crate::Failure(e.to_string()))??;
+    crate::joined(Duration::from_secs(10), waiter, "the waiter's release at 0").await??;
     Ok(())
 }

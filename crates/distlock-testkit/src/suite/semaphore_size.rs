@@ -7,7 +7,10 @@ use std::time::Duration;
 use distlock::{Error, ErrorKind, LockKind};
 
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, joined, within};
+
+/// How long a waiter a resize lets in may take.
+const TWENTY_S: Duration = Duration::from_secs(20);
 
 /// Whether `outcome` is the refusal of a caller asking `asked` permits of a semaphore of
 /// `stored`: `InvalidInput`, naming both sizes.
@@ -57,9 +60,8 @@ pub(super) async fn mismatch_is_refused(ctx: Ctx) -> Outcome {
         refused(&timed, 1, 3),
         "acquire_timeout asking 3 of 1 gave {timed:?}"
     );
-    let waited = tokio::time::timeout(Duration::from_secs(10), three.acquire())
-        .await
-        .map_err(|_| Failure("acquire asking 3 of 1 waited instead of refusing".into()))?;
+    let refusing = "acquire asking 3 of 1 refusing instead of waiting";
+    let waited = within(Duration::from_secs(10), three.acquire(), refusing).await?;
     check!(
         refused(&waited, 1, 3),
         "acquire asking 3 of 1 gave {waited:?}"
@@ -131,9 +133,7 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
         had == Some(1),
         "growing to 2 answered it had {had:?}, not 1"
     );
-    let second = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .map_err(|_| Failure("growing to 2 did not let the waiter in".into()))???;
+    let second = joined(TWENTY_S, waiter, "growing to 2 letting the waiter in").await??;
     if let Some(shown) = size_in_status(&ctx, &name).await? {
         check!(
             shown == 2,
@@ -185,9 +185,7 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
         second.release().await?,
         "the second holder lost its permit in the shrink"
     );
-    let last = tokio::time::timeout(Duration::from_secs(20), last)
-        .await
-        .map_err(|_| Failure("the last waiter did not get the freed permit".into()))???;
+    let last = joined(TWENTY_S, last, "the last waiter getting the freed permit").await??;
     check!(last.release().await?, "the last permit was lost");
 
     let zero = ctx.client.set_semaphore_permits(&name, 0).await;
