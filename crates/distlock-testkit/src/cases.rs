@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
 
-use crate::{Ctx, Failure, Outcome, check, joined};
+use crate::{Ctx, Failure, Outcome, check, check_kind, joined};
 
 /// How long a released waiter may take to get in.
 const TEN_S: Duration = Duration::from_secs(10);
@@ -118,10 +118,7 @@ pub async fn upgrade_is_refused(ctx: Ctx) -> Outcome {
     let owner = OwnerToken::random();
     let read = rw.read().owner(owner.clone()).acquire().await?;
     let upgrade = rw.write().owner(owner).try_acquire().await;
-    check!(
-        matches!(&upgrade, Err(e) if e.kind() == ErrorKind::InvalidInput),
-        "read → write upgrade answered {upgrade:?}"
-    );
+    check_kind(&upgrade, ErrorKind::InvalidInput, "read → write upgrade")?;
     check!(read.release().await?, "the reader lost its lock");
     Ok(())
 }

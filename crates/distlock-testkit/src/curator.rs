@@ -296,14 +296,11 @@ impl CuratorHolder {
 
     /// The next event, or `None` once the holder has closed its output.
     pub async fn next_event(&mut self, timeout: Duration) -> Result<Option<String>, Failure> {
-        let line = tokio::time::timeout(timeout, self.lines.next_line())
-            .await
-            .map_err(|_| {
-                Failure(format!(
-                    "the Curator holder printed nothing for {timeout:?} (events so far: {:?})",
-                    self.events
-                ))
-            })??;
+        let printing = format!(
+            "the Curator holder printing a line (events so far: {:?})",
+            self.events
+        );
+        let line = crate::within(timeout, self.lines.next_line(), &printing).await??;
         if let Some(line) = &line {
             self.events.push(line.clone());
         }
@@ -363,14 +360,8 @@ impl CuratorHolder {
             }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let status = tokio::time::timeout(left, self.child.wait())
-            .await
-            .map_err(|_| {
-                Failure(format!(
-                    "the Curator holder did not exit within {timeout:?} (events: {:?})",
-                    self.events
-                ))
-            })??;
+        let exiting = format!("the Curator holder exiting (events: {:?})", self.events);
+        let status = crate::within(left, self.child.wait(), &exiting).await??;
         let stderr = (&mut self.stderr).await.unwrap_or_default();
         Ok(CuratorReport {
             status,

@@ -103,6 +103,19 @@ pub fn check_above<T: PartialOrd + fmt::Display>(what: &str, new: T, old: T) -> 
     Ok(())
 }
 
+/// Fails unless `answer` is an error of `kind`; `what` says what answered, in the failure.
+pub fn check_kind<T: fmt::Debug>(
+    answer: &distlock::Result<T>,
+    kind: distlock::ErrorKind,
+    what: &str,
+) -> Outcome {
+    check!(
+        matches!(answer, Err(e) if e.kind() == kind),
+        "{what} answered {answer:?}, not {kind:?}"
+    );
+    Ok(())
+}
+
 /// What `fut` gives if it finishes within `limit`; otherwise fails saying `what` did not happen
 /// within it.
 pub async fn within<F: std::future::Future>(

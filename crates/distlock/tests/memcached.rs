@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use distlock::{ErrorKind, FencingToken, LockName, OwnerToken};
 use distlock_testkit::faults::FaultProxy;
 use distlock_testkit::servers::{PrivateStore, start_memcached, start_memcached_without_evictions};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_kind};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -247,10 +247,7 @@ async fn names_never_collide(ctx: Ctx) -> Outcome {
     // Names memcached keys cannot carry are refused before anything is sent.
     for bad in ["a\r\nmd x", "a\rb", "a\nb", "a\0b"] {
         let outcome = ctx.lock(&format!("{base}/{bad}")).try_acquire().await;
-        check!(
-            matches!(&outcome, Err(e) if e.kind() == ErrorKind::InvalidName),
-            "{bad:?} gave {outcome:?}"
-        );
+        check_kind(&outcome, ErrorKind::InvalidName, &format!("{bad:?}"))?;
     }
     for guard in guards {
         check!(guard.release().await?, "a lock was lost");
@@ -356,10 +353,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let guard_token = guard.fencing_token();
     // The crashed taker's own owner token cannot release the new holding.
     let stale = ctx.lock(&name).owner(crashed).release().await;
-    check!(
-        matches!(&stale, Err(e) if e.kind() == ErrorKind::NotHeld),
-        "the crashed taker's release answered {stale:?}"
-    );
+    check_kind(&stale, ErrorKind::NotHeld, "the crashed taker's release")?;
     check!(guard.release().await?, "the holder lost its lock");
 
     // The owner's own pending item (its take was cancelled after the add): its next take
@@ -434,10 +428,7 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
         .lease(Duration::from_millis(500))
         .try_acquire()
         .await;
-    check!(
-        matches!(&refused, Err(e) if e.kind() == ErrorKind::InvalidLease),
-        "a 500 ms lease gave {refused:?}"
-    );
+    check_kind(&refused, ErrorKind::InvalidLease, "a 500 ms lease")?;
     // 1.2 s is kept as 2 s (whole seconds, rounded up): still held after 1.5 s without renewal.
     let guard = ctx
         .lock(&name)

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::child::{ChildProcess, Role};
 use crate::history::{self, Hold};
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check, check_above};
+use crate::{Failure, Outcome, check, check_above, check_kind};
 
 /// How many hand-overs the process case aims for (`DISTLOCK_ELECTION_HANDOVERS` overrides).
 /// 500: the kills and stops below are what the case is about, and they come with 500 as with
@@ -295,10 +295,7 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
         "a newer term was refused"
     );
     let stale = next.proclaim("b2").await;
-    check!(
-        matches!(&stale, Err(e) if e.kind() == ErrorKind::StaleToken),
-        "proclaim under a newer term: {stale:?}"
-    );
+    check_kind(&stale, ErrorKind::StaleToken, "proclaim under a newer term")?;
     check!(
         !ctx.client
             .backend()

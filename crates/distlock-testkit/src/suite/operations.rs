@@ -7,7 +7,7 @@ use distlock::{Holding, LockKind, LockStatus};
 
 use crate::suite::Ctx;
 use crate::suite::fenced_holder::FencedHolder;
-use crate::{Failure, Outcome, check, check_above};
+use crate::{Failure, Outcome, check, check_above, check_kind};
 
 /// The status entry of `kind` among `found`, and in it the holding with `token`.
 fn holding_of(found: &[LockStatus], kind: LockKind, token: u64) -> Option<&Holding> {
@@ -151,14 +151,8 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
 pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("unsupported");
     let status = ctx.client.status(&name).await;
-    check!(
-        matches!(&status, Err(e) if e.kind() == distlock::ErrorKind::Unsupported),
-        "status: {status:?}"
-    );
+    check_kind(&status, distlock::ErrorKind::Unsupported, "status")?;
     let forced = ctx.client.force_release(&name, LockKind::Mutex).await;
-    check!(
-        matches!(&forced, Err(e) if e.kind() == distlock::ErrorKind::Unsupported),
-        "forced release: {forced:?}"
-    );
+    check_kind(&forced, distlock::ErrorKind::Unsupported, "forced release")?;
     Ok(())
 }

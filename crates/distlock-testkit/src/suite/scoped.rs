@@ -6,7 +6,7 @@ use std::time::Duration;
 use distlock::ErrorKind;
 
 use crate::suite::Ctx;
-use crate::{Outcome, check, check_above, within};
+use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn run_holds_then_frees(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("run");
@@ -39,9 +39,10 @@ pub(super) async fn run_stops_work_when_lost(ctx: Ctx) -> Outcome {
     });
     let stopped = format!("run's work stopping once its lease of {lease:?} ended");
     let ran = within(lease + Duration::from_secs(10), work, &stopped).await?;
-    check!(
-        matches!(&ran, Err(e) if e.kind() == ErrorKind::LeaseLost),
-        "run whose lease ended during the work answered {ran:?}"
-    );
+    check_kind(
+        &ran,
+        ErrorKind::LeaseLost,
+        "run whose lease ended during the work",
+    )?;
     Ok(())
 }

@@ -1,13 +1,13 @@
-//! The steps the cases share: a contender that takes the lock or finds it taken, a holder in a
-//! process of its own.
+//! The steps the cases share: a contender that takes the lock or finds it taken, a release that
+//! must free nothing, a holder in a process of its own.
 
 use std::time::Duration;
 
-use distlock::Guard;
+use distlock::{ErrorKind, Guard, Lock};
 
 use crate::child::{ChildProcess, Role};
 use crate::suite::Ctx;
-use crate::{Failure, Outcome};
+use crate::{Failure, Outcome, check, check_kind};
 
 impl Ctx {
     /// A contender's hold of lock `name`, taken within `within`.
@@ -30,6 +30,28 @@ impl Ctx {
             .try_acquire()
             .await?
             .ok_or_else(|| Failure(what.to_string()))
+    }
+
+    /// Releases `stale`, a guard whose holding is gone while another holds lock `name`: the
+    /// release must answer that it held nothing (`false`) and leave the lock taken. `whose`
+    /// names the guard in failures ("the expired guard").
+    pub async fn check_stale_release(&self, name: &str, stale: Guard, whose: &str) -> Outcome {
+        check!(
+            !stale.release().await?,
+            "{whose}'s release reported holding the lock"
+        );
+        let freed = format!("{whose}'s release freed the lock of the holder after it");
+        self.check_taken(name, &freed).await
+    }
+
+    /// A release through `lock`, whose owner holds nothing of lock `name` (a stranger, a second
+    /// release), is refused as `NotHeld` and leaves the lock taken by its holder; `what` names
+    /// the release in failures.
+    pub async fn check_release_refused(&self, name: &str, lock: &Lock, what: &str) -> Outcome {
+        let answer = lock.release().await;
+        check_kind(&answer, ErrorKind::NotHeld, what)?;
+        self.check_taken(name, &format!("{what} freed the lock its holder holds"))
+            .await
     }
 
     /// A child process holding lock `name` with `lease` ([`Role::Hold`]: it obeys the commands

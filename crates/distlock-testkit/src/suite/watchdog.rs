@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::suite::Ctx;
-use crate::{Outcome, check, check_above, within};
+use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("renewed");
@@ -37,10 +37,11 @@ pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
         .acquire()
         .await;
     if !ctx.holdings_end_by_time() {
-        check!(
-            matches!(&taken, Err(e) if e.kind() == distlock::ErrorKind::InvalidLease),
-            "no_watchdog on a store whose holdings end only with their connection gave {taken:?}"
-        );
+        check_kind(
+            &taken,
+            distlock::ErrorKind::InvalidLease,
+            "no_watchdog on a store whose holdings end only with their connection",
+        )?;
         return Ok(());
     }
     let guard = taken?;
@@ -77,22 +78,16 @@ pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
     tokio::time::sleep(short_lease(&ctx) * 2).await;
     check!(guard.is_lost(), "the guard does not know its lease ended");
     let again = guard.reenter().await;
-    check!(
-        matches!(&again, Err(e) if e.kind() == distlock::ErrorKind::LeaseLost),
-        "re-entry after the lease ended answered {again:?}"
-    );
+    check_kind(
+        &again,
+        distlock::ErrorKind::LeaseLost,
+        "re-entry after the lease ended",
+    )?;
     let _other = ctx
         .check_free(&name, "the refused re-entry left the lock taken")
         .await?;
-    check!(
-        !guard.release().await?,
-        "the expired guard's release claimed the lock"
-    );
-    ctx.check_taken(
-        &name,
-        "the expired guard's release freed the next holder's lock",
-    )
-    .await?;
+    ctx.check_stale_release(&name, guard, "the expired guard")
+        .await?;
     Ok(())
 }
 
@@ -105,21 +100,13 @@ pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     let stale = lock.acquire().await?;
     tokio::time::sleep(short_lease(&ctx) * 2).await;
     let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    let fresh_token = fresh.fencing_token();
     check_above(
-        "the new holding's token, after the expired one's",
-        fresh_token,
+        "the new holding's token",
+        fresh.fencing_token(),
         stale.fencing_token(),
     )?;
-    check!(
-        !stale.release().await?,
-        "the stale guard's release reported holding the lock"
-    );
-    ctx.check_taken(
-        &name,
-        "the stale guard's release freed the owner's newer holding",
-    )
-    .await?;
+    ctx.check_stale_release(&name, stale, "the stale guard")
+        .await?;
     check!(!fresh.is_lost(), "the newer holding reports itself lost");
     check!(fresh.release().await?, "the newer holding was lost");
     Ok(())
@@ -238,9 +225,10 @@ pub(super) async fn max_hold_caps_a_live_holder(ctx: Ctx) -> Outcome {
     );
     check!(next.release().await?, "the next holder lost its lock");
     let zero = ctx.lock(&name).max_hold(Duration::ZERO).try_acquire().await;
-    check!(
-        matches!(&zero, Err(e) if e.kind() == distlock::ErrorKind::InvalidInput),
-        "a max_hold of zero gave {zero:?}"
-    );
+    check_kind(
+        &zero,
+        distlock::ErrorKind::InvalidInput,
+        "a max_hold of zero",
+    )?;
     Ok(())
 }
