@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use distlock::sql::RowLock;
 use sql_cases::db;
-use sqlx::{AssertSqlSafe, Executor};
+use sqlx::AssertSqlSafe;
 
 const TASKS: usize = 8;
 const ROUNDS: usize = 10;
@@ -20,9 +20,7 @@ macro_rules! no_lost_updates {
     ($pool:expr, $create:literal, $read:literal, $write:literal) => {{
         let pool = $pool;
         let table = db::unique_table("rowlock");
-        pool.execute(AssertSqlSafe(format!($create, t = table)))
-            .await
-            .unwrap();
+        db::execute(&pool, format!($create, t = table)).await;
         let lock_name = format!("{table}/'\"\\%_ü");
         let mut tasks = Vec::new();
         for _ in 0..TASKS {
@@ -52,9 +50,7 @@ macro_rules! no_lost_updates {
             .fetch_one(&pool)
             .await
             .unwrap();
-        pool.execute(AssertSqlSafe(format!("DROP TABLE {table}")))
-            .await
-            .unwrap();
+        db::execute(&pool, format!("DROP TABLE {table}")).await;
         assert_eq!(n, (TASKS * ROUNDS) as i64, "updates were lost");
     }};
 }

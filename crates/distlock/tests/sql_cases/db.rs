@@ -39,6 +39,13 @@ pub async fn mysql() -> Option<MySqlPool> {
     Some(backend.pool().clone())
 }
 
+/// Runs `sql` (statements the test made, never input) on `pool`, which must take them.
+pub async fn execute<'e, E: sqlx::Executor<'e>>(pool: E, sql: String) {
+    pool.execute(sqlx::AssertSqlSafe(sql))
+        .await
+        .unwrap_or_else(|e| panic!("the test's own SQL failed: {e}"));
+}
+
 /// A table name no other test run uses.
 pub fn unique_table(what: &str) -> String {
     let token = distlock::OwnerToken::random();
