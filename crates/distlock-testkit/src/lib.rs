@@ -103,6 +103,14 @@ pub fn check_above<T: PartialOrd + fmt::Display>(what: &str, new: T, old: T) -> 
     Ok(())
 }
 
+/// Fails saying `what` happened unless a try of `lock` finds it taken.
+pub async fn check_taken(lock: &distlock::Lock, what: &str) -> Outcome {
+    match lock.try_acquire().await? {
+        None => Ok(()),
+        Some(_) => Err(Failure(what.to_string())),
+    }
+}
+
 /// Fails unless `answer` is an error of `kind`; `what` says what answered, in the failure.
 pub fn check_kind<T: fmt::Debug>(
     answer: &distlock::Result<T>,

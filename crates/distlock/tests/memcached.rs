@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use distlock::{ErrorKind, FencingToken, LockName, OwnerToken};
 use distlock_testkit::faults::FaultProxy;
 use distlock_testkit::servers::{PrivateStore, start_memcached, start_memcached_without_evictions};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_kind};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_kind, check_taken,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -227,15 +229,13 @@ async fn names_never_collide(ctx: Ctx) -> Outcome {
     }
     // Each is its own lock, and none touched the victim.
     for name in &names {
-        check!(
-            ctx.lock(name).try_acquire().await?.is_none(),
-            "{name:?} is free after being taken"
-        );
+        check_taken(&ctx.lock(name), "{name:?} is free after being taken").await?;
     }
-    check!(
-        ctx.lock(&victim).try_acquire().await?.is_none(),
-        "a name holding protocol text freed another lock"
-    );
+    check_taken(
+        &ctx.lock(&victim),
+        "a name holding protocol text freed another lock",
+    )
+    .await?;
     let tokens: Vec<u64> = guards.iter().map(|g| g.fencing_token().get()).collect();
     let mut distinct = tokens.clone();
     distinct.sort();
@@ -277,11 +277,8 @@ async fn counter_lost(ctx: Ctx) -> Outcome {
     check!(deleted == "HD", "deleting the counter answered {deleted:?}");
     check!(first.release().await?, "the holder lost its lock");
     let second = lock.acquire().await?;
-    check!(
-        second.fencing_token() > t1,
-        "token {} after the counter was lost, not above {t1}",
-        second.fencing_token()
-    );
+    let whose = "the token after the counter was lost";
+    check_above(whose, second.fencing_token(), t1)?;
     check!(second.release().await?, "the next holder lost its lock");
     Ok(())
 }
@@ -309,11 +306,8 @@ async fn restarts_while_held(ctx: Ctx) -> Outcome {
         check!(lost.is_ok(), "round {round}: lost() did not fire");
     }
     let last = client.lock(&name).acquire().await?;
-    check!(
-        last.fencing_token().get() > highest,
-        "token {} after two restarts, not above {highest}",
-        last.fencing_token()
-    );
+    let whose = "the token after two restarts";
+    check_above(whose, last.fencing_token().get(), highest)?;
     check!(last.release().await?, "the last holder lost its lock");
     Ok(())
 }
@@ -336,10 +330,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let mut raw = Raw::connect(&ctx.url).await?;
     let crashed = OwnerToken::random();
     add_pending(&mut raw, &name, &crashed, 2).await?;
-    check!(
-        ctx.lock(&name).try_acquire().await?.is_none(),
-        "a pending take did not hold the lock"
-    );
+    check_taken(&ctx.lock(&name), "a pending take did not hold the lock").await?;
     let started = std::time::Instant::now();
     let guard = ctx
         .lock(&name)
@@ -363,11 +354,8 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let resumed = ctx.lock(&name).owner(owner).try_acquire().await?;
     check!(resumed.is_some(), "the owner could not finish its own take");
     let resumed = resumed.unwrap();
-    check!(
-        resumed.fencing_token() > guard_token,
-        "token {} after {guard_token}",
-        resumed.fencing_token()
-    );
+    let whose = "the resumed holder's token";
+    check_above(whose, resumed.fencing_token(), guard_token)?;
     check!(resumed.release().await?, "the resumed holder lost its lock");
     Ok(())
 }
@@ -386,10 +374,11 @@ async fn two_servers(ctx: Ctx) -> Outcome {
     let mut guards = Vec::new();
     for name in &names {
         guards.push(a.lock(name).acquire().await?);
-        check!(
-            b.lock(name).try_acquire().await?.is_none(),
-            "another client of the same servers got {name:?}"
-        );
+        check_taken(
+            &b.lock(name),
+            "another client of the same servers got {name:?}",
+        )
+        .await?;
     }
     let (mut first, mut second) = (
         Raw::connect(&ctx.url).await?,
@@ -437,10 +426,7 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
         .acquire()
         .await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    check!(
-        ctx.lock(&name).try_acquire().await?.is_none(),
-        "a lease of 1.2 s ended before 1.5 s"
-    );
+    check_taken(&ctx.lock(&name), "a lease of 1.2 s ended before 1.5 s").await?;
     check!(guard.release().await?, "the holder lost its lock");
     Ok(())
 }

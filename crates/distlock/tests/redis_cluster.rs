@@ -15,7 +15,7 @@ use distlock_testkit::servers::{
     RedisCluster, cluster_masters, redis_cli, redis_cli_as, start_redis_cluster,
     start_redis_cluster_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_taken};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
@@ -179,10 +179,8 @@ async fn locks_spread_over_every_master(ctx: Ctx) -> Outcome {
                 names[i]
             )));
         };
-        check!(
-            next.fencing_token() > guards[i].fencing_token(),
-            "the token after a forced release is not above the holder's"
-        );
+        let whose = "the token after a forced release, after the holder's";
+        check_above(whose, next.fencing_token(), guards[i].fencing_token())?;
         next.release().await?;
         forced_on.insert(master, i);
     }
@@ -243,10 +241,11 @@ async fn multi_lock_across_slots(ctx: Ctx) -> Outcome {
     blocker.release().await?;
     let all = waiting.await.map_err(|e| Failure(e.to_string()))??;
     for name in &names {
-        check!(
-            ctx.client.lock(name).try_acquire().await?.is_none(),
-            "the multi-lock does not hold {name}"
-        );
+        check_taken(
+            &ctx.client.lock(name),
+            "the multi-lock does not hold {name}",
+        )
+        .await?;
     }
     all.release().await?;
     Ok(())
@@ -391,11 +390,8 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
         "the waiter took the lock {woken_after:?} after the release: not woken by it"
     );
     let max_before = before.iter().copied().max().unwrap_or(0);
-    check!(
-        taken.fencing_token().get() > max_before,
-        "the waiter's token {} is not above {max_before}",
-        taken.fencing_token().get()
-    );
+    let whose = "the waiter's token";
+    check_above(whose, taken.fencing_token().get(), max_before)?;
     taken.release().await?;
     eprintln!(
         "{how:?}: master {old} -> {new} after {promoted:?}; the waiter got the lock after the \
@@ -407,11 +403,8 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
                 .lock(&lock_name)
                 .acquire_timeout(Duration::from_secs(10))
                 .await?;
-            check!(
-                guard.fencing_token().get() > max_before,
-                "a take after the failover drew token {}, not above {max_before}",
-                guard.fencing_token().get()
-            );
+            let whose = "a take's token after the failover";
+            check_above(whose, guard.fencing_token().get(), max_before)?;
             guard.release().await?;
         }
     }
@@ -525,10 +518,8 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
         "the release after the resharding found no holding"
     );
     let taken = waiter_guard(waiting, "after the resharding").await?;
-    check!(
-        taken.fencing_token() > token,
-        "the waiter's token is not above the holder's"
-    );
+    let whose = "the waiter's token, after the holder's";
+    check_above(whose, taken.fencing_token(), token)?;
     taken.release().await?;
     Ok(())
 }
@@ -717,10 +708,8 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
     );
     check!(first.release().await?, "the release failed");
     let second = waiter_guard(waiting, "on the password-protected cluster").await?;
-    check!(
-        second.fencing_token() > first_token,
-        "the waiter's token is not above the holder's"
-    );
+    let whose = "the waiter's token, after the holder's";
+    check_above(whose, second.fencing_token(), first_token)?;
     second.release().await?;
     for guard in guards.into_iter().flatten() {
         guard.release().await?;

@@ -13,7 +13,7 @@ use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_gua
 use distlock_testkit::servers::{
     GroupPasswords, redis_cli, redis_cli_as, start_sentinel_group, start_sentinel_group_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_above, within};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
@@ -143,11 +143,8 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     );
     let taken = waiter_guard(waiting, &format!("{how:?}")).await?;
     let max_before = before.iter().copied().max().unwrap_or(0);
-    check!(
-        taken.fencing_token().get() > max_before,
-        "{how:?}: the waiter's token {} is not above {max_before}",
-        taken.fencing_token().get()
-    );
+    let whose = format!("{how:?}: the waiter's token");
+    check_above(&whose, taken.fencing_token().get(), max_before)?;
     check!(taken.release().await?, "the waiter's release failed");
     eprintln!(
         "{how:?}: master {old} -> {new}: every Sentinel named the new master after {promoted:?}, \
@@ -158,11 +155,8 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     for client in [&holder, &waiter] {
         for lock_name in [name.clone(), ctx.unique_name("after")] {
             let guard = take(client, &lock_name).await?;
-            check!(
-                guard.fencing_token().get() > max_before,
-                "{how:?}: a take after the failover drew token {}, not above {max_before}",
-                guard.fencing_token().get()
-            );
+            let whose = format!("{how:?}: a take's token after the failover");
+            check_above(&whose, guard.fencing_token().get(), max_before)?;
             check!(
                 guard.release().await?,
                 "a release after the failover failed"
@@ -227,15 +221,15 @@ async fn take_not_replicated(ctx: Ctx) -> Outcome {
                 "the take was not on the new master, yet the lock is held there".into(),
             ));
         };
-        check!(
-            taken.fencing_token().get() > lost_token,
-            "the second holder's token {} is not above the lost take's {lost_token} (the one \
-             before it, replicated: {replicated})",
-            taken.fencing_token().get()
-        );
-        tokio::time::timeout(lease * 2, held.lost())
-            .await
-            .map_err(|_| Failure("the first holder was never told it lost the lock".into()))?;
+        check_above(
+            &format!(
+                "the second holder's token, after the lost take's (the one before it, replicated: {replicated})"
+            ),
+            taken.fencing_token().get(),
+            lost_token,
+        )?;
+        let told = "the first holder told it lost the lock";
+        within(lease * 2, held.lost(), told).await?;
         let after = taken.fencing_token().get();
         check!(taken.release().await?, "the second holder's release failed");
         eprintln!("tokens: replicated {replicated}, lost {lost_token}, after the failover {after}");
@@ -632,10 +626,8 @@ async fn passwords(ctx: Ctx) -> Outcome {
     wait_for_subscriber_as(on, old, &channel, "the waiter to subscribe").await?;
     check!(first.release().await?, "the first release failed");
     let second = waiter_guard(waiting, "before the failover").await?;
-    check!(
-        second.fencing_token() > first_token,
-        "the waiter's token is not above the first holder's"
-    );
+    let whose = "the waiter's token, after the first holder's";
+    check_above(whose, second.fencing_token(), first_token)?;
 
     // Across a failover: the waiter holds, the holder waits.
     let waiting = tokio::spawn({
@@ -660,10 +652,8 @@ async fn passwords(ctx: Ctx) -> Outcome {
         "the release on the new master found no holding"
     );
     let third = waiter_guard(waiting, "after the failover").await?;
-    check!(
-        third.fencing_token() > second_token,
-        "the token after the failover is not above the one before"
-    );
+    let whose = "the token after the failover, after the one before";
+    check_above(whose, third.fencing_token(), second_token)?;
     check!(third.release().await?, "the last release failed");
     Ok(())
 }

@@ -7,7 +7,9 @@ use distlock::LockKind;
 use distlock::backend::Attempt;
 use distlock_testkit::cases;
 use distlock_testkit::child::{ChildProcess, Role, Spec};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, mutex_request};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_taken, mutex_request,
+};
 
 fn main() -> std::process::ExitCode {
     // Removed when the run ends; child processes get the URL from their spec.
@@ -142,10 +144,11 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         token_in_file(&other, &name).await? == Some(t1),
         "the file no longer names the first holding: the hand-over was written"
     );
-    check!(
-        other.lock(&name).try_acquire().await?.is_none(),
-        "another client took the lock the waiter was handed"
-    );
+    check_taken(
+        &other.lock(&name),
+        "another client took the lock the waiter was handed",
+    )
+    .await?;
 
     // The first holder's stale renewal and release change nothing, and make the file name the
     // waiter (a write about the lock moves the row first).
@@ -167,10 +170,11 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         "after a write about the lock the file names {:?}, not the waiter's {t2}",
         token_in_file(&other, &name).await?
     );
-    check!(
-        other.lock(&name).try_acquire().await?.is_none(),
-        "another client took the lock after the first holder's stale release"
-    );
+    check_taken(
+        &other.lock(&name),
+        "another client took the lock after the first holder's stale release",
+    )
+    .await?;
 
     check!(
         backend
@@ -190,11 +194,8 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         .try_acquire()
         .await?
         .ok_or_else(|| Failure("the lock was not free after the waiter released it".into()))?;
-    check!(
-        next.fencing_token().get() > t2,
-        "a later take drew {} after the handed-over {t2}",
-        next.fencing_token()
-    );
+    let whose = "a later take's token, after the handed-over one";
+    check_above(whose, next.fencing_token().get(), t2)?;
     next.release().await?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use distlock::Client;
 use distlock_testkit::curator::{self, CuratorHolder, CuratorJob, CuratorMode, CuratorReport};
 use distlock_testkit::section::{self, read_counter};
 use distlock_testkit::servers::shared_zookeeper;
-use distlock_testkit::{Failure, check};
+use distlock_testkit::{Failure, check, check_taken};
 use zookeeper_client::Client as Zk;
 
 /// Every lock of this file lives under this chroot: distlock's URL path, Curator's path prefix.
@@ -120,10 +120,7 @@ async fn curator_mutex_holds_distlock_out() -> Result<(), Failure> {
     let node = holder.wait_for("acquired", WAIT).await?;
 
     let mutex = client.lock(&lock.name);
-    check!(
-        mutex.try_acquire().await?.is_none(),
-        "distlock took the lock Curator holds"
-    );
+    check_taken(&mutex, "distlock took the lock Curator holds").await?;
     let timed = mutex.acquire_timeout(Duration::from_millis(800)).await;
     check!(
         timed.as_ref().is_err_and(|e| e.is_timeout()),
@@ -314,14 +311,16 @@ async fn writers_exclude_readers_and_writers_both_ways() -> Result<(), Failure> 
     let job = CuratorJob::new(zk, &lock.path, CuratorMode::Write, dir.path()).until_line();
     let mut writer = spawn(&job)?;
     writer.wait_for("acquired", WAIT).await?;
-    check!(
-        rw.read().try_acquire().await?.is_none(),
-        "a distlock reader got in while Curator's writer held"
-    );
-    check!(
-        rw.write().try_acquire().await?.is_none(),
-        "a distlock writer got in while Curator's writer held"
-    );
+    check_taken(
+        &rw.read(),
+        "a distlock reader got in while Curator's writer held",
+    )
+    .await?;
+    check_taken(
+        &rw.write(),
+        "a distlock writer got in while Curator's writer held",
+    )
+    .await?;
     let timed = rw.write().acquire_timeout(Duration::from_millis(800)).await;
     check!(
         timed.as_ref().is_err_and(|e| e.is_timeout()),

@@ -14,7 +14,7 @@ use distlock_testkit::failover::{self, TakenAway, blocking, client, fail, why};
 use distlock_testkit::servers::{
     ZkEnsemble, loopback_hosts, start_zookeeper_ensemble, start_zookeeper_ensemble_with_peer_links,
 };
-use distlock_testkit::{Failure, Flavour, Outcome, check, monotonic_ns};
+use distlock_testkit::{Failure, Flavour, Outcome, check, check_above, monotonic_ns};
 use tokio::time::Instant;
 use zookeeper_client::Client as Zk;
 
@@ -201,11 +201,8 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
         .await
         .map_err(fail)?;
     let last = contended.last_token();
-    check!(
-        guard.fencing_token().get() > last,
-        "a hold after the election has token {} below the last worker's {last}",
-        guard.fencing_token()
-    );
+    let whose = "a hold's token after the election, after the last worker's";
+    check_above(whose, guard.fencing_token().get(), last)?;
     check!(
         guard.release().await.map_err(fail)?,
         "the last hold was lost"
@@ -266,11 +263,8 @@ async fn holder_process_paused_past_session_timeout_loses_lock_to_larger_token()
         "the successor got the lock {freed_after:?} after the holder was paused, before \
          {earliest:?}: before its session could have expired"
     );
-    check!(
-        guard.fencing_token().get() > token,
-        "the successor's token {} is not above the paused holder's {token}",
-        guard.fencing_token()
-    );
+    let whose = "the successor's token, after the paused holder's";
+    check_above(whose, guard.fencing_token().get(), token)?;
 
     // Resumed, the holder knows at once, by its own clock, before any round trip.
     paused.send("check").await?;

@@ -363,11 +363,8 @@ pub(super) async fn crashed_leader_lapses(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let next = election.campaign("next").await?;
-    check_above(
-        "the term after the killed leader's",
-        next.term().get(),
-        term,
-    )?;
+    let whose = "the term after the killed leader's";
+    check_above(whose, next.term().get(), term)?;
     next.resign().await?;
     Ok(())
 }

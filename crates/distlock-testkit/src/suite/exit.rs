@@ -44,11 +44,8 @@ pub(super) async fn dropped_guard_freed_before_exit(ctx: Ctx) -> Outcome {
              it exited (bound {FREED_WITHIN:?})"
         );
         let token = next.fencing_token().get();
-        check_above(
-            &format!("{how:?}: the token after the exited holder's"),
-            token,
-            old_token,
-        )?;
+        let whose = format!("{how:?}: the token after the exited holder's");
+        check_above(&whose, token, old_token)?;
         next.release().await?;
     }
     Ok(())

@@ -21,11 +21,8 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let paused_for = ctx.freed_after_crash_within(lease) + Duration::from_millis(400);
     let next = taken_from_paused(&ctx, &name, &holder.process, paused_for).await?;
     let next_token = next.fencing_token().get();
-    check_above(
-        "the next holder's token, after the paused holder's",
-        next_token,
-        paused_token,
-    )?;
+    let whose = "the next holder's token, after the paused holder's";
+    check_above(whose, next_token, paused_token)?;
     check!(
         holder.resource.write(next_token)?,
         "the next holder's write was refused"

@@ -58,11 +58,8 @@ pub(super) async fn stale_holding_untouched_in_store(ctx: Ctx) -> Outcome {
     let a = ctx.lock(&name).owner(owner.clone()).acquire().await?;
     in_b(&name).release().await?;
     let b = in_b(&name).acquire_timeout(Duration::from_secs(5)).await?;
-    check_above(
-        "B's new holding's token",
-        b.fencing_token(),
-        a.fencing_token(),
-    )?;
+    let whose = "B's new holding's token";
+    check_above(whose, b.fencing_token(), a.fencing_token())?;
     ctx.check_stale_release(&name, a, "A's stale guard").await?;
     check!(b.release().await?, "B's holding was lost");
 
@@ -97,11 +94,8 @@ pub(super) async fn old_guard_after_retake_is_inert(ctx: Ctx) -> Outcome {
     let again = old.reenter().await;
     check_kind(&again, ErrorKind::LeaseLost, "re-entering a freed holding")?;
     let new = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    check_above(
-        "the new holding's token",
-        new.fencing_token(),
-        old.fencing_token(),
-    )?;
+    let whose = "the new holding's token";
+    check_above(whose, new.fencing_token(), old.fencing_token())?;
     ctx.check_stale_release(&name, old, "the old guard").await?;
     check!(new.release().await?, "the new holding was lost");
     Ok(())

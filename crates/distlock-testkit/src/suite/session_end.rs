@@ -30,11 +30,8 @@ pub(super) async fn holder_session_ended(ctx: Ctx) -> Outcome {
             "the lock of an ended session was not free at once: {e}"
         ))
     })?;
-    check_above(
-        "the token after the ended holder's",
-        next.fencing_token(),
-        first,
-    )?;
+    let whose = "the token after the ended holder's";
+    check_above(whose, next.fencing_token(), first)?;
     let stale = held.release().await;
     check!(
         !matches!(stale, Ok(true)),

@@ -17,10 +17,7 @@ impl Ctx {
 
     /// Fails saying `what` happened unless a contender finds lock `name` taken.
     pub async fn check_taken(&self, name: &str, what: &str) -> Outcome {
-        match self.contender(name).try_acquire().await? {
-            None => Ok(()),
-            Some(_) => Err(Failure(what.to_string())),
-        }
+        crate::check_taken(&self.contender(name), what).await
     }
 
     /// A contender's hold of lock `name`, which must be free: fails saying `what` happened if

@@ -100,11 +100,8 @@ pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     let stale = lock.acquire().await?;
     tokio::time::sleep(short_lease(&ctx) * 2).await;
     let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    check_above(
-        "the new holding's token",
-        fresh.fencing_token(),
-        stale.fencing_token(),
-    )?;
+    let whose = "the new holding's token";
+    check_above(whose, fresh.fencing_token(), stale.fencing_token())?;
     ctx.check_stale_release(&name, stale, "the stale guard")
         .await?;
     check!(!fresh.is_lost(), "the newer holding reports itself lost");
