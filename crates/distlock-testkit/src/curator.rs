@@ -348,6 +348,35 @@ impl CuratorHolder {
         Ok(())
     }
 
+    /// Fails unless the holder prints nothing for `quiet` (it waits for the lock); `what` says
+    /// while what it must wait, in the failure.
+    pub async fn check_waits(&mut self, quiet: Duration, what: &str) -> Result<(), Failure> {
+        let next = self.next_event(quiet).await;
+        if next.is_ok() {
+            return Err(Failure(format!(
+                "the holder went on {what}: {next:?}, events {:?}",
+                self.events
+            )));
+        }
+        Ok(())
+    }
+
+    /// Has a holder running with `until_line` release, and waits (up to `timeout`) for it to
+    /// finish cleanly ([`CuratorReport::check`]); its report.
+    pub async fn release_and_finish(mut self, timeout: Duration) -> Result<CuratorReport, Failure> {
+        self.send_line().await?;
+        let report = self.finish(timeout).await?;
+        report.check()?;
+        Ok(report)
+    }
+
+    /// Waits (up to `timeout` each) for the holder to take the lock, then to finish cleanly
+    /// ([`CuratorReport::check`]).
+    pub async fn acquires_and_finishes(mut self, timeout: Duration) -> Result<(), Failure> {
+        self.wait_for("acquired", timeout).await?;
+        self.finish(timeout).await?.check()
+    }
+
     /// Closes stdin (a holder running with `until_line` releases), reads the remaining events
     /// and waits for the process to exit, within `timeout`.
     pub async fn finish(mut self, timeout: Duration) -> Result<CuratorReport, Failure> {
