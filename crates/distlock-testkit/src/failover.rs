@@ -168,6 +168,24 @@ pub async fn waiter_guard(
     Ok(answer?)
 }
 
+/// The holder `held` releases (its holding must still be there `after` the fault), and the
+/// waiter spawned earlier gets the lock within 30 s, with a larger token: the waiter's guard.
+pub async fn handed_on(
+    held: distlock::Guard,
+    waiting: JoinHandle<distlock::Result<distlock::Guard>>,
+    after: &str,
+) -> Result<distlock::Guard, Failure> {
+    let token = held.fencing_token();
+    check!(
+        held.release().await.map_err(fail)?,
+        "the release {after} found no holding"
+    );
+    let taken = waiter_guard(waiting, after).await?;
+    let whose = format!("the waiter's token {after}, after the holder's");
+    crate::check_above(&whose, taken.fencing_token(), token)?;
+    Ok(taken)
+}
+
 /// What [`cycles`] saw.
 pub struct Cycles {
     /// The token of each cycle's hold, in order.

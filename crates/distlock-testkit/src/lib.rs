@@ -148,6 +148,14 @@ pub async fn joined<T>(
         .map_err(|e| Failure(format!("{what}: {e}")))
 }
 
+/// A task acquiring `lock`, waiting at most `within`: its answer, once joined.
+pub fn acquiring(
+    lock: distlock::Lock,
+    within: std::time::Duration,
+) -> tokio::task::JoinHandle<distlock::Result<distlock::Guard>> {
+    tokio::spawn(async move { lock.acquire_timeout(within).await })
+}
+
 /// A request for the exclusive lock `name` by a new owner, with `lease`: for cases that call a
 /// backend's methods themselves (`client.backend().try_take(…)`).
 pub fn mutex_request(name: &str, lease: std::time::Duration) -> Result<LockRequest, Failure> {

@@ -396,19 +396,24 @@ async fn user_and_password(_ctx: Ctx) -> Outcome {
             );
         }
     }
-    let anonymous = match distlock::connect(&plain).await {
-        Ok(client) => client
-            .lock("authenticated")
-            .acquire_timeout(Duration::from_secs(5))
-            .await
-            .map(|g| g.fencing_token()),
-        Err(e) => Err(e),
-    };
+    let anonymous = token_through(&plain, "authenticated", Duration::from_secs(5)).await;
     check!(
         anonymous.is_err(),
         "a client without credentials took a lock: {anonymous:?}"
     );
     Ok(())
+}
+
+/// The token of lock `name` taken (waiting at most `within`) by a new client of `url`, or why
+/// the client could not connect or take it.
+async fn token_through(
+    url: &str,
+    name: &str,
+    within: Duration,
+) -> distlock::Result<distlock::FencingToken> {
+    let client = distlock::connect(url).await?;
+    let guard = client.lock(name).acquire_timeout(within).await?;
+    Ok(guard.fencing_token())
 }
 
 /// `etcds://` against an etcd that serves TLS only and wants client certificates: with the CA
@@ -437,14 +442,7 @@ async fn tls_with_a_client_certificate(_ctx: Ctx) -> Outcome {
         ("without a client certificate", no_cert),
         ("without the CA", base),
     ] {
-        let attempt = match distlock::connect(&url).await {
-            Ok(client) => client
-                .lock("over-tls")
-                .acquire_timeout(Duration::from_secs(3))
-                .await
-                .map(|g| g.fencing_token()),
-            Err(e) => Err(e),
-        };
+        let attempt = token_through(&url, "over-tls", Duration::from_secs(3)).await;
         check!(attempt.is_err(), "a client {what} took a lock: {attempt:?}");
     }
     Ok(())

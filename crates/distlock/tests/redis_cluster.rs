@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind, LockKind};
-use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
+use distlock_testkit::failover::{blocking, handed_on, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     RedisCluster, cluster_masters, redis_cli, redis_cli_as, start_redis_cluster,
     start_redis_cluster_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_taken};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, check, check_above, check_taken,
+};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
@@ -297,10 +299,7 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
     }
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
     before.push(held.fencing_token().get());
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| cluster.master_of(&key))?;
     let channel = format!("{key}:free");
     distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {
@@ -426,10 +425,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
     // A short lease: renewals (every 2 s) run through the migration.
     let lease = Duration::from_secs(6);
     let held = holder.lock(&name).lease(lease).acquire().await?;
-    let waiting = tokio::spawn({
-        let lock = contender.lock(&name).lease(lease);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(contender.lock(&name).lease(lease), Duration::from_secs(60));
     let source = blocking(|| cluster.master_of(&key))?;
     let masters = blocking(|| cluster.masters())?;
     let target = *masters
@@ -512,14 +508,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
         exists == "1",
         "the lock is not on its new master {target}: {exists}"
     );
-    let token = held.fencing_token();
-    check!(
-        held.release().await?,
-        "the release after the resharding found no holding"
-    );
-    let taken = waiter_guard(waiting, "after the resharding").await?;
-    let whose = "the waiter's token, after the holder's";
-    check_above(whose, taken.fencing_token(), token)?;
+    let taken = handed_on(held, waiting, "after the resharding").await?;
     taken.release().await?;
     Ok(())
 }
@@ -680,10 +669,7 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
         .acquire_timeout(Duration::from_secs(5))
         .await?;
     let first_token = first.fencing_token();
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name), Duration::from_secs(30));
     let master = blocking(|| cluster.master_of(&key))?;
     let channel = format!("{key}:free");
     distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {

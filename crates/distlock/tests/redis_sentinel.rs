@@ -9,11 +9,13 @@
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind};
-use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
+use distlock_testkit::failover::{blocking, handed_on, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     GroupPasswords, redis_cli, redis_cli_as, start_sentinel_group, start_sentinel_group_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_above, within};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, check, check_above, within,
+};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
@@ -92,10 +94,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
     let held_token = held.fencing_token().get();
     before.push(held_token);
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| group.master_port())?;
     let channel = format!("distlock:lock:{{{name}}}:free");
     wait_for_subscriber(old, &channel, "the waiter to subscribe on the first master").await?;
@@ -616,10 +615,7 @@ async fn passwords(ctx: Ctx) -> Outcome {
     let lock = holder.lock(&name).lease(LEASE);
     let first = lock.acquire_timeout(Duration::from_secs(5)).await?;
     let first_token = first.fencing_token();
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| group.master_port())?;
     let channel = format!("distlock:lock:{{{name}}}:free");
     let on = Some(NODE_PASSWORD);
@@ -630,10 +626,7 @@ async fn passwords(ctx: Ctx) -> Outcome {
     check_above(whose, second.fencing_token(), first_token)?;
 
     // Across a failover: the waiter holds, the holder waits.
-    let waiting = tokio::spawn({
-        let lock = holder.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(holder.lock(&name).lease(LEASE), Duration::from_secs(60));
     wait_for_subscriber_as(on, old, &channel, "the holder to subscribe").await?;
     blocking(|| group.wait_replicated())?;
     let new = blocking(|| group.failover())?;
@@ -642,18 +635,11 @@ async fn passwords(ctx: Ctx) -> Outcome {
     wait_for_subscriber_as(on, new, &channel, what).await?;
     let key = format!("distlock:lock:{{{name}}}");
     let value = blocking(|| group.node_cli(new, &["GET", &key]))?;
-    let second_token = second.fencing_token();
     check!(
         holds_token(&value, second.fencing_token().get()),
         "the new master {new} lacks the holding: {value:?}"
     );
-    check!(
-        second.release().await?,
-        "the release on the new master found no holding"
-    );
-    let third = waiter_guard(waiting, "after the failover").await?;
-    let whose = "the token after the failover, after the one before";
-    check_above(whose, third.fencing_token(), second_token)?;
+    let third = handed_on(second, waiting, "after the failover (on the new master)").await?;
     check!(third.release().await?, "the last release failed");
     Ok(())
 }

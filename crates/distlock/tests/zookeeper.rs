@@ -11,7 +11,7 @@ use distlock::ErrorKind;
 use distlock_testkit::child::{ChildProcess, Role};
 use distlock_testkit::servers::{WithParam, start_zookeeper};
 use distlock_testkit::{
-    Ctx, Failure, Flavour, Outcome, Suite, cases, check, check_above, joined, within,
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, cases, check, check_above, joined, within,
 };
 use zookeeper_client::Client as Zk;
 
@@ -318,10 +318,7 @@ async fn killed_middle_waiter_is_skipped(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let other = distlock::connect(&ctx.url).await?;
-    let last = tokio::spawn({
-        let lock = other.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
-    });
+    let last = acquiring(other.lock(&name), Duration::from_secs(30));
     while children(&zk, &parent).await?.len() < 3 {
         check!(
             tokio::time::Instant::now() < deadline,

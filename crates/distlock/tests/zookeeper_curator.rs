@@ -15,7 +15,7 @@ use distlock::{Client, Guard, Lock};
 use distlock_testkit::curator::{self, CuratorHolder, CuratorJob, CuratorMode, CuratorReport};
 use distlock_testkit::section::{self, read_counter};
 use distlock_testkit::servers::shared_zookeeper;
-use distlock_testkit::{Failure, check, check_taken};
+use distlock_testkit::{Failure, acquiring, check, check_taken};
 use tokio::task::JoinHandle;
 use zookeeper_client::Client as Zk;
 
@@ -165,10 +165,7 @@ async fn times_out(lock: &Lock, while_: &str) -> Result<(), Failure> {
 /// A task waiting up to `WAIT` for `lock`; fails unless it still waits 300 ms later, `while_`
 /// the other side holds.
 async fn waiter(lock: &Lock, while_: &str) -> Result<JoinHandle<distlock::Result<Guard>>, Failure> {
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire_timeout(WAIT).await }
-    });
+    let waiter = acquiring(lock.clone(), WAIT);
     tokio::time::sleep(Duration::from_millis(300)).await;
     check!(
         !waiter.is_finished(),

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use distlock::ErrorKind;
 
 use crate::suite::Ctx;
-use crate::{Outcome, check, joined};
+use crate::{Outcome, acquiring, check, joined};
 
 /// How long a released waiter may take to get in.
 const TEN_S: Duration = Duration::from_secs(10);
@@ -49,10 +49,7 @@ pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
     check!(free.release().await?, "the holder lost its lock");
 
     let held = ctx.contender(&name).acquire().await?;
-    let waiter = tokio::spawn({
-        let lock = ctx.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(u64::MAX)).await }
-    });
+    let waiter = acquiring(ctx.lock(&name), Duration::from_secs(u64::MAX));
     tokio::time::sleep(Duration::from_millis(300)).await;
     check!(
         !waiter.is_finished(),
