@@ -180,6 +180,22 @@ async fn fair_waiters(client: &distlock::Client, name: &str) -> Result<u64, Fail
         .unwrap_or(0))
 }
 
+/// A waiter, number `i`, that takes `lock` (within 30 s), notes its number in `order` and lets
+/// go a moment later.
+fn served_in_turn(
+    lock: distlock::Lock,
+    i: u64,
+    order: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+) -> tokio::task::JoinHandle<Outcome> {
+    tokio::spawn(async move {
+        let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
+        order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        g.release().await?;
+        Ok(())
+    })
+}
+
 /// A fair lock serves waiters of five clients in the order they came (each arrives only once
 /// the one before is in line, as the store's status shows).
 pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
@@ -191,14 +207,7 @@ pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
     for i in 0..5u64 {
         // Separate clients, so no in-process wake-up helps anyone jump the line.
         let lock = ctx.connect().await?.fair_lock(&name);
-        let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
-            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            g.release().await?;
-            Ok::<(), Failure>(())
-        }));
+        waiters.push(served_in_turn(lock, i, order.clone()));
         eventually(Duration::from_secs(5), "the waiter in line", || async {
             Ok(fair_waiters(&ctx.client, &name).await? == i + 1)
         })

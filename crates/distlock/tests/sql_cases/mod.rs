@@ -53,9 +53,8 @@ pub fn run(sql: Sql, locks: Locks) -> std::process::ExitCode {
     };
     match (sql, locks) {
         (Sql::Postgres, Locks::Lease) => postgres_lease(suite),
-        (Sql::Postgres, Locks::Session) => postgres_session(suite),
+        (sql, Locks::Session) => session_locks(suite, sql),
         (Sql::Mysql, Locks::Lease) => mysql_lease(suite),
-        (Sql::Mysql, Locks::Session) => mysql_session(suite),
     }
     .run()
 }
@@ -150,15 +149,22 @@ async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-fn postgres_session(suite: Suite) -> Suite {
-    suite
-        .case(
-            "session_mode_refuses_flavours_naming_lease",
-            session_refuses_flavours,
-        )
-        .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
-        .end_sessions(end_postgres_sessions)
-        .tokens_cases(Sql::Postgres)
+/// The session locks of `sql`'s server (`lock=session`): only the exclusive lock, held as long
+/// as its connection, which the server may end.
+fn session_locks(suite: Suite, sql: Sql) -> Suite {
+    let suite = suite.case(
+        "session_mode_refuses_flavours_naming_lease",
+        session_refuses_flavours,
+    );
+    match sql {
+        Sql::Postgres => suite
+            .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
+            .end_sessions(end_postgres_sessions),
+        Sql::Mysql => suite
+            .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
+            .end_sessions(end_mysql_sessions),
+    }
+    .tokens_cases(sql)
 }
 
 /// `?lock=session` has only the exclusive lock: the other flavours, a resize and a forced
@@ -217,17 +223,6 @@ fn mysql_lease(suite: Suite) -> Suite {
         .case("old_tables_get_holder_columns", |ctx| {
             old_tables_migrate(ctx, Sql::Mysql)
         })
-        .tokens_cases(Sql::Mysql)
-}
-
-fn mysql_session(suite: Suite) -> Suite {
-    suite
-        .case(
-            "session_mode_refuses_flavours_naming_lease",
-            session_refuses_flavours,
-        )
-        .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
-        .end_sessions(end_mysql_sessions)
         .tokens_cases(Sql::Mysql)
 }
 
