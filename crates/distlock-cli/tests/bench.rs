@@ -4,19 +4,49 @@ use std::process::Command;
 
 mod common;
 
-fn bench(url: &str, extra: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
-        .args(["bench", "--url", url, "--duration", "1s", "--json"])
-        .args(extra)
+/// `distlock bench --url URL --duration 1s`, to add arguments to.
+fn bench_command(url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
+    command.args(["bench", "--url", url, "--duration", "1s"]);
+    command
+}
+
+/// The JSON report of `command` (a [`bench_command`]), which must succeed.
+fn report(command: &mut Command) -> serde_json::Value {
+    let out = command
+        .arg("--json")
         .output()
         .expect("running distlock bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "distlock bench {extra:?} failed: {}\n{stdout}",
+        "distlock bench {:?} failed: {}\n{stdout}",
+        command.get_args().collect::<Vec<_>>(),
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// `command`'s report of `workload` with `workers` in each of `processes` processes (and
+/// `extra` arguments), checked with [`check_report`].
+fn checked(
+    mut command: Command,
+    workload: &str,
+    (workers, processes): (u64, u64),
+    extra: &[&str],
+) -> serde_json::Value {
+    let (w, p) = (workers.to_string(), processes.to_string());
+    command
+        .args(["--workload", workload, "--workers", &w, "--processes", &p])
+        .args(extra);
+    let r = report(&mut command);
+    check_report(&r, workload, workers, processes);
+    r
+}
+
+/// A fresh SQLite store's URL, in `dir`.
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite:{}", dir.path().join("bench.db").display())
 }
 
 fn check_report(r: &serde_json::Value, workload: &str, workers: u64, processes: u64) {
@@ -42,12 +72,7 @@ fn check_report(r: &serde_json::Value, workload: &str, workers: u64, processes: 
 }
 
 fn redis_url() -> Option<String> {
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skipped
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case("redis"))
-    {
-        eprintln!("SKIPPED: distlock bench against Redis, because DISTLOCK_SKIP={skipped}");
+    if distlock_testkit::skipped("redis", "distlock bench against Redis") {
         return None;
     }
     let url = std::env::var("DISTLOCK_REDIS_URL")
@@ -64,71 +89,28 @@ fn redis_url() -> Option<String> {
 #[test]
 fn sqlite_contended_over_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("bench.db").display());
-    let r = bench(
-        &url,
-        &[
-            "--workload",
-            "contended",
-            "--workers",
-            "4",
-            "--processes",
-            "2",
-        ],
-    );
-    check_report(&r, "contended", 4, 2);
+    let r = checked(bench_command(&sqlite_url(&dir)), "contended", (4, 2), &[]);
     assert_eq!(r["backend"], "sqlite");
 }
 
 #[test]
 fn sqlite_uncontended_has_no_handoffs() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("bench.db").display());
-    let r = bench(
-        &url,
-        &[
-            "--workload",
-            "uncontended",
-            "--workers",
-            "2",
-            "--processes",
-            "1",
-        ],
-    );
-    check_report(&r, "uncontended", 2, 1);
+    let r = checked(bench_command(&sqlite_url(&dir)), "uncontended", (2, 1), &[]);
     assert_eq!(r["handoffs_per_sec"], 0.0, "own names cannot hand off: {r}");
 }
 
 #[test]
 fn redis_contended_lock_and_fair_lock() {
     let Some(url) = redis_url() else { return };
-    let r = bench(
-        &url,
-        &[
-            "--workload",
-            "contended",
-            "--workers",
-            "4",
-            "--processes",
-            "2",
-        ],
-    );
-    check_report(&r, "contended", 4, 2);
+    let r = checked(bench_command(&url), "contended", (4, 2), &[]);
     assert_eq!(r["backend"], "redis");
-    let r = bench(
-        &url,
-        &[
-            "--workload",
-            "contended",
-            "--kind",
-            "fair",
-            "--workers",
-            "4",
-            "--processes",
-            "2",
-        ],
+    let r = checked(
+        bench_command(&url),
+        "contended",
+        (4, 2),
+        &["--kind", "fair"],
     );
-    check_report(&r, "contended", 4, 2);
     assert_eq!(r["kind"], "fair");
 }
 
@@ -142,11 +124,7 @@ fn redis_cluster_and_sentinel_uncontended_and_contended() {
         .filter(|s| matches!(s.name, "redis-cluster" | "redis-sentinel"))
     {
         for workload in ["uncontended", "contended"] {
-            let r = bench(
-                &store.url,
-                &["--workload", workload, "--workers", "4", "--processes", "2"],
-            );
-            check_report(&r, workload, 4, 2);
+            let r = checked(bench_command(&store.url), workload, (4, 2), &[]);
             assert_eq!(r["backend"], "redis", "{}: {r}", store.name);
         }
     }
@@ -187,108 +165,24 @@ fn bad_arguments_fail_cleanly() {
     assert!(!out.status.success());
 }
 
-/// A private TLS-only redis-server (self-signed CA made with the `openssl` command), killed on
-/// drop.
-struct TlsRedis {
-    child: std::process::Child,
-    port: u16,
-    ca: std::path::PathBuf,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_tls_redis(dir: &std::path::Path, password: &str) -> TlsRedis {
-    let certs = distlock_testkit::certs::make(dir).unwrap_or_else(|e| panic!("{e:?}"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
-        .arg("--tls-cert-file")
-        .arg(&certs.server_cert)
-        .arg("--tls-key-file")
-        .arg(&certs.server_key)
-        .arg("--tls-ca-cert-file")
-        .arg(&certs.ca)
-        .args(["--requirepass", password])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server could not start; run scripts/services.sh");
-    let server = TlsRedis {
-        child,
-        port,
-        ca: certs.ca,
-    };
-    for _ in 0..500 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("TLS redis-server on port {port} did not answer");
-}
-
 #[test]
 fn redis_over_tls_with_password() {
     if redis_url().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = start_tls_redis(dir.path(), "tls-s3cret");
-    let url = format!("rediss://:tls-s3cret@localhost:{}", server.port);
+    let certs = distlock_testkit::certs::make(dir.path()).unwrap_or_else(|e| panic!("{e:?}"));
+    let server = distlock_testkit::servers::start_redis_tls(&certs, "tls-s3cret")
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let url = format!("rediss://:tls-s3cret@localhost:{}", server.port());
     // The test CA is trusted through SSL_CERT_FILE (read by rustls-native-certs), for the child
     // processes only.
-    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
-        .args(["bench", "--url", &url, "--duration", "1s", "--json"])
-        .args([
-            "--workload",
-            "contended",
-            "--workers",
-            "2",
-            "--processes",
-            "2",
-        ])
-        .env("SSL_CERT_FILE", &server.ca)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench over TLS failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    check_report(&r, "contended", 2, 2);
+    let mut trusting = bench_command(&url);
+    trusting.env("SSL_CERT_FILE", &certs.ca);
+    checked(trusting, "contended", (2, 2), &[]);
     // Without the CA the server's certificate is refused, and the password is never shown.
-    let out = Command::new(env!("CARGO_BIN_EXE_distlock"))
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--duration",
-            "1s",
-            "--workload",
-            "contended",
-        ])
+    let out = bench_command(&url)
+        .args(["--workload", "contended"])
         .env_remove("SSL_CERT_FILE")
         .output()
         .unwrap();
@@ -306,24 +200,11 @@ fn redis_over_tls_with_password() {
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_contended_is_fifo_and_exclusive() {
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skipped.split(',').any(|s| s.trim() == "etcd") {
-        eprintln!("SKIPPED: distlock bench against etcd, because DISTLOCK_SKIP={skipped}");
+    if distlock_testkit::skipped("etcd", "distlock bench against etcd") {
         return;
     }
     let url = std::env::var("DISTLOCK_ETCD_URL")
         .unwrap_or_else(|_| "etcd://127.0.0.1:2379?ttl=3".to_string());
-    let r = bench(
-        &url,
-        &[
-            "--workload",
-            "contended",
-            "--workers",
-            "4",
-            "--processes",
-            "2",
-        ],
-    );
-    check_report(&r, "contended", 4, 2);
+    let r = checked(bench_command(&url), "contended", (4, 2), &[]);
     assert_eq!(r["backend"], "etcd");
 }

@@ -14,9 +14,14 @@ fn demo(args: &[&str]) -> Output {
         .expect("running distlock demo")
 }
 
-/// The JSON objects of a `--json` run, after checking the exit status.
-fn runs(args: &[&str], expect_success: bool) -> Vec<Value> {
-    let out = demo(args);
+/// The words of a command line (arguments without spaces of their own).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// The JSON objects of a `--json` run of `distlock demo LINE`, after checking the exit status.
+fn runs(line: &str, expect_success: bool) -> Vec<Value> {
+    let out = demo(&words(line));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -39,6 +44,17 @@ fn find<'a>(runs: &'a [Value], scenario: &str, strategy: &str, instances: u64) -
         .unwrap_or_else(|| panic!("no {scenario}/{strategy}/{instances} run in {runs:#?}"))
 }
 
+/// The unprotected runs of `all` (strategy `none`, 3 instances) raced, as the demo means them
+/// to: units oversold (and said so) and updates lost. Answers the counter run.
+fn assert_raced(all: &[Value]) -> &Value {
+    let stock = find(all, "stock", "none", 3);
+    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
+    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
+    let counter = find(all, "counter", "none", 3);
+    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    counter
+}
+
 /// Stock: no unit oversold; counter: no update lost; and no request failed.
 fn assert_correct(run: &Value) {
     assert_eq!(run["correct"], true, "{run}");
@@ -54,21 +70,7 @@ fn assert_correct(run: &Value) {
 #[test]
 fn every_protecting_strategy_is_correct_across_three_instances() {
     let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "stock,counter",
-            "--requests",
-            "120",
-            "--instances",
-            "3",
-            "--concurrency",
-            "12",
-            "--segments",
-            "4",
-            "--strategy",
-            "optimistic,lock,atomic,segmented",
-        ],
+        "--json --scenario stock,counter --requests 120 --instances 3 --concurrency 12 --segments 4 --strategy optimistic,lock,atomic,segmented",
         true,
     );
     assert_eq!(all.len(), 8, "{all:#?}");
@@ -91,17 +93,7 @@ fn every_protecting_strategy_is_correct_across_three_instances() {
 #[test]
 fn fifty_keys_through_the_lock_layer_lose_nothing_and_oversell_nothing() {
     let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "stock,counter",
-            "--keys",
-            "50",
-            "--instances",
-            "3",
-            "--strategy",
-            "lock",
-        ],
+        "--json --scenario stock,counter --keys 50 --instances 3 --strategy lock",
         true,
     );
     assert_eq!(all.len(), 2, "{all:#?}");
@@ -119,21 +111,7 @@ fn fifty_keys_through_the_lock_layer_lose_nothing_and_oversell_nothing() {
 #[test]
 fn a_held_key_answers_423_when_the_layer_may_not_wait() {
     let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "stock",
-            "--keys",
-            "50",
-            "--instances",
-            "3",
-            "--strategy",
-            "lock",
-            "--lock-wait",
-            "0s",
-            "--concurrency",
-            "64",
-        ],
+        "--json --scenario stock --keys 50 --instances 3 --strategy lock --lock-wait 0s --concurrency 64",
         true,
     );
     let locked = find(&all, "stock", "lock:sqlite", 3);
@@ -197,7 +175,6 @@ const SERVERS: &[(&str, &str, &str, &str)] = &[
 #[test]
 fn the_lock_strategy_is_correct_on_every_server_backend() {
     // A lock strategy is only a distlock URL: each backend runs with no demo code of its own.
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
     let mut args = vec![
         "--json".to_string(),
         "--scenario".into(),
@@ -213,10 +190,7 @@ fn the_lock_strategy_is_correct_on_every_server_backend() {
     ];
     let mut servers = Vec::new();
     for &(name, var, default, server) in SERVERS {
-        if skipped.split(',').any(|s| s.trim() == name) {
-            eprintln!(
-                "SKIPPED: the demo's lock strategy on {name}, because DISTLOCK_SKIP={skipped}"
-            );
+        if distlock_testkit::skipped(name, &format!("the demo's lock strategy on {name}")) {
             continue;
         }
         let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
@@ -262,9 +236,7 @@ fn server(name: &str, what: &str) -> Option<(String, String)> {
         .iter()
         .find(|(n, ..)| *n == name)
         .expect("a known server");
-    let skipped = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skipped.split(',').any(|s| s.trim() == name) {
-        eprintln!("SKIPPED: {what} on {name}, because DISTLOCK_SKIP={skipped}");
+    if distlock_testkit::skipped(name, &format!("{what} on {name}")) {
         return None;
     }
     let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
@@ -274,8 +246,8 @@ fn server(name: &str, what: &str) -> Option<(String, String)> {
 
 /// The JSON runs of a demo whose inventory store is `server`; a failed demo (the server down
 /// first of all) fails the test with the fix.
-fn runs_on_store(server: &str, name: &str, args: &[&str]) -> Vec<Value> {
-    let out = demo(args);
+fn runs_on_store(server: &str, name: &str, line: &str) -> Vec<Value> {
+    let out = demo(&words(line));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -298,23 +270,9 @@ fn the_store_works_on(name: &str) {
     let protected = runs_on_store(
         &server,
         name,
-        &[
-            "--json",
-            "--scenario",
-            "stock,counter",
-            "--store",
-            &url,
-            "--requests",
-            "200",
-            "--instances",
-            "3",
-            "--concurrency",
-            "12",
-            "--segments",
-            "4",
-            "--strategy",
-            "optimistic,lock,atomic,segmented,row-lock",
-        ],
+        &format!(
+            "--json --scenario stock,counter --store {url} --requests 200 --instances 3 --concurrency 12 --segments 4 --strategy optimistic,lock,atomic,segmented,row-lock"
+        ),
     );
     assert_eq!(protected.len(), 10, "{protected:#?}");
     for scenario in ["stock", "counter"] {
@@ -336,25 +294,11 @@ fn the_store_works_on(name: &str) {
     let unprotected = runs_on_store(
         &server,
         name,
-        &[
-            "--json",
-            "--store",
-            &url,
-            "--requests",
-            "200",
-            "--concurrency",
-            "12",
-            "--pause",
-            "5ms",
-            "--strategy",
-            "none",
-        ],
+        &format!(
+            "--json --store {url} --requests 200 --concurrency 12 --pause 5ms --strategy none"
+        ),
     );
-    let stock = find(&unprotected, "stock", "none", 3);
-    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
-    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
-    let counter = find(&unprotected, "counter", "none", 3);
-    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    let counter = assert_raced(&unprotected);
     assert_eq!(counter["verdict"], "wrong-as-expected", "{counter}");
 }
 
@@ -377,15 +321,9 @@ fn row_lock_is_refused_or_skipped_on_sqlite() {
         String::from_utf8_lossy(&alone.stderr).contains("row locks"),
         "{alone:?}"
     );
-    let all = demo(&[
-        "--json",
-        "--scenario",
-        "counter",
-        "--strategy",
-        "atomic,row-lock",
-        "--requests",
-        "20",
-    ]);
+    let all = demo(&words(
+        "--json --scenario counter --strategy atomic,row-lock --requests 20",
+    ));
     assert!(all.status.success(), "{all:?}");
     let stderr = String::from_utf8_lossy(&all.stderr);
     assert!(stderr.contains("row-lock skipped"), "{stderr}");
@@ -397,43 +335,17 @@ fn no_protection_oversells_and_loses_updates() {
     // A 5 ms pause between read and write: with 12 requests in flight, reads that overlap a
     // write are certain, so the race must show.
     let all = runs(
-        &[
-            "--json",
-            "--requests",
-            "120",
-            "--concurrency",
-            "12",
-            "--pause",
-            "5ms",
-            "--strategy",
-            "none",
-        ],
+        "--json --requests 120 --concurrency 12 --pause 5ms --strategy none",
         true,
     );
-    let stock = find(&all, "stock", "none", 3);
-    assert!(stock["oversold"].as_i64().unwrap() > 0, "{stock}");
-    assert_eq!(stock["verdict"], "wrong-as-expected", "{stock}");
-    let counter = find(&all, "counter", "none", 3);
-    assert!(counter["lost_updates"].as_i64().unwrap() > 0, "{counter}");
+    let counter = assert_raced(&all);
     assert_eq!(counter["correct"], false, "{counter}");
 }
 
 #[test]
 fn a_local_mutex_is_correct_in_one_instance_and_wrong_in_three() {
     let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "counter",
-            "--requests",
-            "120",
-            "--concurrency",
-            "12",
-            "--pause",
-            "5ms",
-            "--strategy",
-            "local-mutex",
-        ],
+        "--json --scenario counter --requests 120 --concurrency 12 --pause 5ms --strategy local-mutex",
         true,
     );
     assert_eq!(all.len(), 2, "one instance, then three: {all:#?}");
@@ -482,20 +394,9 @@ fn an_instance_that_cannot_start_is_reported_with_its_stderr() {
         "sqlite:{}",
         dir.path().join("missing/dir/locks.db").display()
     );
-    let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "counter",
-            "--strategy",
-            "lock",
-            "--requests",
-            "10",
-            "--lock-url",
-            &lock_url,
-        ],
-        false,
-    );
+    let line =
+        format!("--json --scenario counter --strategy lock --requests 10 --lock-url {lock_url}");
+    let all = runs(&line, false);
     assert_eq!(all.len(), 1);
     let run = &all[0];
     assert_eq!(run["verdict"], "FAILED", "{run}");
@@ -511,19 +412,7 @@ fn an_instance_that_cannot_start_is_reported_with_its_stderr() {
 fn requests_that_time_out_fail_the_run() {
     // Every request sleeps 50 ms between read and write but may take only 10 ms.
     let all = runs(
-        &[
-            "--json",
-            "--scenario",
-            "counter",
-            "--strategy",
-            "optimistic",
-            "--requests",
-            "6",
-            "--pause",
-            "50ms",
-            "--request-timeout",
-            "10ms",
-        ],
+        "--json --scenario counter --strategy optimistic --requests 6 --pause 50ms --request-timeout 10ms",
         false,
     );
     let optimistic = find(&all, "counter", "optimistic", 3);
@@ -643,9 +532,9 @@ fn invalid_arguments_exit_64() {
 #[test]
 fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
     for lock_url in [None, Some("redis://127.0.0.1:6379")] {
-        let mut args = vec!["--json", "--scenario", "pause", "--requests", "200"];
+        let mut line = "--json --scenario pause --requests 200".to_string();
         if let Some(url) = lock_url {
-            args.extend(["--lock-url", url]);
+            line.push_str(&format!(" --lock-url {url}"));
         }
         let name = if lock_url.is_some() {
             "redis"
@@ -653,7 +542,7 @@ fn pause_scenario_shows_the_plain_lock_wrong_and_the_fence_correct() {
             "sqlite"
         };
         for _ in 0..2 {
-            let all = runs(&args, true);
+            let all = runs(&line, true);
             let fenced = find(&all, "pause", &format!("lock+fence:{name}"), 3);
             assert_correct(fenced);
             assert_eq!(fenced["refused"], 1, "{fenced}");

@@ -29,14 +29,17 @@ impl Scratch {
     }
 
     fn exec(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("exec").arg("--url").arg(self.url()).args(args);
-        cmd.env_remove("DISTLOCK_URL");
-        cmd
+        exec_on(&self.url(), args)
     }
 
     fn run(&self, args: &[&str]) -> Output {
         self.exec(args).output().expect("run distlock")
+    }
+
+    /// [`spawn_holder`](Self::spawn_holder), answering the holder and its command's pid.
+    fn spawn_holder_pid(&self, extra: &[&str], then: &str) -> (Child, u32) {
+        let (holder, ready) = self.spawn_holder(extra, then);
+        (holder, number_in(&ready))
     }
 
     /// Starts a holder whose command writes its shell's pid to `ready` and then runs `then`.
@@ -61,6 +64,14 @@ fn rand_suffix() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos()
+}
+
+/// The number written in the file at `path` (a pid, a value).
+fn number_in<T: std::str::FromStr>(path: &Path) -> T {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{} holds {text:?}, not a number", path.display()))
 }
 
 fn wait_for_file(path: &Path) {
@@ -198,12 +209,7 @@ fn concurrent_invocations_exclude_each_other() {
 #[test]
 fn killed_holder_frees_within_lease_plus_a_second() {
     let s = Scratch::new();
-    let (mut holder, ready) = s.spawn_holder(&["--lease", "1s"], "sleep 30");
-    let command_pid: u32 = std::fs::read_to_string(&ready)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut holder, command_pid) = s.spawn_holder_pid(&["--lease", "1s"], "sleep 30");
     signal(holder.id(), libc::SIGKILL);
     holder.wait().ok();
     let killed = Instant::now();
@@ -221,12 +227,7 @@ fn killed_holder_frees_within_lease_plus_a_second() {
 fn lost_lease_stops_the_command_with_exit_76() {
     let s = Scratch::new();
     // The shell starts `sleep` as its own child: stopping COMMAND must stop it too.
-    let (mut holder, ready) = s.spawn_holder(&["--lease", "600ms"], "sleep 30; true");
-    let command_pid: u32 = std::fs::read_to_string(&ready)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut holder, command_pid) = s.spawn_holder_pid(&["--lease", "600ms"], "sleep 30; true");
     signal(holder.id(), libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(1000));
     let out = s.run(&["--wait", "10s", "job", "--", "echo", "second"]);
@@ -251,13 +252,8 @@ fn lost_lease_stops_the_command_with_exit_76() {
 fn max_hold_stops_the_command_at_the_cap_with_exit_76() {
     let s = Scratch::new();
     let started = Instant::now();
-    let (mut holder, ready) =
-        s.spawn_holder(&["--lease", "1s", "--max-hold", "2s"], "sleep 30; true");
-    let command_pid: u32 = std::fs::read_to_string(&ready)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut holder, command_pid) =
+        s.spawn_holder_pid(&["--lease", "1s", "--max-hold", "2s"], "sleep 30; true");
     // Renewed while it runs: held past several leases until the cap.
     std::thread::sleep(Duration::from_millis(1500));
     let refused = s.run(&["--no-wait", "job", "--", "true"]);
@@ -299,11 +295,7 @@ fn a_lock_found_gone_at_the_release_exits_76() {
     let s = Scratch::new();
     let (holder, _) = s.spawn_holder(&[], "sleep 3");
     std::thread::sleep(Duration::from_secs(1));
-    let out = Command::new(BIN)
-        .args(["release", "--url", &s.url(), "--force", "job"])
-        .env_remove("DISTLOCK_URL")
-        .output()
-        .expect("run distlock release");
+    let out = common::run(&["release", "--url", &s.url(), "--force", "job"]);
     assert_eq!(code(&out), 0, "release --force: {out:?}");
     let out = holder.wait_with_output().expect("wait for the holder");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -322,11 +314,8 @@ fn an_unreachable_store_exits_69() {
         "memcached://127.0.0.1:1",
     ] {
         for wait in [&["--no-wait"][..], &["--wait", "1s"], &[]] {
-            let out = Command::new(BIN)
-                .args(["exec", "--url", url])
-                .args(wait)
+            let out = exec_on(url, wait)
                 .args(["job", "--", "echo", "ran"])
-                .env_remove("DISTLOCK_URL")
                 .output()
                 .expect("run distlock");
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -349,11 +338,7 @@ fn a_missing_argument_is_named() {
         (&["release", "--force"], "<NAME>"),
         (&["status"], "<NAME>"),
     ] {
-        let out = Command::new(BIN)
-            .args(args)
-            .env_remove("DISTLOCK_URL")
-            .output()
-            .expect("run distlock");
+        let out = common::run(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(code(&out), 64, "{args:?}: {stderr}");
         assert!(
@@ -426,17 +411,8 @@ fn exec_works_on_every_server_backend() {
             "echo $DISTLOCK_FENCING_TOKEN > {}; sleep 30",
             ready.display()
         );
-        let mut holder = Command::new(BIN)
-            .args(["exec", "--url", url, &name, "--", "sh", "-c", &script])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn holder");
-        wait_until_ran(&mut holder, &ready, backend);
-        let first: u64 = std::fs::read_to_string(&ready)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let mut holder = holding(url, backend, &[&name], &script, &ready);
+        let first: u64 = number_in(&ready);
         let refused = Command::new(BIN)
             .args(["exec", "--url", url, "--no-wait", &name, "--", "true"])
             .output()
@@ -544,12 +520,7 @@ fn a_wait_too_long_for_the_clock_waits_forever() {
         let scratch = Scratch::new();
         let ready = scratch.path("ready");
         let script = format!("echo $$ > {}; sleep 30", ready.display());
-        let mut holder = Command::new(BIN)
-            .args(["exec", "--url", url, &name, "--", "sh", "-c", &script])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn holder");
-        wait_until_ran(&mut holder, &ready, backend);
+        let mut holder = holding(url, backend, &[&name], &script, &ready);
         let mut waiter = Command::new(BIN)
             .args([
                 "exec", "--url", url, "--wait", FOREVER, &name, "--", "echo", "ran",
@@ -662,22 +633,15 @@ fn a_lease_shorter_than_the_session_is_refused_and_one_that_fits_is_kept() {
         let fitting = with_param(&store.url, param, "2s");
         let scratch = Scratch::new();
         let ready = scratch.path("ready");
-        let mut holder = Command::new(BIN)
-            .args(["exec", "--url", &fitting, "--lease", "2s", &name, "--"])
-            .args([
-                "sh",
-                "-c",
-                &format!("echo $$ > {}; sleep 60", ready.display()),
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn holder");
-        wait_until_ran(&mut holder, &ready, store.name);
-        let command_pid: u32 = std::fs::read_to_string(&ready)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let script = format!("echo $$ > {}; sleep 60", ready.display());
+        let mut holder = holding(
+            &fitting,
+            store.name,
+            &["--lease", "2s", &name],
+            &script,
+            &ready,
+        );
+        let command_pid: u32 = number_in(&ready);
         signal(holder.id(), libc::SIGKILL);
         holder.wait().ok();
         let killed = Instant::now();
@@ -734,9 +698,8 @@ fn mode_stores(what: &str) -> Vec<common::Store> {
 
 /// `distlock exec --url URL ARGS…` with no DISTLOCK_URL from the environment.
 fn exec_on(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["exec", "--url", url]).args(args);
-    cmd.env_remove("DISTLOCK_URL");
+    let mut cmd = common::distlock(&["exec", "--url", url]);
+    cmd.args(args);
     cmd
 }
 
@@ -744,12 +707,19 @@ fn exec_on(url: &str, args: &[&str]) -> Command {
 fn hold(store: &common::Store, flags: &[&str], name: &str, ready: &Path) -> Child {
     let script = format!("echo $$ > {}; exec sleep 30", ready.display());
     let mut args = flags.to_vec();
-    args.extend([name, "--", "sh", "-c", &script]);
-    let mut holder = exec_on(&store.url, &args)
+    args.push(name);
+    holding(&store.url, store.name, &args, &script, ready)
+}
+
+/// Starts `exec --url URL ARGS… -- sh -c SCRIPT` on `backend`, whose SCRIPT writes `ready`;
+/// returns once it has.
+fn holding(url: &str, backend: &str, args: &[&str], script: &str, ready: &Path) -> Child {
+    let mut holder = exec_on(url, args)
+        .args(["--", "sh", "-c", script])
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn holder");
-    wait_until_ran(&mut holder, ready, store.name);
+    wait_until_ran(&mut holder, ready, backend);
     holder
 }
 

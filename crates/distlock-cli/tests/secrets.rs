@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Read};
+use std::process::Stdio;
 
-use common::BIN;
 use distlock_testkit::servers::{Persistence, start_redis_with_args};
 
 const SECRET: &str = "s3cretPW";
@@ -117,9 +114,7 @@ fn urls(what: &str) -> Vec<String> {
 
 /// Runs distlock with `args`, and checks its whole output for the secret and repeated causes.
 fn check(url: &str, args: &[&str]) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("DISTLOCK_URL")
+    let out = common::distlock(args)
         .env("DISTLOCK_LOG", "error")
         .output()
         .expect("run distlock");
@@ -173,9 +168,7 @@ fn status_never_prints_a_password() {
 fn serve_never_prints_a_password() {
     for url in urls("secrets through serve") {
         let args = ["serve", "--url", &url, "--listen", "127.0.0.1:0"];
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env_remove("DISTLOCK_URL")
+        let mut child = common::distlock(&args)
             .env("DISTLOCK_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -188,7 +181,7 @@ fn serve_never_prints_a_password() {
         if let Some(base) = shown.trim().strip_prefix("listening on http://") {
             let authority = base.trim_end_matches('/').to_string();
             for path in ["/api/locks", "/"] {
-                shown.push_str(&http_get(&authority, path));
+                shown.push_str(&common::http_get(&authority, path));
             }
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -206,18 +199,6 @@ fn serve_never_prints_a_password() {
     }
 }
 
-/// A plain HTTP/1.0 GET of `path` from `authority`: the whole response.
-fn http_get(authority: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(authority).expect("connect to serve");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").expect("send request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read response");
-    response
-}
-
 /// The password in the forms above is the password: a Redis that requires one holding `@`,
 /// `:`, `/`, `?` and `#` lets `exec`, `status` and `elect` in with it written unencoded, and
 /// refuses one letter off, neither run showing it.
@@ -233,11 +214,7 @@ fn a_password_holding_at_signs_and_slashes_is_the_one_sent() {
         &["status", "--url", &url, "--prefix", &name],
         &["elect", "--url", &url, "--lease", "2s", &name, "--", "true"],
     ] {
-        let out = Command::new(BIN)
-            .args(args)
-            .env_remove("DISTLOCK_URL")
-            .output()
-            .expect("run distlock");
+        let out = common::run(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
         for piece in ["s3@cret", "cret:PW", "PW/x", "x?y", "y#z"] {
@@ -248,11 +225,7 @@ fn a_password_holding_at_signs_and_slashes_is_the_one_sent() {
         }
     }
     let wrong = url.replace("y#z", "y#Z");
-    let out = Command::new(BIN)
-        .args(["exec", "--url", &wrong, "--no-wait", &name, "--", "true"])
-        .env_remove("DISTLOCK_URL")
-        .output()
-        .expect("run distlock");
+    let out = common::run(&["exec", "--url", &wrong, "--no-wait", &name, "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(
         out.status.code(),
@@ -306,35 +279,18 @@ fn demo_never_prints_a_password() {
         .into_iter()
         .filter(|u| u.contains("?password="))
         .collect();
+    // `demo --strategy STRATEGY` on the stock scenario, small, with `store` arguments.
+    let demo = |url: &str, strategy: &str, store: &[&str]| {
+        let run = ["demo", "--strategy", strategy, "--scenario", "stock"];
+        check(url, &[&run[..], &["-k", "1", "-n", "4"], store].concat());
+    };
     for url in &urls {
-        let run = [
-            "demo",
-            "--strategy",
-            "lock",
-            "--scenario",
-            "stock",
-            "-k",
-            "1",
-            "-n",
-            "4",
-        ];
-        check(url, &[&run[..], &["-c", "1", "--lock-url", url]].concat());
+        demo(url, "lock", &["-c", "1", "--lock-url", url]);
     }
     for url in urls
         .iter()
         .filter(|u| u.starts_with("postgres") || u.starts_with("mysql"))
     {
-        let run = [
-            "demo",
-            "--strategy",
-            "none",
-            "--scenario",
-            "stock",
-            "-k",
-            "1",
-            "-n",
-            "4",
-        ];
-        check(url, &[&run[..], &["--store", url]].concat());
+        demo(url, "none", &["--store", url]);
     }
 }

@@ -36,10 +36,7 @@ impl Drop for Server {
 }
 
 fn serve_command(url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--url", url]);
-    cmd.env_remove("DISTLOCK_URL");
-    cmd
+    common::distlock(&["serve", "--url", url])
 }
 
 impl Server {
@@ -58,12 +55,19 @@ impl Server {
         Server::spawn(command)
     }
 
-    /// Spawns `command` (a `distlock serve`), and waits for its `listening on` line.
+    /// Spawns `command` (a `distlock serve`, its standard error the test's), and waits for its
+    /// `listening on` line.
     fn spawn(mut command: Command) -> Server {
+        command.stderr(Stdio::inherit());
+        Server::listening(command)
+    }
+
+    /// Spawns `command` (a `distlock serve`, its standard error as the caller set it), and
+    /// waits for its `listening on` line.
+    fn listening(mut command: Command) -> Server {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn distlock serve");
         let mut line = String::new();
@@ -108,13 +112,7 @@ impl Server {
 /// A plain HTTP/1.0 GET (the server closes the connection after answering): (status, head, body).
 fn http_get(base: &str, path: &str) -> (u16, String, String) {
     let authority = base.strip_prefix("http://").expect("http base");
-    let mut stream = TcpStream::connect(authority).expect("connect to serve");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").expect("send request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read response");
+    let response = common::http_get(authority, path);
     let (head, body) = response.split_once("\r\n\r\n").expect("a header block");
     let status = head
         .split_whitespace()
@@ -597,26 +595,13 @@ fn an_idle_keep_alive_connection_is_closed() {
 #[test]
 fn out_of_file_descriptors_it_keeps_serving() {
     let store = common::sqlite();
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\"", BIN, "serve"])
         .args(["--url", &store.url, "--listen", "127.0.0.1:0"])
         .env_remove("DISTLOCK_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn distlock serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read serve's stdout");
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("serve printed {line:?}, not its address"))
-        .trim_end_matches('/')
-        .to_string();
-    let mut server = Server { child, base };
+        .stderr(Stdio::piped());
+    let mut server = Server::listening(command);
     let authority = server.base.strip_prefix("http://").unwrap().to_string();
     let mut slow = half_sent_requests(&authority, 100);
 

@@ -11,13 +11,16 @@ use std::time::{Duration, Instant};
 use common::{BIN, Store};
 
 fn distlock(store: &Store, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
+    common::distlock(args)
         .arg("--url")
         .arg(&store.url)
-        .env_remove("DISTLOCK_URL")
         .output()
         .expect("run distlock")
+}
+
+/// Fails unless `out` exited with `code`; `what` names the run.
+fn assert_exit(out: &Output, code: i32, what: &str) {
+    assert_eq!(out.status.code(), Some(code), "{what}:\n{}", text(out));
 }
 
 fn text(out: &Output) -> String {
@@ -97,12 +100,7 @@ fn status_then_force_release(store: &Store) {
     assert_eq!(ours["holdings"][0]["holder"]["pid"], pid, "{on}: {ours}");
 
     let refused = distlock(store, &["release", &name]);
-    assert_eq!(
-        refused.status.code(),
-        Some(64),
-        "{on}: release without --force:\n{}",
-        text(&refused)
-    );
+    assert_exit(&refused, 64, &format!("{on}: release without --force"));
     let forced = distlock(store, &["release", "--force", &name]);
     let said = String::from_utf8_lossy(&forced.stdout);
     assert!(
@@ -124,12 +122,7 @@ fn status_then_force_release(store: &Store) {
     };
     assert_eq!(code, Some(76), "{on}: the forced-out holder's exit status");
     let after = distlock(store, &["status", &name]);
-    assert_eq!(
-        after.status.code(),
-        Some(1),
-        "{on}: status after the forced release:\n{}",
-        text(&after)
-    );
+    assert_exit(&after, 1, &format!("{on}: status after the forced release"));
 }
 
 #[test]
@@ -149,7 +142,7 @@ fn bad_input_is_a_usage_error() {
         &["release", "--force", ""],
     ] {
         let out = distlock(&store, args);
-        assert_eq!(out.status.code(), Some(64), "{args:?}:\n{}", text(&out));
+        assert_exit(&out, 64, &format!("{args:?}"));
     }
 }
 

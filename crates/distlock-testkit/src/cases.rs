@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use distlock::{ErrorKind, OwnerToken};
 
-use crate::{Ctx, Failure, Outcome, check};
+use crate::{Ctx, Failure, Outcome, check, check_kind, joined};
+
+/// How long a released waiter may take to get in.
+const TEN_S: Duration = Duration::from_secs(10);
 
 /// Polls `probe` every 10 ms until it answers true, failing after `within`.
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut probe: F) -> Outcome
@@ -93,10 +96,12 @@ pub async fn writer_preference(ctx: Ctx) -> Outcome {
         first_reader.release().await?,
         "the first reader lost its lock"
     );
-    let w = tokio::time::timeout(Duration::from_secs(10), writer)
-        .await
-        .map_err(|_| Failure("the writer did not get the lock after the reader left".into()))??;
-    let w = w?;
+    let w = joined(
+        TEN_S,
+        writer,
+        "the writer getting the lock after the reader left",
+    )
+    .await??;
     check!(
         rw.read().try_acquire().await?.is_none(),
         "a reader got in while the writer held"
@@ -113,10 +118,7 @@ pub async fn upgrade_is_refused(ctx: Ctx) -> Outcome {
     let owner = OwnerToken::random();
     let read = rw.read().owner(owner.clone()).acquire().await?;
     let upgrade = rw.write().owner(owner).try_acquire().await;
-    check!(
-        matches!(&upgrade, Err(e) if e.kind() == ErrorKind::InvalidInput),
-        "read → write upgrade answered {upgrade:?}"
-    );
+    check_kind(&upgrade, ErrorKind::InvalidInput, "read → write upgrade")?;
     check!(read.release().await?, "the reader lost its lock");
     Ok(())
 }
@@ -151,9 +153,7 @@ pub async fn semaphore_counts_permits(ctx: Ctx) -> Outcome {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     check!(permits.pop().unwrap().release().await?, "a permit was lost");
-    let woken = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| Failure("a released permit did not reach the waiter".into()))???;
+    let woken = joined(TEN_S, waiter, "a released permit reaching the waiter").await??;
     check!(
         sem.available_permits().await? == 0,
         "the waiter's permit is not counted"
@@ -180,6 +180,22 @@ async fn fair_waiters(client: &distlock::Client, name: &str) -> Result<u64, Fail
         .unwrap_or(0))
 }
 
+/// A waiter, number `i`, that takes `lock` (within 30 s), notes its number in `order` and lets
+/// go a moment later.
+fn served_in_turn(
+    lock: distlock::Lock,
+    i: u64,
+    order: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+) -> tokio::task::JoinHandle<Outcome> {
+    tokio::spawn(async move {
+        let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
+        order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        g.release().await?;
+        Ok(())
+    })
+}
+
 /// A fair lock serves waiters of five clients in the order they came (each arrives only once
 /// the one before is in line, as the store's status shows).
 pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
@@ -191,14 +207,7 @@ pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
     for i in 0..5u64 {
         // Separate clients, so no in-process wake-up helps anyone jump the line.
         let lock = ctx.connect().await?.fair_lock(&name);
-        let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let g = lock.acquire_timeout(Duration::from_secs(30)).await?;
-            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            g.release().await?;
-            Ok::<(), Failure>(())
-        }));
+        waiters.push(served_in_turn(lock, i, order.clone()));
         eventually(Duration::from_secs(5), "the waiter in line", || async {
             Ok(fair_waiters(&ctx.client, &name).await? == i + 1)
         })
@@ -206,10 +215,7 @@ pub async fn fair_serves_in_arrival_order(ctx: Ctx) -> Outcome {
     }
     check!(holder.release().await?, "the holder lost its lock");
     for w in waiters {
-        tokio::time::timeout(Duration::from_secs(30), w)
-            .await
-            .map_err(|_| Failure("a fair waiter never got the lock".into()))?
-            .map_err(|e| Failure(e.to_string()))??;
+        joined(Duration::from_secs(30), w, "a fair waiter getting the lock").await??;
     }
     let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
     check!(order == vec![0, 1, 2, 3, 4], "served in order {order:?}");
@@ -248,14 +254,12 @@ pub async fn fair_killed_waiter_lapses(ctx: Ctx, within: Duration) -> Outcome {
     .await?;
     let released = tokio::time::Instant::now();
     check!(holder.release().await?, "the holder lost its lock");
-    let got = tokio::time::timeout(within, next)
-        .await
-        .map_err(|_| {
-            Failure(format!(
-                "the waiter behind a killed one had no lock {within:?} after the release"
-            ))
-        })?
-        .map_err(|e| Failure(e.to_string()))??;
+    let got = joined(
+        within,
+        next,
+        "the lock reaching the waiter behind a killed one",
+    )
+    .await??;
     eprintln!(
         "the waiter behind a killed one got the lock {:?} after the release",
         released.elapsed()

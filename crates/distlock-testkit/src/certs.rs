@@ -67,17 +67,19 @@ fn openssl(args: &[&str], files: &[(&str, PathBuf)], tail: &[&str]) -> Result<()
         command.arg(flag).arg(path);
     }
     command.args(tail);
-    let out = command.output().map_err(|e| {
-        Failure(format!(
-            "openssl could not run ({e}); scripts/services.sh installs it"
-        ))
-    })?;
-    if !out.status.success() {
-        return Err(Failure(format!(
-            "openssl {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
+    crate::servers::run(&mut command, &format!("openssl {}", args.join(" ")))?;
     Ok(())
+}
+
+impl TestCerts {
+    /// The server's certificate, key and the CA, each after its flag in `flags` (a server's
+    /// own names for them: `--cert-file`, `--key-file`, `--trusted-ca-file`).
+    pub fn server_args(&self, flags: [&str; 3]) -> Vec<std::ffi::OsString> {
+        let files = [&self.server_cert, &self.server_key, &self.ca];
+        flags
+            .into_iter()
+            .zip(files)
+            .flat_map(|(flag, file)| [flag.into(), file.into()])
+            .collect()
+    }
 }

@@ -210,6 +210,13 @@ impl ChildProcess {
         }
     }
 
+    /// Sends the command line `command` and answers the child's next event, waiting at most
+    /// `within`.
+    pub async fn ask(&mut self, command: &str, within: Duration) -> Result<Value, Failure> {
+        self.send(command).await?;
+        self.event(within).await
+    }
+
     /// Sends a command line.
     pub async fn send(&mut self, command: &str) -> Result<(), Failure> {
         self.stdin

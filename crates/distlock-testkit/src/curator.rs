@@ -100,22 +100,16 @@ fn compile() -> Result<CuratorProgram, Failure> {
         let source = build.path().join(format!("{MAIN}.java"));
         let out = build.path().join("classes");
         std::fs::write(&source, SOURCE)?;
-        let result = std::process::Command::new(javac)
-            .args(["-nowarn", "-d"])
-            .arg(&out)
-            .arg("-cp")
-            .arg(&jars)
-            .arg(&source)
-            .stdin(Stdio::null())
-            .output()?;
-        if !result.status.success() {
-            return Err(Failure(format!(
-                "javac could not compile the Curator holder ({}): {}{}",
-                result.status,
-                String::from_utf8_lossy(&result.stdout),
-                String::from_utf8_lossy(&result.stderr)
-            )));
-        }
+        crate::servers::run(
+            std::process::Command::new(javac)
+                .args(["-nowarn", "-d"])
+                .arg(&out)
+                .arg("-cp")
+                .arg(&jars)
+                .arg(&source)
+                .stdin(Stdio::null()),
+            "javac (compiling the Curator holder)",
+        )?;
         if std::fs::rename(&out, &classes).is_err()
             && !classes.join(format!("{MAIN}.class")).is_file()
         {
@@ -302,14 +296,11 @@ impl CuratorHolder {
 
     /// The next event, or `None` once the holder has closed its output.
     pub async fn next_event(&mut self, timeout: Duration) -> Result<Option<String>, Failure> {
-        let line = tokio::time::timeout(timeout, self.lines.next_line())
-            .await
-            .map_err(|_| {
-                Failure(format!(
-                    "the Curator holder printed nothing for {timeout:?} (events so far: {:?})",
-                    self.events
-                ))
-            })??;
+        let printing = format!(
+            "the Curator holder printing a line (events so far: {:?})",
+            self.events
+        );
+        let line = crate::within(timeout, self.lines.next_line(), &printing).await??;
         if let Some(line) = &line {
             self.events.push(line.clone());
         }
@@ -357,6 +348,35 @@ impl CuratorHolder {
         Ok(())
     }
 
+    /// Fails unless the holder prints nothing for `quiet` (it waits for the lock); `what` says
+    /// while what it must wait, in the failure.
+    pub async fn check_waits(&mut self, quiet: Duration, what: &str) -> Result<(), Failure> {
+        let next = self.next_event(quiet).await;
+        if next.is_ok() {
+            return Err(Failure(format!(
+                "the holder went on {what}: {next:?}, events {:?}",
+                self.events
+            )));
+        }
+        Ok(())
+    }
+
+    /// Has a holder running with `until_line` release, and waits (up to `timeout`) for it to
+    /// finish cleanly ([`CuratorReport::check`]); its report.
+    pub async fn release_and_finish(mut self, timeout: Duration) -> Result<CuratorReport, Failure> {
+        self.send_line().await?;
+        let report = self.finish(timeout).await?;
+        report.check()?;
+        Ok(report)
+    }
+
+    /// Waits (up to `timeout` each) for the holder to take the lock, then to finish cleanly
+    /// ([`CuratorReport::check`]).
+    pub async fn acquires_and_finishes(mut self, timeout: Duration) -> Result<(), Failure> {
+        self.wait_for("acquired", timeout).await?;
+        self.finish(timeout).await?.check()
+    }
+
     /// Closes stdin (a holder running with `until_line` releases), reads the remaining events
     /// and waits for the process to exit, within `timeout`.
     pub async fn finish(mut self, timeout: Duration) -> Result<CuratorReport, Failure> {
@@ -369,14 +389,8 @@ impl CuratorHolder {
             }
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let status = tokio::time::timeout(left, self.child.wait())
-            .await
-            .map_err(|_| {
-                Failure(format!(
-                    "the Curator holder did not exit within {timeout:?} (events: {:?})",
-                    self.events
-                ))
-            })??;
+        let exiting = format!("the Curator holder exiting (events: {:?})", self.events);
+        let status = crate::within(left, self.child.wait(), &exiting).await??;
         let stderr = (&mut self.stderr).await.unwrap_or_default();
         Ok(CuratorReport {
             status,

@@ -2,7 +2,8 @@
 //! ZooKeeper ensemble, Redlock's masters): lock cycles that must keep working while a minority is
 //! down ([`cycles`]), workers contending for one lock while the leader dies ([`contend`]),
 //! whose holds are checked for overlaps and token order, and a holder whose only member is taken
-//! away from the others ([`holder_cut_off_is_lost_before_its_successor`]).
+//! away from the others ([`holder_cut_off_is_lost_before_its_successor`]); and the small steps
+//! these tests share (a follower, clients warmed up, a waiter).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +41,97 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// `n` clients of `url`.
+pub async fn clients(url: &str, n: usize) -> Result<Vec<Client>, Failure> {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        clients.push(client(url).await?);
+    }
+    Ok(clients)
+}
+
+/// Lock `name` taken through `client`, waiting at most 5 s.
+pub async fn hold(client: &Client, name: &str) -> Result<distlock::Guard, Failure> {
+    client
+        .lock(name)
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .map_err(fail)
+}
+
+/// Lock `name` taken through `client` within 10 s, once the store serves it again after a
+/// fault; a failure names `who` took it.
+pub async fn taken_again(
+    client: &Client,
+    name: &str,
+    who: &str,
+) -> Result<distlock::Guard, Failure> {
+    client
+        .lock(name)
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .map_err(|e| Failure(format!("{who} once its member ran again: {}", why(&e))))
+}
+
+/// The members of a cluster of `members` but `x`.
+pub fn others(x: usize, members: usize) -> Vec<usize> {
+    (0..members).filter(|&i| i != x).collect()
+}
+
+/// A member of `cluster` that does not lead right now (waits out an election).
+pub fn follower(cluster: &impl Partitionable) -> Result<usize, Failure> {
+    let all: Vec<usize> = (0..cluster.members()).collect();
+    let leader = blocking(|| cluster.leader_among(&all))?;
+    Ok((leader + 1) % all.len())
+}
+
+/// Each of `clients` takes lock `name` once and releases it, so that every one has talked to
+/// the store (has a session) before a fault.
+pub async fn warm_up(clients: &[&Client], name: &str) -> Outcome {
+    for c in clients {
+        check!(
+            hold(c, name).await?.release().await.map_err(fail)?,
+            "a warm-up hold was lost"
+        );
+    }
+    Ok(())
+}
+
+/// The holding `held` outlives the death of a follower killed at `killed_at` (two members of
+/// three are still up): its lost signal stays silent until `until`, and `is_lost()` agrees.
+pub async fn kept_after_a_follower_died(
+    held: &distlock::Guard,
+    killed_at: Instant,
+    until: Instant,
+) -> Outcome {
+    if let Ok(e) = tokio::time::timeout_at(until, held.lost()).await {
+        return Err(Failure(format!(
+            "the holding was lost {:?} after a follower was killed (2 of 3 members still up): {}",
+            killed_at.elapsed(),
+            why(&e)
+        )));
+    }
+    check!(!held.is_lost(), "is_lost() after a follower was killed");
+    Ok(())
+}
+
+/// A task waiting (at most `within`) for lock `name` through `client`: it answers when it got
+/// its answer, the answer, and the client (kept alive meanwhile). Checks, half a second later,
+/// that it still waits (the lock is held).
+pub async fn waiter(
+    client: Client,
+    name: &'static str,
+    within: Duration,
+) -> Result<JoinHandle<(Instant, distlock::Result<distlock::Guard>, Client)>, Failure> {
+    let waiter = tokio::spawn(async move {
+        let got = client.lock(name).acquire_timeout(within).await;
+        (Instant::now(), got, client)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check!(!waiter.is_finished(), "the waiter got a held lock");
+    Ok(waiter)
+}
+
 /// A take the URL's replicas had to acknowledge (`?wait_replicas=2`) with one of the two unable
 /// to: answered `NoQuorum`, retryable, naming the count and that the take was undone. `what`
 /// says which take, in the failure.
@@ -74,6 +166,24 @@ pub async fn waiter_guard(
         .map_err(|_| Failure(format!("{what}: the waiter did not get the lock in 30 s")))?
         .map_err(|e| Failure(format!("{what}: the waiter's task: {e}")))?;
     Ok(answer?)
+}
+
+/// The holder `held` releases (its holding must still be there `after` the fault), and the
+/// waiter spawned earlier gets the lock within 30 s, with a larger token: the waiter's guard.
+pub async fn handed_on(
+    held: distlock::Guard,
+    waiting: JoinHandle<distlock::Result<distlock::Guard>>,
+    after: &str,
+) -> Result<distlock::Guard, Failure> {
+    let token = held.fencing_token();
+    check!(
+        held.release().await.map_err(fail)?,
+        "the release {after} found no holding"
+    );
+    let taken = waiter_guard(waiting, after).await?;
+    let whose = format!("the waiter's token {after}, after the holder's");
+    crate::check_above(&whose, taken.fencing_token(), token)?;
+    Ok(taken)
 }
 
 /// What [`cycles`] saw.
@@ -338,47 +448,53 @@ impl Contended {
     }
 }
 
-/// One run of [`holder_cut_off_is_lost_before_its_successor`]: member `x` of the cluster, the
-/// only one the holder reaches (`holder_url`); the waiter reaches the others (`waiter_url`);
-/// their sessions last `session`. `how` the member is taken away ("paused", "cut off"), and how
-/// long it may go on answering the holder after that (`answers_on`: a leader cut off from its
-/// followers serves its clients until it finds it has no quorum).
-pub struct CutOff<'a> {
-    pub holder_url: String,
-    pub waiter_url: String,
-    pub session: Duration,
-    pub how: &'a str,
-    pub answers_on: Duration,
+/// How a cluster's URL names some of its members: `url(cluster, which)`, with the session
+/// length the test gives its clients.
+pub type MembersUrl<C> = fn(&C, &[usize]) -> String;
+
+/// What a member does for [`holder_cut_off_is_lost_before_its_successor`].
+type MemberAction<C> = fn(&mut C, usize) -> Result<(), Failure>;
+
+/// How [`holder_cut_off_is_lost_before_its_successor`] takes the holder's only member away.
+pub enum TakenAway<C> {
+    /// A follower paused (SIGSTOP) by `pause` and resumed by `resume`: it answers nothing from
+    /// the moment it is paused.
+    PausedFollower {
+        pause: MemberAction<C>,
+        resume: MemberAction<C>,
+    },
+    /// The leader cut off from its followers (the cluster was started with peer links) while
+    /// the holder still reaches it: it may go on answering the holder for `answers_on` (until
+    /// it finds it has no quorum).
+    CutOffLeader { answers_on: Duration },
 }
 
-/// A holder reaching the cluster only through one member, a waiter through the others; `cut`
-/// takes that member away from the others, `restore` brings it back. The holder's lost signal
-/// fires within `answers_on`, the session and a bit; by its own clock it has lost the lock when
-/// the waiter gets it; the waiter's token is larger; and once the member serves again the old
-/// holder takes the lock anew, with a larger token still.
+/// A holder reaching the cluster only through one member (its URL as `url` says), a waiter
+/// through the others, their sessions lasting `session`; the member is taken away from the
+/// others as `how` says, and brought back. The holder's lost signal fires within the time the
+/// member may go on answering, the session and a bit; by its own clock it has lost the lock
+/// when the waiter gets it; the waiter's token is larger; and once the member serves again the
+/// old holder takes the lock anew, with a larger token still.
 pub async fn holder_cut_off_is_lost_before_its_successor<C: Partitionable>(
     cluster: &mut C,
-    run: CutOff<'_>,
-    cut: impl FnOnce(&mut C) -> Result<(), Failure>,
-    restore: impl FnOnce(&mut C) -> Result<(), Failure>,
+    url: MembersUrl<C>,
+    session: Duration,
+    taken_away: TakenAway<C>,
 ) -> Outcome {
     const NAME: &str = "cut-off-member";
-    let CutOff {
-        holder_url,
-        waiter_url,
-        session,
-        how,
-        answers_on,
-    } = run;
+    let all: Vec<usize> = (0..cluster.members()).collect();
+    let x = match &taken_away {
+        TakenAway::PausedFollower { .. } => follower(cluster)?,
+        TakenAway::CutOffLeader { .. } => blocking(|| cluster.leader_among(&all))?,
+    };
+    let (holder_url, waiter_url) = (url(cluster, &[x]), url(cluster, &others(x, all.len())));
+    let (how, answers_on) = match &taken_away {
+        TakenAway::PausedFollower { .. } => ("paused", Duration::ZERO),
+        TakenAway::CutOffLeader { answers_on } => ("cut off", *answers_on),
+    };
     let holder_client = client(&holder_url).await?;
     let waiter_client = client(&waiter_url).await?;
-    let held = Arc::new(
-        holder_client
-            .lock(NAME)
-            .acquire_timeout(Duration::from_secs(5))
-            .await
-            .map_err(fail)?,
-    );
+    let held = Arc::new(hold(&holder_client, NAME).await?);
     let token = held.fencing_token();
     let lost = held.lost();
     let lost = tokio::spawn(async move {
@@ -412,12 +528,18 @@ pub async fn holder_cut_off_is_lost_before_its_successor<C: Partitionable>(
     tokio::time::sleep(Duration::from_millis(500)).await;
     check!(!waiter.is_finished(), "the waiter got a held lock");
 
-    blocking(|| cut(cluster))?;
+    blocking(|| match &taken_away {
+        TakenAway::PausedFollower { pause, .. } => pause(cluster, x),
+        TakenAway::CutOffLeader { .. } => Ok(cluster.isolate(x)?),
+    })?;
     let stopped = Instant::now();
     let within = session + answers_on + Duration::from_secs(2);
     let lost = tokio::time::timeout(within, lost).await;
     let waited = tokio::time::timeout(Duration::from_secs(15), waiter).await;
-    blocking(|| restore(cluster))?;
+    blocking(|| match &taken_away {
+        TakenAway::PausedFollower { resume, .. } => resume(cluster, x),
+        TakenAway::CutOffLeader { .. } => Ok(cluster.heal()?),
+    })?;
     let (lost_at, e) = lost
         .map_err(|_| {
             Failure(format!(
@@ -463,18 +585,8 @@ pub async fn holder_cut_off_is_lost_before_its_successor<C: Partitionable>(
     );
     // Its member serves again once it has caught up with the leader (a ZooKeeper member serves
     // no client until then): the holder's client starts a new session and takes the lock anew.
-    let all: Vec<usize> = (0..cluster.members()).collect();
     blocking(|| cluster.leader_among(&all))?;
-    let again = holder_client
-        .lock(NAME)
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .map_err(|e| {
-            Failure(format!(
-                "the old holder once its member ran again: {}",
-                why(&e)
-            ))
-        })?;
+    let again = taken_again(&holder_client, NAME, "the old holder").await?;
     check!(
         again.fencing_token() > token,
         "the old holder's new token is not larger"

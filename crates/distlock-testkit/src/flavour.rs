@@ -75,3 +75,15 @@ pub fn with_lease(client: &Client, lock: Lock, wanted: Duration) -> Lock {
         None => lock,
     }
 }
+
+/// Every kind of lock, a semaphore of `permits` among them.
+pub fn every_lock_kind(permits: u32) -> [distlock::LockKind; 5] {
+    use distlock::LockKind;
+    [
+        LockKind::Mutex,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+        LockKind::Permit { permits },
+    ]
+}

@@ -70,6 +70,19 @@ impl From<Failure> for distlock_harness::Failure {
     }
 }
 
+/// Whether `DISTLOCK_SKIP` (a comma-separated list, any case) names `backend`, which skips the
+/// tests of that store on purpose; a skip is printed, naming `what` was skipped.
+pub fn skipped(backend: &str, what: &str) -> bool {
+    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
+    let skipped = skip
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case(backend));
+    if skipped {
+        eprintln!("SKIPPED: {what}, because DISTLOCK_SKIP={skip}");
+    }
+    skipped
+}
+
 /// What a case returns.
 pub type Outcome = Result<(), Failure>;
 
@@ -81,6 +94,66 @@ macro_rules! check {
             return Err($crate::Failure(format!($($fmt)+)));
         }
     };
+}
+
+/// Fails unless `new` (a fencing token, an election term) is above `old`; the message says
+/// `what` they are ("the token after a crashed holder's").
+pub fn check_above<T: Ord + fmt::Display>(what: &str, new: T, old: T) -> Outcome {
+    check!(new > old, "{what}: {new} is not above {old}");
+    Ok(())
+}
+
+/// Fails saying `what` happened unless a try of `lock` finds it taken.
+pub async fn check_taken(lock: &distlock::Lock, what: &str) -> Outcome {
+    match lock.try_acquire().await? {
+        None => Ok(()),
+        Some(_) => Err(Failure(what.to_string())),
+    }
+}
+
+/// Fails unless `answer` is an error of `kind`; `what` says what answered, in the failure.
+pub fn check_kind<T: fmt::Debug>(
+    answer: &distlock::Result<T>,
+    kind: distlock::ErrorKind,
+    what: &str,
+) -> Outcome {
+    check!(
+        matches!(answer, Err(e) if e.kind() == kind),
+        "{what} answered {answer:?}, not {kind:?}"
+    );
+    Ok(())
+}
+
+/// What `fut` gives if it finishes within `limit`; otherwise fails saying `what` did not happen
+/// within it.
+pub async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    fut: F,
+    what: &str,
+) -> Result<F::Output, Failure> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| Failure(format!("{what}: not within {limit:?}")))
+}
+
+/// What the spawned task `task` returned, if it finished within `limit`; otherwise fails saying
+/// `what` did not happen within it (or how the task failed).
+pub async fn joined<T>(
+    limit: std::time::Duration,
+    task: tokio::task::JoinHandle<T>,
+    what: &str,
+) -> Result<T, Failure> {
+    within(limit, task, what)
+        .await?
+        .map_err(|e| Failure(format!("{what}: {e}")))
+}
+
+/// A task acquiring `lock`, waiting at most `within`: its answer, once joined.
+pub fn acquiring(
+    lock: distlock::Lock,
+    within: std::time::Duration,
+) -> tokio::task::JoinHandle<distlock::Result<distlock::Guard>> {
+    tokio::spawn(async move { lock.acquire_timeout(within).await })
 }
 
 /// A request for the exclusive lock `name` by a new owner, with `lease`: for cases that call a

@@ -72,31 +72,26 @@ async fn curator_readers_share_and_a_writer_waits_for_both() -> Result<(), Failu
     let r2_node = r2.wait_for("acquired", WAIT).await?;
     let mut w = spawn(&write)?;
     w.wait_for("waiting", WAIT).await?;
-    check!(
-        w.next_event(Duration::from_secs(1)).await.is_err(),
-        "the writer went on while two readers held: {:?}",
-        w.events()
-    );
+    w.check_waits(
+        Duration::from_secs(1),
+        "(the writer) while two readers held",
+    )
+    .await?;
 
-    r1.send_line().await?;
-    let r1 = r1.finish(WAIT).await?;
-    r1.check()?;
-    check!(
-        w.next_event(Duration::from_millis(500)).await.is_err(),
-        "the writer went on while a reader held: {:?}",
-        w.events()
-    );
-    r2.send_line().await?;
-    let r2 = r2.finish(WAIT).await?;
-    r2.check()?;
+    let r1 = r1.release_and_finish(WAIT).await?;
+    w.check_waits(
+        Duration::from_millis(500),
+        "(the writer) while a reader held",
+    )
+    .await?;
+    let r2 = r2.release_and_finish(WAIT).await?;
     check!(
         r1.count("shared") == 1 && r2.count("shared") == 1,
         "the readers did not see each other inside: {r1:?} {r2:?}"
     );
 
     let w_node = w.wait_for("acquired", WAIT).await?;
-    w.send_line().await?;
-    w.finish(WAIT).await?.check()?;
+    w.release_and_finish(WAIT).await?;
     check!(
         read_counter(dir.path())? == 1,
         "the writer's section did not count"

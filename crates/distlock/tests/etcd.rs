@@ -10,7 +10,9 @@ use std::time::Duration;
 use distlock::{ErrorKind, OwnerToken};
 use distlock_testkit::servers::{start_etcd, start_etcd_cluster, start_etcd_tls};
 use distlock_testkit::suite::PRIVATE_SESSION_TTL;
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, cases, check, check_above, check_taken, within,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -132,10 +134,7 @@ async fn etcdctl_lock_and_distlock_exclude_each_other(ctx: Ctx) -> Outcome {
         key.starts_with(&format!("{name}/")),
         "etcdctl's key {key:?} is not under {name}/"
     );
-    check!(
-        ctx.lock(&name).try_acquire().await?.is_none(),
-        "distlock took the lock etcdctl holds"
-    );
+    check_taken(&ctx.lock(&name), "distlock took the lock etcdctl holds").await?;
     let waited = ctx
         .lock(&name)
         .acquire_timeout(Duration::from_millis(800))
@@ -239,21 +238,15 @@ async fn revoked_session_fires_lost(ctx: Ctx) -> Outcome {
         revoke.status.success(),
         "etcdctl lease revoke {lease} failed: {revoke:?}"
     );
-    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost()).await;
-    check!(
-        lost.is_ok() && held.is_lost(),
-        "the holder's lost() did not fire within 5 s of its lease being revoked"
-    );
+    let revoked = "the holder's lost() firing once its lease was revoked";
+    within(Duration::from_secs(5), held.lost(), revoked).await?;
+    check!(held.is_lost(), "lost() fired but is_lost() is false");
     let next = ctx
         .lock(&name)
         .acquire_timeout(Duration::from_secs(2))
         .await?;
-    check!(
-        next.fencing_token() > held.fencing_token(),
-        "token {} after the revoked holder's {}",
-        next.fencing_token(),
-        held.fencing_token()
-    );
+    let whose = "the token after the revoked holder's";
+    check_above(whose, next.fencing_token(), held.fencing_token())?;
     check!(
         !matches!(held.release().await, Ok(true)),
         "the revoked holder's release claimed the lock"
@@ -315,11 +308,8 @@ async fn a_lock_taken_again_puts_the_same_key(ctx: Ctx) -> Outcome {
     let mut last = 0;
     for _ in 0..5 {
         let guard = lock.acquire().await?;
-        check!(
-            guard.fencing_token().get() > last,
-            "token {} after {last}",
-            guard.fencing_token()
-        );
+        let whose = "the token after the last one";
+        check_above(whose, guard.fencing_token().get(), last)?;
         last = guard.fencing_token().get();
         seen.extend(live_keys().await?);
         check!(
@@ -406,19 +396,24 @@ async fn user_and_password(_ctx: Ctx) -> Outcome {
             );
         }
     }
-    let anonymous = match distlock::connect(&plain).await {
-        Ok(client) => client
-            .lock("authenticated")
-            .acquire_timeout(Duration::from_secs(5))
-            .await
-            .map(|g| g.fencing_token()),
-        Err(e) => Err(e),
-    };
+    let anonymous = token_through(&plain, "authenticated", Duration::from_secs(5)).await;
     check!(
         anonymous.is_err(),
         "a client without credentials took a lock: {anonymous:?}"
     );
     Ok(())
+}
+
+/// The token of lock `name` taken (waiting at most `within`) by a new client of `url`, or why
+/// the client could not connect or take it.
+async fn token_through(
+    url: &str,
+    name: &str,
+    within: Duration,
+) -> distlock::Result<distlock::FencingToken> {
+    let client = distlock::connect(url).await?;
+    let guard = client.lock(name).acquire_timeout(within).await?;
+    Ok(guard.fencing_token())
 }
 
 /// `etcds://` against an etcd that serves TLS only and wants client certificates: with the CA
@@ -447,14 +442,7 @@ async fn tls_with_a_client_certificate(_ctx: Ctx) -> Outcome {
         ("without a client certificate", no_cert),
         ("without the CA", base),
     ] {
-        let attempt = match distlock::connect(&url).await {
-            Ok(client) => client
-                .lock("over-tls")
-                .acquire_timeout(Duration::from_secs(3))
-                .await
-                .map(|g| g.fencing_token()),
-            Err(e) => Err(e),
-        };
+        let attempt = token_through(&url, "over-tls", Duration::from_secs(3)).await;
         check!(attempt.is_err(), "a client {what} took a lock: {attempt:?}");
     }
     Ok(())

@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use distlock::ErrorKind;
-use distlock_testkit::failover::{self, blocking, client, fail, why};
-use distlock_testkit::faults::peers::Partitionable;
+use distlock_testkit::failover::{self, TakenAway, blocking, client, fail, why};
 use distlock_testkit::servers::{
     EtcdCluster, start_etcd_cluster, start_etcd_cluster_with_peer_links,
 };
@@ -29,14 +28,13 @@ async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
-/// A member that does not lead right now.
-fn follower(cluster: &EtcdCluster) -> Result<usize, Failure> {
-    let leader = blocking(|| cluster.leader())?;
-    Ok((leader + 1) % 3)
+fn others(x: usize) -> Vec<usize> {
+    failover::others(x, 3)
 }
 
-fn others(x: usize) -> Vec<usize> {
-    (0..3).filter(|&i| i != x).collect()
+/// The URL of the members `which`, with the session TTL of every client here.
+fn url(cluster: &EtcdCluster, which: &[usize]) -> String {
+    cluster.members_url(which, TTL)
 }
 
 /// The keys of lock `name` in etcd, as (create revision, lease id).
@@ -74,35 +72,17 @@ async fn one_follower_killed_locks_keep_working() -> Outcome {
         client(&url).await?,
         client(&url).await?,
     );
-    let held = holder
-        .lock("held")
-        .acquire_timeout(Duration::from_secs(5))
-        .await
-        .map_err(fail)?;
+    let held = failover::hold(&holder, "held").await?;
     // Every client has talked to the cluster before the kill.
-    for c in [&a, &b] {
-        let g = c
-            .lock("cycles")
-            .acquire_timeout(Duration::from_secs(5))
-            .await;
-        check!(
-            g.map_err(fail)?.release().await.map_err(fail)?,
-            "a warm-up hold was lost"
-        );
-    }
+    failover::warm_up(&[&a, &b], "cycles").await?;
 
-    let killed = follower(&cluster)?;
+    let killed = failover::follower(&cluster)?;
     blocking(|| cluster.kill(killed))?;
+    let killed_at = Instant::now();
     // More than a whole TTL: a keep-alive that could not move off the dead member would have
     // ended the session by now.
-    let watched = TTL_D + Duration::from_secs(1);
-    if let Ok(e) = tokio::time::timeout(watched, held.lost()).await {
-        return Err(Failure(format!(
-            "the holding was lost after a follower was killed (2 of 3 members still up): {}",
-            why(&e)
-        )));
-    }
-    check!(!held.is_lost(), "is_lost() after a follower was killed");
+    let watched = killed_at + TTL_D + Duration::from_secs(1);
+    failover::kept_after_a_follower_died(&held, killed_at, watched).await?;
 
     // With two members of three up, no call should fail.
     let during = "with one follower of three dead";
@@ -131,11 +111,7 @@ const FAILOVER_ERRORS: &[ErrorKind] = &[ErrorKind::Connection, ErrorKind::Timeou
 async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster(3))?;
-    let url = cluster.url(TTL);
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(client(&url).await?);
-    }
+    let clients = failover::clients(&cluster.url(TTL), 3).await?;
     let until = Instant::now() + Duration::from_secs(9);
     let contention = failover::contend(clients, "counter", until, FAILOVER_ERRORS);
 
@@ -169,21 +145,11 @@ async fn holder_whose_member_is_paused_past_ttl_is_lost_before_successor_takes_l
 -> Outcome {
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster(3))?;
-    let x = follower(&cluster)?;
-    let run = failover::CutOff {
-        holder_url: cluster.member_url(x, TTL),
-        waiter_url: cluster.members_url(&others(x), TTL),
-        session: TTL_D,
-        how: "paused",
-        answers_on: Duration::ZERO,
+    let paused = TakenAway::PausedFollower {
+        pause: EtcdCluster::stop,
+        resume: EtcdCluster::cont,
     };
-    failover::holder_cut_off_is_lost_before_its_successor(
-        &mut cluster,
-        run,
-        |cluster| cluster.stop(x),
-        |cluster| cluster.cont(x),
-    )
-    .await
+    failover::holder_cut_off_is_lost_before_its_successor(&mut cluster, url, TTL_D, paused).await
 }
 
 /// The split brain: the holder's only member is the leader, cut off from its followers while
@@ -196,22 +162,10 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
 -> Outcome {
     let _turn = one_at_a_time().await;
     let mut cluster = blocking(|| start_etcd_cluster_with_peer_links(3))?;
-    let x = blocking(|| cluster.leader())?;
-    let run = failover::CutOff {
-        holder_url: cluster.member_url(x, TTL),
-        waiter_url: cluster.members_url(&others(x), TTL),
-        session: TTL_D,
-        how: "cut off",
-        // It answers keep-alives until check-quorum steps it down: an election timeout, 1 s.
-        answers_on: Duration::from_secs(1),
-    };
-    failover::holder_cut_off_is_lost_before_its_successor(
-        &mut cluster,
-        run,
-        |cluster| Ok(cluster.isolate(x)?),
-        |cluster| Ok(cluster.heal()?),
-    )
-    .await
+    // It answers keep-alives until check-quorum steps it down: an election timeout, 1 s.
+    let answers_on = Duration::from_secs(1);
+    let cut_off = TakenAway::CutOffLeader { answers_on };
+    failover::holder_cut_off_is_lost_before_its_successor(&mut cluster, url, TTL_D, cut_off).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -219,23 +173,11 @@ async fn waiter_with_cut_keepalives_never_gets_lock_on_expired_lease() -> Outcom
     let _turn = one_at_a_time().await;
     const NAME: &str = "cut-waiter";
     let mut cluster = blocking(|| start_etcd_cluster(3))?;
-    let x = follower(&cluster)?;
+    let x = failover::follower(&cluster)?;
     let holder_client = client(&cluster.members_url(&others(x), TTL)).await?;
     let waiter_client = client(&cluster.member_url(x, TTL)).await?;
-    let held = holder_client
-        .lock(NAME)
-        .acquire_timeout(Duration::from_secs(5))
-        .await
-        .map_err(fail)?;
-    let waiter = tokio::spawn(async move {
-        let got = waiter_client
-            .lock(NAME)
-            .acquire_timeout(Duration::from_secs(30))
-            .await;
-        (got, waiter_client)
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    check!(!waiter.is_finished(), "the waiter got a held lock");
+    let held = failover::hold(&holder_client, NAME).await?;
+    let waiter = failover::waiter(waiter_client, NAME, Duration::from_secs(30)).await?;
     let queued = lock_keys(&cluster, NAME)?;
     check!(
         queued.len() == 2,
@@ -273,7 +215,7 @@ async fn waiter_with_cut_keepalives_never_gets_lock_on_expired_lease() -> Outcom
     );
     blocking(|| cluster.cont(x))?;
 
-    let (got, _waiter_client) = tokio::time::timeout(Duration::from_secs(40), waiter)
+    let (_, got, _waiter_client) = tokio::time::timeout(Duration::from_secs(40), waiter)
         .await
         .map_err(|_| Failure("the waiter's acquire_timeout never returned".into()))?
         .map_err(|e| Failure(e.to_string()))?;

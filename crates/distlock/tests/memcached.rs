@@ -9,10 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use distlock::{ErrorKind, FencingToken, LockName, OwnerToken};
+use distlock::{ErrorKind, FencingToken, Lock, LockName, OwnerToken};
 use distlock_testkit::faults::FaultProxy;
-use distlock_testkit::servers::{PrivateStore, start_memcached, start_memcached_without_evictions};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::servers::{
+    PrivateServer, PrivateStore, start_memcached, start_memcached_without_evictions,
+};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_kind, check_taken,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -111,11 +115,7 @@ impl Raw {
         self.0.get_mut().write_all(b"stats\r\n").await?;
         let mut found = None;
         loop {
-            let mut line = String::new();
-            if self.0.read_line(&mut line).await? == 0 {
-                return Err(Failure("memcached closed the connection".into()));
-            }
-            let line = line.trim_end();
+            let line = self.line().await?;
             if line == "END" {
                 break;
             }
@@ -152,11 +152,7 @@ impl Raw {
             self.0.get_mut().write_all(batch.as_bytes()).await?;
             let mut refused = 0;
             loop {
-                let mut line = String::new();
-                if self.0.read_line(&mut line).await? == 0 {
-                    return Err(Failure("memcached closed the connection".into()));
-                }
-                match line.trim_end() {
+                match self.line().await?.as_str() {
                     "MN" => break,
                     l if l.starts_with("SERVER_ERROR out of memory") => refused += 1,
                     l => return Err(Failure(format!("filling: memcached answered {l:?}"))),
@@ -172,6 +168,33 @@ impl Raw {
                 ));
             }
         }
+    }
+
+    /// The next line memcached sends, without its line end; fails if it closed the connection.
+    async fn line(&mut self) -> Result<String, Failure> {
+        let mut line = String::new();
+        if self.0.read_line(&mut line).await? == 0 {
+            return Err(Failure("memcached closed the connection".into()));
+        }
+        Ok(line.trim_end().to_string())
+    }
+
+    /// The value of the lock item of `key`, which a take just stored.
+    async fn lock_item(&mut self, key: &str) -> Result<String, Failure> {
+        self.get(key)
+            .await?
+            .ok_or_else(|| Failure("no lock item after the take".into()))
+    }
+
+    /// Fails unless the item of `key` still has `value`: `what` (a take refused for memory)
+    /// left it as it was.
+    async fn check_unchanged(&mut self, key: &str, value: &str, what: &str) -> Outcome {
+        let now = self.get(key).await?;
+        check!(
+            now.as_deref() == Some(value),
+            "{what} left the item as {now:?}"
+        );
+        Ok(())
     }
 
     /// Sends `command` and returns the reply line.
@@ -227,15 +250,13 @@ async fn names_never_collide(ctx: Ctx) -> Outcome {
     }
     // Each is its own lock, and none touched the victim.
     for name in &names {
-        check!(
-            ctx.lock(name).try_acquire().await?.is_none(),
-            "{name:?} is free after being taken"
-        );
+        check_taken(&ctx.lock(name), "{name:?} is free after being taken").await?;
     }
-    check!(
-        ctx.lock(&victim).try_acquire().await?.is_none(),
-        "a name holding protocol text freed another lock"
-    );
+    check_taken(
+        &ctx.lock(&victim),
+        "a name holding protocol text freed another lock",
+    )
+    .await?;
     let tokens: Vec<u64> = guards.iter().map(|g| g.fencing_token().get()).collect();
     let mut distinct = tokens.clone();
     distinct.sort();
@@ -247,10 +268,7 @@ async fn names_never_collide(ctx: Ctx) -> Outcome {
     // Names memcached keys cannot carry are refused before anything is sent.
     for bad in ["a\r\nmd x", "a\rb", "a\nb", "a\0b"] {
         let outcome = ctx.lock(&format!("{base}/{bad}")).try_acquire().await;
-        check!(
-            matches!(&outcome, Err(e) if e.kind() == ErrorKind::InvalidName),
-            "{bad:?} gave {outcome:?}"
-        );
+        check_kind(&outcome, ErrorKind::InvalidName, &format!("{bad:?}"))?;
     }
     for guard in guards {
         check!(guard.release().await?, "a lock was lost");
@@ -280,11 +298,8 @@ async fn counter_lost(ctx: Ctx) -> Outcome {
     check!(deleted == "HD", "deleting the counter answered {deleted:?}");
     check!(first.release().await?, "the holder lost its lock");
     let second = lock.acquire().await?;
-    check!(
-        second.fencing_token() > t1,
-        "token {} after the counter was lost, not above {t1}",
-        second.fencing_token()
-    );
+    let whose = "the token after the counter was lost";
+    check_above(whose, second.fencing_token(), t1)?;
     check!(second.release().await?, "the next holder lost its lock");
     Ok(())
 }
@@ -312,11 +327,8 @@ async fn restarts_while_held(ctx: Ctx) -> Outcome {
         check!(lost.is_ok(), "round {round}: lost() did not fire");
     }
     let last = client.lock(&name).acquire().await?;
-    check!(
-        last.fencing_token().get() > highest,
-        "token {} after two restarts, not above {highest}",
-        last.fencing_token()
-    );
+    let whose = "the token after two restarts";
+    check_above(whose, last.fencing_token().get(), highest)?;
     check!(last.release().await?, "the last holder lost its lock");
     Ok(())
 }
@@ -339,10 +351,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let mut raw = Raw::connect(&ctx.url).await?;
     let crashed = OwnerToken::random();
     add_pending(&mut raw, &name, &crashed, 2).await?;
-    check!(
-        ctx.lock(&name).try_acquire().await?.is_none(),
-        "a pending take did not hold the lock"
-    );
+    check_taken(&ctx.lock(&name), "a pending take did not hold the lock").await?;
     let started = std::time::Instant::now();
     let guard = ctx
         .lock(&name)
@@ -356,10 +365,7 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let guard_token = guard.fencing_token();
     // The crashed taker's own owner token cannot release the new holding.
     let stale = ctx.lock(&name).owner(crashed).release().await;
-    check!(
-        matches!(&stale, Err(e) if e.kind() == ErrorKind::NotHeld),
-        "the crashed taker's release answered {stale:?}"
-    );
+    check_kind(&stale, ErrorKind::NotHeld, "the crashed taker's release")?;
     check!(guard.release().await?, "the holder lost its lock");
 
     // The owner's own pending item (its take was cancelled after the add): its next take
@@ -369,11 +375,8 @@ async fn pending_taker_crashed(ctx: Ctx) -> Outcome {
     let resumed = ctx.lock(&name).owner(owner).try_acquire().await?;
     check!(resumed.is_some(), "the owner could not finish its own take");
     let resumed = resumed.unwrap();
-    check!(
-        resumed.fencing_token() > guard_token,
-        "token {} after {guard_token}",
-        resumed.fencing_token()
-    );
+    let whose = "the resumed holder's token";
+    check_above(whose, resumed.fencing_token(), guard_token)?;
     check!(resumed.release().await?, "the resumed holder lost its lock");
     Ok(())
 }
@@ -392,10 +395,11 @@ async fn two_servers(ctx: Ctx) -> Outcome {
     let mut guards = Vec::new();
     for name in &names {
         guards.push(a.lock(name).acquire().await?);
-        check!(
-            b.lock(name).try_acquire().await?.is_none(),
-            "another client of the same servers got {name:?}"
-        );
+        check_taken(
+            &b.lock(name),
+            "another client of the same servers got {name:?}",
+        )
+        .await?;
     }
     let (mut first, mut second) = (
         Raw::connect(&ctx.url).await?,
@@ -434,10 +438,7 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
         .lease(Duration::from_millis(500))
         .try_acquire()
         .await;
-    check!(
-        matches!(&refused, Err(e) if e.kind() == ErrorKind::InvalidLease),
-        "a 500 ms lease gave {refused:?}"
-    );
+    check_kind(&refused, ErrorKind::InvalidLease, "a 500 ms lease")?;
     // 1.2 s is kept as 2 s (whole seconds, rounded up): still held after 1.5 s without renewal.
     let guard = ctx
         .lock(&name)
@@ -446,10 +447,7 @@ async fn whole_seconds(ctx: Ctx) -> Outcome {
         .acquire()
         .await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    check!(
-        ctx.lock(&name).try_acquire().await?.is_none(),
-        "a lease of 1.2 s ended before 1.5 s"
-    );
+    check_taken(&ctx.lock(&name), "a lease of 1.2 s ended before 1.5 s").await?;
     check!(guard.release().await?, "the holder lost its lock");
     Ok(())
 }
@@ -464,16 +462,29 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
     let backend = elections(&ctx.client)?;
     let ttl = Duration::from_secs(5);
     let (leader, deposed) = (FencingToken::new(1_000), FencingToken::new(999));
+    // A write of `value` (none: a resignation) under `term`; whether it was taken.
+    let write = |term, value| backend.elect_write(&record, term, value, ttl);
+    // Fails unless the record names `leader` with "new" (`when` is the moment, in failures).
+    let check_leads = async |when: &str| -> Outcome {
+        let current = backend.elect_current(&record).await?;
+        let expected = Some((leader, Some("new")));
+        check!(
+            current.as_ref().map(|e| (e.term, e.value.as_deref())) == expected,
+            "{when} the leader is {current:?}"
+        );
+        Ok(())
+    };
+    // Fails saying `what` unless the record names no leader.
+    let check_no_leader = async |what: &str| -> Outcome {
+        check!(backend.elect_current(&record).await?.is_none(), "{what}");
+        Ok(())
+    };
     check!(
-        backend
-            .elect_write(&record, deposed, Some("old"), ttl)
-            .await?,
+        write(deposed, Some("old")).await?,
         "the first write was refused"
     );
     check!(
-        backend
-            .elect_write(&record, leader, Some("new"), ttl)
-            .await?,
+        write(leader, Some("new")).await?,
         "a newer term was refused"
     );
     let mut raw = Raw::connect(&ctx.url).await?;
@@ -483,7 +494,7 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
     check!(head.is_some() && alive.is_some(), "{head:?} {alive:?}");
     for value in [Some("late"), Some("new"), None] {
         check!(
-            !backend.elect_write(&record, deposed, value, ttl).await?,
+            !write(deposed, value).await?,
             "a write of the older term with {value:?} was accepted"
         );
         check!(
@@ -495,11 +506,7 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
             "a refused write with {value:?} touched the liveness item"
         );
     }
-    let current = backend.elect_current(&record).await?;
-    check!(
-        current.as_ref().map(|e| (e.term, e.value.as_deref())) == Some((leader, Some("new"))),
-        "the leader is {current:?}"
-    );
+    check_leads("after the refused writes").await?;
     let before = backend.elect_log(&record, None).await?;
     let last_seq = before.last().map_or(0, |e| e.seq);
 
@@ -509,48 +516,31 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
         "the head was not there to delete"
     );
     check!(
-        !backend
-            .elect_write(&record, deposed, Some("late"), ttl)
-            .await?,
+        !write(deposed, Some("late")).await?,
         "an older term started a new head under a live leader"
     );
     check!(
         raw.get(&head_key).await?.is_none(),
         "a refused write made a head"
     );
+    check_no_leader("a leader without a head").await?;
     check!(
-        backend.elect_current(&record).await?.is_none(),
-        "a leader without a head"
-    );
-    check!(
-        backend
-            .elect_write(&record, leader, Some("new"), ttl)
-            .await?,
+        write(leader, Some("new")).await?,
         "the leader's refresh was refused"
     );
-    let current = backend.elect_current(&record).await?;
-    check!(
-        current.as_ref().map(|e| (e.term, e.value.as_deref())) == Some((leader, Some("new"))),
-        "after the refresh the leader is {current:?}"
-    );
+    check_leads("after the refresh").await?;
     // An observer placed before the loss finds the new head's entry after its place.
     let after = backend.elect_log(&record, Some(last_seq)).await?;
     check!(
         after.len() == 1 && after[0].seq > last_seq && after[0].term == leader,
         "entries after seq {last_seq}: {after:?}"
     );
-    check!(
-        backend.elect_write(&record, leader, None, ttl).await?,
-        "the leader could not resign"
-    );
+    check!(write(leader, None).await?, "the leader could not resign");
     check!(
         raw.get(&alive_key).await?.is_none(),
         "resigning left the liveness item"
     );
-    check!(
-        backend.elect_current(&record).await?.is_none(),
-        "a leader after resigning"
-    );
+    check_no_leader("a leader after resigning").await?;
 
     // A head lost and started again below an observer's place (the client that started it had
     // its clock behind): the observer still gets its entries, not nothing until seqs pass it.
@@ -707,21 +697,14 @@ const FULL_MEMORY_MB: u32 = 2;
 /// behind the holder's back (another client took it at once while the holder learnt it a
 /// twelfth of the lease later, at its next try).
 async fn full_memory_renewal(ctx: Ctx) -> Outcome {
-    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
-    let url = store.url();
-    let (holder, other) = (
-        distlock::connect(&url).await?,
-        distlock::connect(&url).await?,
-    );
+    let (_store, url) = full_memory_store()?;
+    let (holder, other) = (connect(&url).await?, connect(&url).await?);
     let name = ctx.unique_name("full");
     let lease = Duration::from_secs(3);
     let held = holder.lock(&name).lease(lease).acquire().await?;
     let mut raw = Raw::connect(&url).await?;
     let key = plain_lock_key(&name);
-    let value = raw
-        .get(&key)
-        .await?
-        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    let value = raw.lock_item(&key).await?;
     // Every chunk of the lock item's slab class taken: its next renewal finds no memory.
     let filled = raw.fill("granted", key.len(), value.len()).await?;
     let full_at = Instant::now();
@@ -780,13 +763,30 @@ async fn full_memory_renewal(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// A private memcached that refuses writes once its memory is full (it never evicts), and its
+/// URL.
+fn full_memory_store() -> Result<(PrivateServer, String), Failure> {
+    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
+    let url = store.url();
+    Ok((store, url))
+}
+
+/// A client of `url`.
+async fn connect(url: &str) -> Result<distlock::Client, Failure> {
+    Ok(distlock::connect(url).await?)
+}
+
+/// Lock `name` through `client`, of `owner`, with `lease`.
+fn owned(client: &distlock::Client, name: &str, owner: &OwnerToken, lease: Duration) -> Lock {
+    client.lock(name).owner(owner.clone()).lease(lease)
+}
+
 /// Another client's take that finds memcached's memory full must leave the holder's item: its
 /// `add` reaches the server after the holder took the lock (the contender read the key free just
 /// before) and is refused for lack of memory. memcached's meta `ms` in add mode then deletes the
 /// item that is there, the holder's, though the add never stored anything.
 async fn full_memory_take(ctx: Ctx) -> Outcome {
-    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
-    let url = store.url();
+    let (store, url) = full_memory_store()?;
     let proxy = FaultProxy::start(store.port()).await?;
     let contender = distlock::connect(&format!("memcached://127.0.0.1:{}", proxy.port())).await?;
     let holder = distlock::connect(&url).await?;
@@ -805,16 +805,8 @@ async fn full_memory_take(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let owner = OwnerToken::random();
-    let held = holder
-        .lock(&name)
-        .owner(owner.clone())
-        .lease(lease)
-        .acquire()
-        .await?;
-    let value = raw
-        .get(&key)
-        .await?
-        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    let held = owned(&holder, &name, &owner, lease).acquire().await?;
+    let value = raw.lock_item(&key).await?;
     // The pending item's slab class (the contender's add) and the granted item's (the holder's
     // renewals) full.
     let pending_len = owner.as_str().len() + 2;
@@ -829,13 +821,11 @@ async fn full_memory_take(ctx: Ctx) -> Outcome {
         "the contender's take after the holder's answered {contended:?}, not memcached's out of \
          memory (its add came before memory was full: the case did not happen)"
     );
-    let now = raw.get(&key).await?;
-    check!(
-        now.as_deref() == Some(value.as_str()),
-        "the contender's take, refused for memory, left the holder's item as {now:?} while the \
-         holder's guard says held (lost: {})",
+    let refused = format!(
+        "the contender's take, refused for memory, while the holder's guard says held (lost: {}),",
         held.is_lost()
     );
+    raw.check_unchanged(&key, &value, &refused).await?;
     check!(!held.is_lost(), "the holder lost its lock");
     check!(
         held.release().await?,
@@ -849,56 +839,23 @@ async fn full_memory_take(ctx: Ctx) -> Outcome {
 /// full answer an error and leave the holding as it was; a release still frees it (a delete
 /// needs no memory).
 async fn full_memory_retake(ctx: Ctx) -> Outcome {
-    let store = tokio::task::block_in_place(|| start_memcached_without_evictions(FULL_MEMORY_MB))?;
-    let url = store.url();
-    let (holder, twin) = (
-        distlock::connect(&url).await?,
-        distlock::connect(&url).await?,
-    );
+    let (_store, url) = full_memory_store()?;
+    let (holder, twin) = (connect(&url).await?, connect(&url).await?);
     let name = ctx.unique_name("retake");
     let key = plain_lock_key(&name);
     let lease = Duration::from_secs(30);
     let owner = OwnerToken::random();
-    let held = holder
-        .lock(&name)
-        .owner(owner.clone())
-        .lease(lease)
-        .acquire()
-        .await?;
+    let held = owned(&holder, &name, &owner, lease).acquire().await?;
     let mut raw = Raw::connect(&url).await?;
-    let value = raw
-        .get(&key)
-        .await?
-        .ok_or_else(|| Failure("no lock item after the take".into()))?;
+    let value = raw.lock_item(&key).await?;
     raw.fill("granted", key.len(), value.len()).await?;
     let out_of_memory = |r: &distlock::Result<Option<distlock::Guard>>| matches!(r, Err(e) if e.kind() == ErrorKind::Backend && e.to_string().contains("out of memory"));
-    let retake = twin
-        .lock(&name)
-        .owner(owner.clone())
-        .lease(lease)
-        .try_acquire()
-        .await;
-    check!(
-        out_of_memory(&retake),
-        "the owner's re-take answered {retake:?}"
-    );
-    let now = raw.get(&key).await?;
-    check!(
-        now.as_deref() == Some(value.as_str()),
-        "the owner's re-take, refused for memory, left the item as {now:?}"
-    );
-    let reentry = holder
-        .lock(&name)
-        .owner(owner.clone())
-        .lease(lease)
-        .try_acquire()
-        .await;
-    check!(out_of_memory(&reentry), "the reentry answered {reentry:?}");
-    let now = raw.get(&key).await?;
-    check!(
-        now.as_deref() == Some(value.as_str()),
-        "the reentry, refused for memory, left the item as {now:?}"
-    );
+    for (client, what) in [(&twin, "the owner's re-take"), (&holder, "the reentry")] {
+        let tried = owned(client, &name, &owner, lease).try_acquire().await;
+        check!(out_of_memory(&tried), "{what} answered {tried:?}");
+        let refused = format!("{what}, refused for memory,");
+        raw.check_unchanged(&key, &value, &refused).await?;
+    }
     check!(!held.is_lost(), "the holder lost its lock");
     check!(
         held.release().await?,

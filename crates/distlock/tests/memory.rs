@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use distlock::LockKind;
 use distlock_testkit::cases;
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_kind, check_taken, joined,
+    within,
+};
 
 /// Why the cases with child processes do not apply.
 const ONE_PROCESS: &str = "one process's memory: a child process would have a store of its own \
@@ -98,10 +101,7 @@ async fn stores_apart(ctx: Ctx) -> Outcome {
         held_a.is_some() && held_b.is_some(),
         "two memory: stores share a lock"
     );
-    check!(
-        a.lock(&name).try_acquire().await?.is_none(),
-        "a store of its own let a second owner in"
-    );
+    check_taken(&a.lock(&name), "a store of its own let a second owner in").await?;
     let store: String = ctx
         .unique_name("store")
         .chars()
@@ -111,20 +111,18 @@ async fn stores_apart(ctx: Ctx) -> Outcome {
     let again = distlock::connect(&format!("memory://{store}")).await?;
     let other = distlock::connect(&format!("memory://{store}-other")).await?;
     let guard = named.lock(&name).acquire().await?;
-    check!(
-        again.lock(&name).try_acquire().await?.is_none(),
-        "a second client of the same named store took a held lock"
-    );
+    check_taken(
+        &again.lock(&name),
+        "a second client of the same named store took a held lock",
+    )
+    .await?;
     check!(
         other.lock(&name).try_acquire().await?.is_some(),
         "a store of another name shares the lock"
     );
     check!(guard.release().await?, "the holder lost its lock");
     let bad = distlock::connect("memory://a/b").await;
-    check!(
-        matches!(&bad, Err(e) if e.kind() == distlock::ErrorKind::InvalidUrl),
-        "memory://a/b gave {bad:?}"
-    );
+    check_kind(&bad, distlock::ErrorKind::InvalidUrl, "memory://a/b")?;
     Ok(())
 }
 
@@ -161,10 +159,11 @@ async fn leases_on_paused_clock() -> Outcome {
         .acquire()
         .await?;
     tokio::time::advance(Duration::from_secs(29)).await;
-    check!(
-        client.lock("job").try_acquire().await?.is_none(),
-        "another owner got in 29 s into a 30 s lease"
-    );
+    check_taken(
+        &client.lock("job"),
+        "another owner got in 29 s into a 30 s lease",
+    )
+    .await?;
     check!(!stopped.is_lost(), "lost 29 s into a 30 s lease");
     tokio::time::advance(Duration::from_secs(2)).await;
     check!(stopped.is_lost(), "not lost 31 s into a 30 s lease");
@@ -173,12 +172,8 @@ async fn leases_on_paused_clock() -> Outcome {
         .try_acquire()
         .await?
         .ok_or_else(|| Failure("the lock was still held after its lease ran out".into()))?;
-    check!(
-        next.fencing_token() > stopped.fencing_token(),
-        "the next holder's token {} is not above {}",
-        next.fencing_token(),
-        stopped.fencing_token()
-    );
+    let whose = "the next holder's token";
+    check_above(whose, next.fencing_token(), stopped.fencing_token())?;
     check!(
         !stopped.release().await?,
         "the stopped holder released a lock it had lost"
@@ -189,10 +184,11 @@ async fn leases_on_paused_clock() -> Outcome {
     // the lease would move the clock past the lease before the watchdog's timer ran).
     tokio::time::sleep(Duration::from_secs(3600)).await;
     check!(!next.is_lost(), "the watchdog let a lease run out");
-    check!(
-        client.lock("job").try_acquire().await?.is_none(),
-        "another owner got in while the watchdog renewed"
-    );
+    check_taken(
+        &client.lock("job"),
+        "another owner got in while the watchdog renewed",
+    )
+    .await?;
     check!(next.release().await?, "the renewed holder lost its lock");
     // Paused time: the hour passes without being waited for (the bound is far from both).
     eprintln!(
@@ -228,10 +224,11 @@ async fn waiters_on_paused_clock() -> Outcome {
         let timed = make(&client, flavour)
             .acquire_timeout(Duration::from_secs(5))
             .await;
-        check!(
-            matches!(&timed, Err(e) if e.kind() == distlock::ErrorKind::Timeout),
-            "{flavour}: a 5 s wait on a held lock gave {timed:?}"
-        );
+        check_kind(
+            &timed,
+            distlock::ErrorKind::Timeout,
+            &format!("{flavour}: a 5 s wait on a held lock"),
+        )?;
         let released = tokio::time::Instant::now();
         check!(
             holder.release().await?,
@@ -299,20 +296,14 @@ async fn status_and_forced_release(ctx: Ctx) -> Outcome {
             flavour.name
         );
         // At its next renewal, a third of the lease later; the bound only guards against a hang.
-        tokio::time::timeout(Duration::from_secs(30), guard.lost())
-            .await
-            .map_err(|_| Failure(format!("{}: lost() did not fire", flavour.name)))?;
+        let fired = format!("{}: lost() firing", flavour.name);
+        within(Duration::from_secs(30), guard.lost(), &fired).await?;
         let next = (flavour.make)(&ctx.client, &name)
             .try_acquire()
             .await?
             .ok_or_else(|| Failure(format!("{}: not free after the force", flavour.name)))?;
-        check!(
-            next.fencing_token() > forced.fence,
-            "{}: the next token {} is not above the fence {}",
-            flavour.name,
-            next.fencing_token(),
-            forced.fence
-        );
+        let whose = format!("{}: the next token, after the fence", flavour.name);
+        check_above(&whose, next.fencing_token(), forced.fence)?;
         check!(
             !guard.release().await?,
             "{}: the forced-out holder released",
@@ -365,10 +356,12 @@ async fn election_and_latch(ctx: Ctx) -> Outcome {
     );
     let term = first.term();
     check!(first.resign().await?, "the first leader had lost its term");
-    let second = tokio::time::timeout(Duration::from_secs(30), second)
-        .await
-        .map_err(|_| Failure("the second candidate never led".into()))?
-        .map_err(|e| Failure(e.to_string()))??;
+    let second = joined(
+        Duration::from_secs(30),
+        second,
+        "the second candidate leading",
+    )
+    .await??;
     check!(
         second.term() > term,
         "the second term {} is not above {term}",
@@ -392,9 +385,11 @@ async fn election_and_latch(ctx: Ctx) -> Outcome {
         ctx.client.latch(&latch).count_down().await? == 0,
         "the count did not reach 0"
     );
-    tokio::time::timeout(Duration::from_secs(30), waiting)
-        .await
-        .map_err(|_| Failure("the latch's waiter was not released".into()))?
-        .map_err(|e| Failure(e.to_string()))??;
+    joined(
+        Duration::from_secs(30),
+        waiting,
+        "the latch's waiter's release",
+    )
+    .await??;
     Ok(())
 }

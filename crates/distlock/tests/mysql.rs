@@ -5,11 +5,5 @@
 mod sql_cases;
 
 fn main() -> std::process::ExitCode {
-    let url = sql_cases::url("DISTLOCK_MYSQL_URL", sql_cases::MYSQL_DEFAULT);
-    sql_cases::mysql_lease(distlock_testkit::Suite::new(
-        "mysql",
-        "MariaDB at 127.0.0.1:3306",
-        url,
-    ))
-    .run()
+    sql_cases::run(sql_cases::Sql::Mysql, sql_cases::Locks::Lease)
 }

@@ -313,13 +313,7 @@ fn status_types_serialize_as_the_cli_prints_them() {
         serde_json::to_string(&leader).unwrap(),
         r#"{"value":"node-a","term":7}"#
     );
-    for kind in [
-        LockKind::Mutex,
-        LockKind::Fair,
-        LockKind::Read,
-        LockKind::Write,
-        LockKind::Permit { permits: 5 },
-    ] {
+    for kind in distlock_testkit::flavour::every_lock_kind(5) {
         let text = serde_json::to_string(&kind).unwrap();
         assert_eq!(serde_json::from_str::<LockKind>(&text).unwrap(), kind);
     }

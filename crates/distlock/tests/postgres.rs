@@ -5,11 +5,5 @@
 mod sql_cases;
 
 fn main() -> std::process::ExitCode {
-    let url = sql_cases::url("DISTLOCK_POSTGRES_URL", sql_cases::PG_DEFAULT);
-    sql_cases::postgres_lease(distlock_testkit::Suite::new(
-        "postgres",
-        "PostgreSQL at 127.0.0.1:5432",
-        url,
-    ))
-    .run()
+    sql_cases::run(sql_cases::Sql::Postgres, sql_cases::Locks::Lease)
 }

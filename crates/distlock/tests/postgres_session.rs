@@ -5,14 +5,5 @@
 mod sql_cases;
 
 fn main() -> std::process::ExitCode {
-    let url = distlock_testkit::servers::with_param(
-        &sql_cases::url("DISTLOCK_POSTGRES_URL", sql_cases::PG_DEFAULT),
-        sql_cases::SESSION,
-    );
-    sql_cases::postgres_session(distlock_testkit::Suite::new(
-        "postgres",
-        "PostgreSQL at 127.0.0.1:5432",
-        url,
-    ))
-    .run()
+    sql_cases::run(sql_cases::Sql::Postgres, sql_cases::Locks::Session)
 }

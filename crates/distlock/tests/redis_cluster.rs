@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind, LockKind};
-use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
+use distlock_testkit::failover::{blocking, handed_on, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     RedisCluster, cluster_masters, redis_cli, redis_cli_as, start_redis_cluster,
     start_redis_cluster_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, check, check_above, check_taken,
+};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
@@ -183,10 +185,8 @@ async fn locks_spread_over_every_master(ctx: Ctx) -> Outcome {
                 names[i]
             )));
         };
-        check!(
-            next.fencing_token() > guards[i].fencing_token(),
-            "the token after a forced release is not above the holder's"
-        );
+        let whose = "the token after a forced release, after the holder's";
+        check_above(whose, next.fencing_token(), guards[i].fencing_token())?;
         next.release().await?;
         forced_on.insert(master, i);
     }
@@ -247,10 +247,11 @@ async fn multi_lock_across_slots(ctx: Ctx) -> Outcome {
     blocker.release().await?;
     let all = waiting.await.map_err(|e| Failure(e.to_string()))??;
     for name in &names {
-        check!(
-            ctx.client.lock(name).try_acquire().await?.is_none(),
-            "the multi-lock does not hold {name}"
-        );
+        check_taken(
+            &ctx.client.lock(name),
+            "the multi-lock does not hold {name}",
+        )
+        .await?;
     }
     all.release().await?;
     Ok(())
@@ -302,10 +303,7 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
     }
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
     before.push(held.fencing_token().get());
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| cluster.master_of(&key))?;
     let channel = format!("{key}:free");
     distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {
@@ -395,11 +393,8 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
         "the waiter took the lock {woken_after:?} after the release: not woken by it"
     );
     let max_before = before.iter().copied().max().unwrap_or(0);
-    check!(
-        taken.fencing_token().get() > max_before,
-        "the waiter's token {} is not above {max_before}",
-        taken.fencing_token().get()
-    );
+    let whose = "the waiter's token";
+    check_above(whose, taken.fencing_token().get(), max_before)?;
     taken.release().await?;
     eprintln!(
         "{how:?}: master {old} -> {new} after {promoted:?}; the waiter got the lock after the \
@@ -411,11 +406,8 @@ async fn failover_is_followed(ctx: &Ctx, cluster: &mut RedisCluster, how: How) -
                 .lock(&lock_name)
                 .acquire_timeout(Duration::from_secs(10))
                 .await?;
-            check!(
-                guard.fencing_token().get() > max_before,
-                "a take after the failover drew token {}, not above {max_before}",
-                guard.fencing_token().get()
-            );
+            let whose = "a take's token after the failover";
+            check_above(whose, guard.fencing_token().get(), max_before)?;
             guard.release().await?;
         }
     }
@@ -437,10 +429,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
     // A short lease: renewals (every 2 s) run through the migration.
     let lease = Duration::from_secs(6);
     let held = holder.lock(&name).lease(lease).acquire().await?;
-    let waiting = tokio::spawn({
-        let lock = contender.lock(&name).lease(lease);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(contender.lock(&name).lease(lease), Duration::from_secs(60));
     let source = blocking(|| cluster.master_of(&key))?;
     let masters = blocking(|| cluster.masters())?;
     let target = *masters
@@ -523,16 +512,7 @@ async fn resharding_keeps_the_lock(ctx: Ctx) -> Outcome {
         exists == "1",
         "the lock is not on its new master {target}: {exists}"
     );
-    let token = held.fencing_token();
-    check!(
-        held.release().await?,
-        "the release after the resharding found no holding"
-    );
-    let taken = waiter_guard(waiting, "after the resharding").await?;
-    check!(
-        taken.fencing_token() > token,
-        "the waiter's token is not above the holder's"
-    );
+    let taken = handed_on(held, waiting, "after the resharding").await?;
     taken.release().await?;
     Ok(())
 }
@@ -693,10 +673,7 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
         .acquire_timeout(Duration::from_secs(5))
         .await?;
     let first_token = first.fencing_token();
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name), Duration::from_secs(30));
     let master = blocking(|| cluster.master_of(&key))?;
     let channel = format!("{key}:free");
     distlock_testkit::cases::eventually(Duration::from_secs(10), "the waiter to subscribe", || {
@@ -721,10 +698,8 @@ async fn password_on_every_node(ctx: Ctx) -> Outcome {
     );
     check!(first.release().await?, "the release failed");
     let second = waiter_guard(waiting, "on the password-protected cluster").await?;
-    check!(
-        second.fencing_token() > first_token,
-        "the waiter's token is not above the holder's"
-    );
+    let whose = "the waiter's token, after the holder's";
+    check_above(whose, second.fencing_token(), first_token)?;
     second.release().await?;
     for guard in guards.into_iter().flatten() {
         guard.release().await?;

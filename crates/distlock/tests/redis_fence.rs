@@ -10,12 +10,7 @@ use redis::{AsyncCommands, aio::MultiplexedConnection};
 const WRITERS: u64 = 8;
 
 async fn conn() -> Option<MultiplexedConnection> {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    if skip
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case("redis"))
-    {
-        eprintln!("SKIPPED: redis fence cases, because DISTLOCK_SKIP={skip}");
+    if distlock_testkit::skipped("redis", "redis fence cases") {
         return None;
     }
     let url = std::env::var("DISTLOCK_REDIS_URL")

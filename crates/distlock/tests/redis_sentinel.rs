@@ -9,11 +9,13 @@
 use std::time::Duration;
 
 use distlock::{Client, ErrorKind};
-use distlock_testkit::failover::{blocking, take_refused_for_replicas, waiter_guard};
+use distlock_testkit::failover::{blocking, handed_on, take_refused_for_replicas, waiter_guard};
 use distlock_testkit::servers::{
     GroupPasswords, redis_cli, redis_cli_as, start_sentinel_group, start_sentinel_group_with,
 };
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, check, check_above, within,
+};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
@@ -96,10 +98,7 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     let held = lock.acquire_timeout(Duration::from_secs(5)).await?;
     let held_token = held.fencing_token().get();
     before.push(held_token);
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| group.master_port())?;
     let channel = format!("distlock:lock:{{{name}}}:free");
     wait_for_subscriber(old, &channel, "the waiter to subscribe on the first master").await?;
@@ -147,11 +146,8 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     );
     let taken = waiter_guard(waiting, &format!("{how:?}")).await?;
     let max_before = before.iter().copied().max().unwrap_or(0);
-    check!(
-        taken.fencing_token().get() > max_before,
-        "{how:?}: the waiter's token {} is not above {max_before}",
-        taken.fencing_token().get()
-    );
+    let whose = format!("{how:?}: the waiter's token");
+    check_above(&whose, taken.fencing_token().get(), max_before)?;
     check!(taken.release().await?, "the waiter's release failed");
     eprintln!(
         "{how:?}: master {old} -> {new}: every Sentinel named the new master after {promoted:?}, \
@@ -162,11 +158,8 @@ async fn failover_is_followed(ctx: Ctx, how: How) -> Outcome {
     for client in [&holder, &waiter] {
         for lock_name in [name.clone(), ctx.unique_name("after")] {
             let guard = take(client, &lock_name).await?;
-            check!(
-                guard.fencing_token().get() > max_before,
-                "{how:?}: a take after the failover drew token {}, not above {max_before}",
-                guard.fencing_token().get()
-            );
+            let whose = format!("{how:?}: a take's token after the failover");
+            check_above(&whose, guard.fencing_token().get(), max_before)?;
             check!(
                 guard.release().await?,
                 "a release after the failover failed"
@@ -231,15 +224,15 @@ async fn take_not_replicated(ctx: Ctx) -> Outcome {
                 "the take was not on the new master, yet the lock is held there".into(),
             ));
         };
-        check!(
-            taken.fencing_token().get() > lost_token,
-            "the second holder's token {} is not above the lost take's {lost_token} (the one \
-             before it, replicated: {replicated})",
-            taken.fencing_token().get()
-        );
-        tokio::time::timeout(lease * 2, held.lost())
-            .await
-            .map_err(|_| Failure("the first holder was never told it lost the lock".into()))?;
+        check_above(
+            &format!(
+                "the second holder's token, after the lost take's (the one before it, replicated: {replicated})"
+            ),
+            taken.fencing_token().get(),
+            lost_token,
+        )?;
+        let told = "the first holder told it lost the lock";
+        within(lease * 2, held.lost(), told).await?;
         let after = taken.fencing_token().get();
         check!(taken.release().await?, "the second holder's release failed");
         eprintln!("tokens: replicated {replicated}, lost {lost_token}, after the failover {after}");
@@ -626,26 +619,18 @@ async fn passwords(ctx: Ctx) -> Outcome {
     let lock = holder.lock(&name).lease(LEASE);
     let first = lock.acquire_timeout(Duration::from_secs(5)).await?;
     let first_token = first.fencing_token();
-    let waiting = tokio::spawn({
-        let lock = waiter.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(waiter.lock(&name).lease(LEASE), Duration::from_secs(60));
     let old = blocking(|| group.master_port())?;
     let channel = format!("distlock:lock:{{{name}}}:free");
     let on = Some(NODE_PASSWORD);
     wait_for_subscriber_as(on, old, &channel, "the waiter to subscribe").await?;
     check!(first.release().await?, "the first release failed");
     let second = waiter_guard(waiting, "before the failover").await?;
-    check!(
-        second.fencing_token() > first_token,
-        "the waiter's token is not above the first holder's"
-    );
+    let whose = "the waiter's token, after the first holder's";
+    check_above(whose, second.fencing_token(), first_token)?;
 
     // Across a failover: the waiter holds, the holder waits.
-    let waiting = tokio::spawn({
-        let lock = holder.lock(&name).lease(LEASE);
-        async move { lock.acquire_timeout(Duration::from_secs(60)).await }
-    });
+    let waiting = acquiring(holder.lock(&name).lease(LEASE), Duration::from_secs(60));
     wait_for_subscriber_as(on, old, &channel, "the holder to subscribe").await?;
     blocking(|| group.wait_replicated())?;
     let new = blocking(|| group.failover())?;
@@ -654,20 +639,11 @@ async fn passwords(ctx: Ctx) -> Outcome {
     wait_for_subscriber_as(on, new, &channel, what).await?;
     let key = format!("distlock:lock:{{{name}}}");
     let value = blocking(|| group.node_cli(new, &["GET", &key]))?;
-    let second_token = second.fencing_token();
     check!(
         holds_token(&value, second.fencing_token().get()),
         "the new master {new} lacks the holding: {value:?}"
     );
-    check!(
-        second.release().await?,
-        "the release on the new master found no holding"
-    );
-    let third = waiter_guard(waiting, "after the failover").await?;
-    check!(
-        third.fencing_token() > second_token,
-        "the token after the failover is not above the one before"
-    );
+    let third = handed_on(second, waiting, "after the failover (on the new master)").await?;
     check!(third.release().await?, "the last release failed");
     Ok(())
 }

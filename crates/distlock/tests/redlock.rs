@@ -15,7 +15,9 @@ use distlock_testkit::servers::{
     Persistence, PrivateServer, PrivateStore, RedlockMasters, redlock_url, start_redis,
     start_redis_with_args, start_redlock,
 };
-use distlock_testkit::{Ctx, Failure, Outcome, Suite, check, mutex_request};
+use distlock_testkit::{
+    Ctx, Failure, Outcome, Suite, check, check_above, check_kind, mutex_request, within,
+};
 
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_REDLOCK_URL").unwrap_or_else(|_| redlock_url(6390..=6394));
@@ -96,11 +98,8 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
     );
     // …and a new holder takes it.
     let second = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    check!(
-        second.fencing_token() > first_token,
-        "token {} after {first_token}",
-        second.fencing_token()
-    );
+    let whose = "the second holder's token";
+    check_above(whose, second.fencing_token(), first_token)?;
 
     // Three down: no lock, ever, and an error that says why; the holder is told.
     tokio::task::block_in_place(|| store.masters[2].kill())?;
@@ -122,21 +121,14 @@ async fn quorum_of_masters(ctx: Ctx) -> Outcome {
             other => return Err(Failure(format!("with 2 of 5 masters up: {other:?}"))),
         }
     }
-    let lost = tokio::time::timeout(Duration::from_secs(3), second.lost()).await;
-    check!(
-        lost.is_ok(),
-        "the holder was not told within its lease that no majority renews it"
-    );
+    let told = "the holder told that no majority renews it (within its lease)";
+    within(Duration::from_secs(3), second.lost(), told).await?;
 
     // Masters back (empty): the lock works again, tokens still above.
     tokio::task::block_in_place(|| (0..3).try_for_each(|i| store.masters[i].start_again()))?;
     let third = take_once_possible(&lock, "the masters came back").await?;
-    check!(
-        third.fencing_token() > second.fencing_token(),
-        "token {} after {}",
-        third.fencing_token(),
-        second.fencing_token()
-    );
+    let whose = "the third holder's token";
+    check_above(whose, third.fencing_token(), second.fencing_token())?;
     check!(third.release().await?, "release after the restore failed");
     Ok(())
 }
@@ -247,10 +239,11 @@ async fn late_masters_grants(ctx: Ctx) -> Outcome {
     set_delay(3, lease + Duration::from_millis(300));
     let too_late = mutex_request(&ctx.unique_name("too-late"), lease)?;
     let answer = backend.try_take(&too_late).await;
-    check!(
-        matches!(&answer, Err(e) if e.kind() == ErrorKind::NoQuorum),
-        "three masters of five later than the lease gave {answer:?}"
-    );
+    check_kind(
+        &answer,
+        ErrorKind::NoQuorum,
+        "three masters of five later than the lease",
+    )?;
     set_delay(0, Duration::ZERO);
     let other = distlock::connect_with(&url, &options).await?;
     let taken = other.lock(too_late.name.as_str()).try_acquire().await?;
@@ -273,10 +266,11 @@ async fn late_masters_grants(ctx: Ctx) -> Outcome {
     let given_up = mutex_request(&ctx.unique_name("given-up"), lease)?;
     let sent = std::time::Instant::now();
     let answer = impatient.backend().try_take(&given_up).await;
-    check!(
-        matches!(&answer, Err(e) if e.kind() == ErrorKind::NoQuorum),
-        "three masters of five later than the response timeout gave {answer:?}"
-    );
+    check_kind(
+        &answer,
+        ErrorKind::NoQuorum,
+        "three masters of five later than the response timeout",
+    )?;
     set_delay(0, Duration::ZERO);
     // The undo leaves this client a moment before the other's take, but through another proxy
     // connection, so it may reach a master just after it: the other waits a little (its release
@@ -690,12 +684,8 @@ async fn restart_without_persistence(ctx: Ctx) -> Outcome {
         !a.is_lost(),
         "A knows it lost the lock: the overlap did not happen"
     );
-    check!(
-        b.fencing_token() > a.fencing_token(),
-        "tokens went back: B {} after A {}",
-        b.fencing_token(),
-        a.fencing_token()
-    );
+    let whose = "B's token after A's (tokens went back)";
+    check_above(whose, b.fencing_token(), a.fencing_token())?;
     let resource = FencedFile::new(
         ctx.dir
             .path()
@@ -766,11 +756,7 @@ async fn counters_disagree(ctx: Ctx) -> Outcome {
     let Some(b) = client.lock(&name).try_acquire().await? else {
         return Err(Failure("B did not win masters 0, 1, 3, 4".into()));
     };
-    check!(
-        b.fencing_token() > a_token,
-        "B's token {} is not above A's {a_token}",
-        b.fencing_token()
-    );
+    check_above("B's token, after A's", b.fencing_token(), a_token)?;
     check!(b.release().await?, "B's release failed");
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! The conformance suite against the embedded SQLite backend, in a temporary file, plus what only
 //! an embedded file has to get right. Set DISTLOCK_SQLITE_URL to run it against another file.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockKind;
-use distlock::backend::Attempt;
+use distlock::backend::{Attempt, Backend, Waiter};
 use distlock_testkit::cases;
 use distlock_testkit::child::{ChildProcess, Role, Spec};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, mutex_request};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, check, check_above, check_taken, mutex_request,
+};
 
 fn main() -> std::process::ExitCode {
     // Removed when the run ends; child processes get the URL from their spec.
@@ -99,6 +102,25 @@ fn acquired(attempt: Attempt, what: &str) -> Result<u64, Failure> {
     }
 }
 
+/// Each of `waiters` finds the lock held by `holder`, which then releases it.
+async fn held_then_released<const N: usize>(
+    backend: &Arc<dyn Backend>,
+    holder: &distlock::LockRequest,
+    waiters: [&mut Box<dyn Waiter>; N],
+) -> Outcome {
+    for waiter in waiters {
+        check!(
+            matches!(waiter.poll().await?, Attempt::Held { .. }),
+            "a waiter did not find the lock held"
+        );
+    }
+    check!(
+        backend.release(holder, None).await?,
+        "the holder's release was refused"
+    );
+    Ok(())
+}
+
 /// The token the file names for `name`, as another client reads it.
 async fn token_in_file(other: &distlock::Client, name: &str) -> Result<Option<u64>, Failure> {
     let status = other.status(name).await?;
@@ -119,19 +141,21 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
     let (first, second) = (mutex_request(&name, lease)?, mutex_request(&name, lease)?);
     let backend = ctx.client.backend();
     let other = distlock::connect(&ctx.url).await?;
+    // Whether the backend renews, or releases, `request`'s holding with `token`.
+    let renews = async |request: &distlock::LockRequest, token: u64| -> Result<bool, Failure> {
+        let token = distlock::FencingToken::new(token);
+        Ok(backend.extend(request, token).await?.is_some())
+    };
+    let releases = async |request: &distlock::LockRequest, token: u64| -> Result<bool, Failure> {
+        let token = distlock::FencingToken::new(token);
+        Ok(backend.release(request, Some(token)).await?)
+    };
 
     let t1 = acquired(backend.try_take(&first).await?, "the first take")?;
     let mut waiter = backend
         .waiter(&second)
         .expect("the SQLite backend has a waiter");
-    check!(
-        matches!(waiter.poll().await?, Attempt::Held { .. }),
-        "the waiter did not find the lock held"
-    );
-    check!(
-        backend.release(&first, None).await?,
-        "the holder's release was refused"
-    );
+    held_then_released(backend, &first, [&mut waiter]).await?;
     let t2 = acquired(waiter.poll().await?, "the waiter after the release")?;
     check!(
         t2 > t1,
@@ -142,24 +166,20 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         token_in_file(&other, &name).await? == Some(t1),
         "the file no longer names the first holding: the hand-over was written"
     );
-    check!(
-        other.lock(&name).try_acquire().await?.is_none(),
-        "another client took the lock the waiter was handed"
-    );
+    check_taken(
+        &other.lock(&name),
+        "another client took the lock the waiter was handed",
+    )
+    .await?;
 
     // The first holder's stale renewal and release change nothing, and make the file name the
     // waiter (a write about the lock moves the row first).
     check!(
-        backend
-            .extend(&first, distlock::FencingToken::new(t1))
-            .await?
-            .is_none(),
+        !renews(&first, t1).await?,
         "the first holder renewed a lock it had handed over"
     );
     check!(
-        !backend
-            .release(&first, Some(distlock::FencingToken::new(t1)))
-            .await?,
+        !releases(&first, t1).await?,
         "the first holder released a lock it had handed over"
     );
     check!(
@@ -167,22 +187,18 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         "after a write about the lock the file names {:?}, not the waiter's {t2}",
         token_in_file(&other, &name).await?
     );
-    check!(
-        other.lock(&name).try_acquire().await?.is_none(),
-        "another client took the lock after the first holder's stale release"
-    );
+    check_taken(
+        &other.lock(&name),
+        "another client took the lock after the first holder's stale release",
+    )
+    .await?;
 
     check!(
-        backend
-            .extend(&second, distlock::FencingToken::new(t2))
-            .await?
-            .is_some(),
+        renews(&second, t2).await?,
         "the waiter could not renew its holding"
     );
     check!(
-        backend
-            .release(&second, Some(distlock::FencingToken::new(t2)))
-            .await?,
+        releases(&second, t2).await?,
         "the waiter could not release its holding"
     );
     let next = other
@@ -190,11 +206,8 @@ async fn hand_over_in_memory(ctx: Ctx) -> Outcome {
         .try_acquire()
         .await?
         .ok_or_else(|| Failure("the lock was not free after the waiter released it".into()))?;
-    check!(
-        next.fencing_token().get() > t2,
-        "a later take drew {} after the handed-over {t2}",
-        next.fencing_token()
-    );
+    let whose = "a later take's token, after the handed-over one";
+    check_above(whose, next.fencing_token().get(), t2)?;
     next.release().await?;
     Ok(())
 }
@@ -217,16 +230,7 @@ async fn forced_release_stops_hand_overs(ctx: Ctx) -> Outcome {
     acquired(backend.try_take(&first).await?, "the first take")?;
     let mut second_waiter = backend.waiter(&second).expect("a waiter");
     let mut third_waiter = backend.waiter(&third).expect("a waiter");
-    for waiter in [&mut second_waiter, &mut third_waiter] {
-        check!(
-            matches!(waiter.poll().await?, Attempt::Held { .. }),
-            "a waiter did not find the lock held"
-        );
-    }
-    check!(
-        backend.release(&first, None).await?,
-        "the holder's release was refused"
-    );
+    held_then_released(backend, &first, [&mut second_waiter, &mut third_waiter]).await?;
     let t2 = acquired(second_waiter.poll().await?, "the second after the release")?;
 
     let forced = other.force_release(&name, LockKind::Mutex).await?;
@@ -318,13 +322,7 @@ async fn nearly_over_is_written(ctx: Ctx) -> Outcome {
 
 /// The embedded default carries every flavour, and says so at run time.
 async fn supports_every_flavour(ctx: Ctx) -> Outcome {
-    for kind in [
-        LockKind::Mutex,
-        LockKind::Fair,
-        LockKind::Read,
-        LockKind::Write,
-        LockKind::Permit { permits: 3 },
-    ] {
+    for kind in distlock_testkit::flavour::every_lock_kind(3) {
         check!(
             ctx.client.supports(kind),
             "Client::supports({kind:?}) is false on SQLite"

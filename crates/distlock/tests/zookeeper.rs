@@ -10,7 +10,9 @@ use std::time::Duration;
 use distlock::ErrorKind;
 use distlock_testkit::child::{ChildProcess, Role};
 use distlock_testkit::servers::{WithParam, start_zookeeper};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, cases, check};
+use distlock_testkit::{
+    Ctx, Failure, Flavour, Outcome, Suite, acquiring, cases, check, check_above, joined, within,
+};
 use zookeeper_client::Client as Zk;
 
 fn main() -> std::process::ExitCode {
@@ -154,10 +156,8 @@ async fn curator_layout_in_the_chroot(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let again = ctx.lock(&name).acquire().await?;
-    check!(
-        again.fencing_token() > first,
-        "the token after the lock node was created again is not larger"
-    );
+    let whose = "the token after the lock node was created again";
+    check_above(whose, again.fencing_token(), first)?;
     check!(
         again.release().await?,
         "release after the lock node came back"
@@ -318,10 +318,7 @@ async fn killed_middle_waiter_is_skipped(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let other = distlock::connect(&ctx.url).await?;
-    let last = tokio::spawn({
-        let lock = other.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(30)).await }
-    });
+    let last = acquiring(other.lock(&name), Duration::from_secs(30));
     while children(&zk, &parent).await?.len() < 3 {
         check!(
             tokio::time::Instant::now() < deadline,
@@ -331,15 +328,9 @@ async fn killed_middle_waiter_is_skipped(ctx: Ctx) -> Outcome {
     }
     middle.signal(libc::SIGKILL)?;
     check!(held.release().await?, "release");
-    let next = tokio::time::timeout(Duration::from_secs(20), last)
-        .await
-        .map_err(|_| Failure("the last waiter was not served within 20 s of the kill".into()))?
-        .map_err(|e| Failure(e.to_string()))??;
-    check!(
-        next.fencing_token() > first_token,
-        "token {} is not above {first_token}",
-        next.fencing_token()
-    );
+    let served = "the last waiter served after the kill";
+    let next = joined(Duration::from_secs(20), last, served).await??;
+    check_above("the last waiter's token", next.fencing_token(), first_token)?;
     check!(next.release().await?, "release");
     Ok(())
 }
@@ -360,18 +351,15 @@ async fn ended_session_fires_lost(ctx: Ctx) -> Outcome {
     let b = client.lock(format!("{name}-2")).acquire().await?;
     backend.end_session().await;
     for guard in [&a, &b] {
-        tokio::time::timeout(Duration::from_secs(5), guard.lost())
-            .await
-            .map_err(|_| Failure("lost() did not fire when the session ended".into()))?;
+        let ended = "lost() firing when the session ended";
+        within(Duration::from_secs(5), guard.lost(), ended).await?;
     }
     let other = ctx
         .lock(&name)
         .acquire_timeout(Duration::from_secs(5))
         .await?;
-    check!(
-        other.fencing_token() > a.fencing_token(),
-        "the next holder's token is not larger"
-    );
+    let whose = "the next holder's token";
+    check_above(whose, other.fencing_token(), a.fencing_token())?;
     check!(other.release().await?, "release");
     let stale = a.release().await;
     check!(

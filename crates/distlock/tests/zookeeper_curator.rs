@@ -11,11 +11,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use distlock::Client;
+use distlock::{Client, Guard, Lock};
 use distlock_testkit::curator::{self, CuratorHolder, CuratorJob, CuratorMode, CuratorReport};
 use distlock_testkit::section::{self, read_counter};
 use distlock_testkit::servers::shared_zookeeper;
-use distlock_testkit::{Failure, check};
+use distlock_testkit::{Failure, acquiring, check, check_taken};
+use tokio::task::JoinHandle;
 use zookeeper_client::Client as Zk;
 
 /// Every lock of this file lives under this chroot: distlock's URL path, Curator's path prefix.
@@ -82,13 +83,9 @@ async fn children(zk: &str, path: &str) -> Result<Vec<String>, Failure> {
 
 /// Fails unless the holder prints nothing for `STAYS_OUT` (it waits for the lock).
 async fn stays_out(holder: &mut CuratorHolder, what: &str) -> Result<(), Failure> {
-    let next = holder.next_event(STAYS_OUT).await;
-    check!(
-        next.is_err(),
-        "{what} went on while distlock held: {next:?}, events {:?}",
-        holder.events()
-    );
-    Ok(())
+    holder
+        .check_waits(STAYS_OUT, &format!("({what}) while distlock held"))
+        .await
 }
 
 fn check_counter(dir: &Path, expected: u64) -> Result<(), Failure> {
@@ -96,6 +93,96 @@ fn check_counter(dir: &Path, expected: u64) -> Result<(), Failure> {
     check!(
         counter == expected,
         "the counter is {counter} after {expected} exclusive sections"
+    );
+    Ok(())
+}
+
+/// One test's lock, critical-section directory and distlock clients, on the shared ZooKeeper.
+struct Case {
+    zk: &'static str,
+    lock: Names,
+    dir: tempfile::TempDir,
+    clients: Vec<Client>,
+}
+
+impl Case {
+    /// The test `test`'s own lock and directory, and `clients` distlock clients; fails unless
+    /// ZooKeeper and the Curator holder are there.
+    async fn start(test: &str, clients: usize) -> Result<Case, Failure> {
+        let zk = prerequisites()?;
+        let mut case = Case {
+            zk,
+            lock: names(test),
+            dir: tempfile::tempdir()?,
+            clients: Vec::new(),
+        };
+        for _ in 0..clients {
+            case.clients.push(distlock(zk).await?);
+        }
+        Ok(case)
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The test's lock, through the first client.
+    fn lock(&self) -> Lock {
+        self.clients[0].lock(&self.lock.name)
+    }
+
+    /// The test's read-write lock, through the first client.
+    fn rw_lock(&self) -> distlock::RwLock {
+        self.clients[0].rw_lock(&self.lock.name)
+    }
+
+    /// A Curator holder's job on the test's lock and directory.
+    fn job(&self, mode: CuratorMode) -> CuratorJob {
+        CuratorJob::new(self.zk, &self.lock.path, mode, self.dir())
+    }
+
+    /// Fails unless the counter shows `sections` exclusive sections; shuts the clients down;
+    /// fails if anything is left in the lock's queue.
+    async fn finish(self, sections: u64) -> Result<(), Failure> {
+        check_counter(self.dir(), sections)?;
+        for client in self.clients {
+            client.shutdown().await;
+        }
+        queue_is_empty(self.zk, &self.lock.path).await
+    }
+}
+
+/// Fails unless `lock`'s acquire_timeout(800ms) times out `while_` the other side holds.
+async fn times_out(lock: &Lock, while_: &str) -> Result<(), Failure> {
+    let timed = lock.acquire_timeout(Duration::from_millis(800)).await;
+    check!(
+        timed.as_ref().is_err_and(|e| e.is_timeout()),
+        "distlock's acquire_timeout(800ms) {while_}: {timed:?}"
+    );
+    Ok(())
+}
+
+/// A task waiting up to `WAIT` for `lock`; fails unless it still waits 300 ms later, `while_`
+/// the other side holds.
+async fn waiter(lock: &Lock, while_: &str) -> Result<JoinHandle<distlock::Result<Guard>>, Failure> {
+    let waiter = acquiring(lock.clone(), WAIT);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check!(
+        !waiter.is_finished(),
+        "distlock's waiter finished {while_}: {:?}",
+        waiter.await
+    );
+    Ok(waiter)
+}
+
+/// Fails unless the counter values `written` by distlock's exclusive sections (`ours`) are not
+/// one block: sections of `theirs` came between them (they really contended).
+fn came_between(mut written: Vec<u64>, ours: &str, theirs: &str) -> Result<(), Failure> {
+    written.sort_unstable();
+    let (first, last) = (written[0], written[written.len() - 1]);
+    check!(
+        last - first + 1 > written.len() as u64,
+        "{ours} were one block ({first}..={last}): {theirs} never came between"
     );
     Ok(())
 }
@@ -111,70 +198,45 @@ async fn queue_is_empty(zk: &str, path: &str) -> Result<(), Failure> {
 /// node leaves the queue); a distlock waiter gets the lock when Curator releases.
 #[tokio::test(flavor = "multi_thread")]
 async fn curator_mutex_holds_distlock_out() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("curator-holds");
-    let dir = tempfile::tempdir()?;
-    let client = distlock(zk).await?;
-    let job = CuratorJob::new(zk, &lock.path, CuratorMode::Mutex, dir.path()).until_line();
-    let mut holder = spawn(&job)?;
+    let case = Case::start("curator-holds", 1).await?;
+    let mut holder = spawn(&case.job(CuratorMode::Mutex).until_line())?;
     let node = holder.wait_for("acquired", WAIT).await?;
 
-    let mutex = client.lock(&lock.name);
-    check!(
-        mutex.try_acquire().await?.is_none(),
-        "distlock took the lock Curator holds"
-    );
-    let timed = mutex.acquire_timeout(Duration::from_millis(800)).await;
-    check!(
-        timed.as_ref().is_err_and(|e| e.is_timeout()),
-        "distlock's acquire_timeout(800ms) while Curator held: {timed:?}"
-    );
-    let queue = children(zk, &lock.path).await?;
+    let mutex = case.lock();
+    check_taken(&mutex, "distlock took the lock Curator holds").await?;
+    times_out(&mutex, "while Curator held").await?;
+    let queue = children(case.zk, &case.lock.path).await?;
     let curator_node = node.trim_start_matches("acquired ");
     check!(
         queue == [curator_node],
         "after distlock gave up, the queue is {queue:?}, not Curator's {curator_node}"
     );
 
-    let waiter = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.acquire_timeout(WAIT).await }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    check!(
-        !waiter.is_finished(),
-        "distlock's waiter finished while Curator held: {:?}",
-        waiter.await
-    );
+    let waiter = waiter(&mutex, "while Curator held").await?;
     holder.send_line().await?;
     let guard = waiter.await??;
-    let written = section::exclusive_section(dir.path(), Duration::ZERO).await?;
+    let written = section::exclusive_section(case.dir(), Duration::ZERO).await?;
     check!(
         guard.release().await?,
         "distlock lost the lock it took after Curator"
     );
     holder.finish(WAIT).await?.check()?;
     check!(written == 2, "distlock's section wrote {written}, not 2");
-    check_counter(dir.path(), 2)?;
-    client.shutdown().await;
-    queue_is_empty(zk, &lock.path).await
+    case.finish(2).await
 }
 
 /// distlock holds the mutex: a Curator holder waits; it gets the lock when distlock releases.
 #[tokio::test(flavor = "multi_thread")]
 async fn distlock_mutex_holds_curator_out() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("distlock-holds");
-    let dir = tempfile::tempdir()?;
-    let client = distlock(zk).await?;
-    let guard = client.lock(&lock.name).acquire_timeout(WAIT).await?;
-    let inside = section::enter_exclusive(dir.path())?;
+    let case = Case::start("distlock-holds", 1).await?;
+    let mutex = case.lock();
+    let guard = mutex.acquire_timeout(WAIT).await?;
+    let inside = section::enter_exclusive(case.dir())?;
 
-    let job = CuratorJob::new(zk, &lock.path, CuratorMode::Mutex, dir.path());
-    let mut holder = spawn(&job)?;
+    let mut holder = spawn(&case.job(CuratorMode::Mutex))?;
     holder.wait_for("waiting", WAIT).await?;
     stays_out(&mut holder, "Curator's mutex").await?;
-    let queue = children(zk, &lock.path).await?;
+    let queue = children(case.zk, &case.lock.path).await?;
     check!(
         queue.len() == 2
             && queue
@@ -188,11 +250,8 @@ async fn distlock_mutex_holds_curator_out() -> Result<(), Failure> {
         guard.release().await?,
         "distlock lost its lock while Curator waited"
     );
-    holder.wait_for("acquired", WAIT).await?;
-    holder.finish(WAIT).await?.check()?;
-    check_counter(dir.path(), 2)?;
-    client.shutdown().await;
-    queue_is_empty(zk, &lock.path).await
+    holder.acquires_and_finishes(WAIT).await?;
+    case.finish(2).await
 }
 
 /// Which distlock lock a task takes: the lock itself, or a side of the read-write lock.
@@ -203,18 +262,17 @@ enum Side {
     Write,
 }
 
-/// `tasks` distlock tasks (over `clients`, round robin), each running `iterations` sections of
-/// `hold` on `name`'s `side`; each task gives what its sections returned (exclusive: the counter
-/// written; shared: 1 when another reader was inside).
+/// `tasks` distlock tasks (over the case's clients, round robin), each running `iterations`
+/// sections of `hold` on the `side` of the case's lock; each task gives what its sections
+/// returned (exclusive: the counter written; shared: 1 when another reader was inside).
 fn distlock_tasks(
-    clients: &[Client],
-    name: &str,
+    case: &Case,
     side: Side,
     tasks: usize,
     iterations: usize,
     hold: Duration,
-    dir: &Path,
-) -> Vec<tokio::task::JoinHandle<Result<Vec<u64>, Failure>>> {
+) -> Vec<JoinHandle<Result<Vec<u64>, Failure>>> {
+    let (clients, name, dir) = (&case.clients, &case.lock.name, case.dir());
     let mut handles = Vec::new();
     for task in 0..tasks {
         let client = &clients[task % clients.len()];
@@ -245,7 +303,7 @@ fn distlock_tasks(
 }
 
 async fn join_all(
-    handles: Vec<tokio::task::JoinHandle<Result<Vec<u64>, Failure>>>,
+    handles: Vec<JoinHandle<Result<Vec<u64>, Failure>>>,
 ) -> Result<Vec<u64>, Failure> {
     let mut all = Vec::new();
     for handle in handles {
@@ -259,100 +317,65 @@ async fn join_all(
 /// came between distlock's (they really contended).
 #[tokio::test(flavor = "multi_thread")]
 async fn curator_and_distlock_mutex_holders_share_a_counter() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("mutex-counter");
-    let dir = tempfile::tempdir()?;
-    let clients = [distlock(zk).await?, distlock(zk).await?];
-    let job = CuratorJob::new(zk, &lock.path, CuratorMode::Mutex, dir.path())
+    let case = Case::start("mutex-counter", 2).await?;
+    let job = case
+        .job(CuratorMode::Mutex)
         .iterations(15)
         .hold(Duration::from_millis(5));
     let mut java = [spawn(&job)?, spawn(&job)?];
     for holder in &mut java {
         holder.wait_for("connected", WAIT).await?;
     }
-    let rust = distlock_tasks(
-        &clients,
-        &lock.name,
-        Side::Mutex,
-        4,
-        15,
-        Duration::from_millis(5),
-        dir.path(),
-    );
+    let rust = distlock_tasks(&case, Side::Mutex, 4, 15, Duration::from_millis(5));
     let (java, rust) = tokio::join!(
         futures_util::future::try_join_all(java.map(|h| h.finish(WAIT * 2))),
         join_all(rust)
     );
-    let (java, mut rust) = (java?, rust?);
+    let (java, rust) = (java?, rust?);
     for report in &java {
         report.check()?;
     }
-    check_counter(dir.path(), 90)?;
-    rust.sort_unstable();
-    let (first, last) = (rust[0], rust[rust.len() - 1]);
-    check!(
-        last - first + 1 > rust.len() as u64,
-        "distlock's 60 sections were one block ({first}..={last}): Curator never came between"
-    );
-    for client in clients {
-        client.shutdown().await;
-    }
-    queue_is_empty(zk, &lock.path).await
+    came_between(rust, "distlock's 60 sections", "Curator")?;
+    case.finish(90).await
 }
 
 /// Curator's write lock holds distlock's readers and writers out; distlock's write lock holds
 /// Curator's readers and writers out; each side gets in when the other releases.
 #[tokio::test(flavor = "multi_thread")]
 async fn writers_exclude_readers_and_writers_both_ways() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("rw-writers");
-    let dir = tempfile::tempdir()?;
-    let client = distlock(zk).await?;
-    let rw = client.rw_lock(&lock.name);
+    let case = Case::start("rw-writers", 1).await?;
+    let rw = case.rw_lock();
 
     // Curator writes.
-    let job = CuratorJob::new(zk, &lock.path, CuratorMode::Write, dir.path()).until_line();
-    let mut writer = spawn(&job)?;
+    let mut writer = spawn(&case.job(CuratorMode::Write).until_line())?;
     writer.wait_for("acquired", WAIT).await?;
-    check!(
-        rw.read().try_acquire().await?.is_none(),
-        "a distlock reader got in while Curator's writer held"
-    );
-    check!(
-        rw.write().try_acquire().await?.is_none(),
-        "a distlock writer got in while Curator's writer held"
-    );
-    let timed = rw.write().acquire_timeout(Duration::from_millis(800)).await;
-    check!(
-        timed.as_ref().is_err_and(|e| e.is_timeout()),
-        "distlock's writer acquire_timeout(800ms) while Curator's writer held: {timed:?}"
-    );
-    let reader = tokio::spawn({
-        let read = rw.read();
-        async move { read.acquire_timeout(WAIT).await }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    check!(
-        !reader.is_finished(),
-        "distlock's reader finished while Curator's writer held: {:?}",
-        reader.await
-    );
+    check_taken(
+        &rw.read(),
+        "a distlock reader got in while Curator's writer held",
+    )
+    .await?;
+    check_taken(
+        &rw.write(),
+        "a distlock writer got in while Curator's writer held",
+    )
+    .await?;
+    times_out(&rw.write(), "for a writer while Curator's writer held").await?;
+    let reader = waiter(&rw.read(), "(a reader) while Curator's writer held").await?;
     writer.send_line().await?;
     let read_guard = reader.await??;
-    let shared = section::shared_section(dir.path(), Duration::ZERO).await?;
+    let shared = section::shared_section(case.dir(), Duration::ZERO).await?;
     check!(!shared, "a reader was inside with distlock's lone reader");
     check!(
         read_guard.release().await?,
         "distlock's reader lost its lock"
     );
     writer.finish(WAIT).await?.check()?;
-    check_counter(dir.path(), 1)?;
+    check_counter(case.dir(), 1)?;
 
     // distlock writes.
     let guard = rw.write().acquire_timeout(WAIT).await?;
-    let inside = section::enter_exclusive(dir.path())?;
-    let read_job = CuratorJob::new(zk, &lock.path, CuratorMode::Read, dir.path());
-    let write_job = CuratorJob::new(zk, &lock.path, CuratorMode::Write, dir.path());
+    let inside = section::enter_exclusive(case.dir())?;
+    let (read_job, write_job) = (case.job(CuratorMode::Read), case.job(CuratorMode::Write));
     let (mut reader, mut writer) = (spawn(&read_job)?, spawn(&write_job)?);
     reader.wait_for("waiting", WAIT).await?;
     writer.wait_for("waiting", WAIT).await?;
@@ -376,44 +399,31 @@ async fn writers_exclude_readers_and_writers_both_ways() -> Result<(), Failure> 
             && w.nodes().iter().all(|n| n.contains("-__WRIT__")),
         "unexpected Curator nodes: {r:?} {w:?}"
     );
-    check_counter(dir.path(), 3)?;
-    client.shutdown().await;
-    queue_is_empty(zk, &lock.path).await
+    case.finish(3).await
 }
 
 /// A distlock reader and a Curator reader are inside at once (each sees the other); a writer of
 /// either side waits for both, and the Curator writer gets in once both are gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn readers_share_across_sides_and_writers_wait_for_them() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("rw-readers");
-    let dir = tempfile::tempdir()?;
-    let client = distlock(zk).await?;
-    let rw = client.rw_lock(&lock.name);
+    let case = Case::start("rw-readers", 1).await?;
+    let rw = case.rw_lock();
 
     // distlock's reader holds, Curator's reader gets in too, and only once Curator's is inside
     // its section does distlock's enter (a reader looks for others on its way in and out).
     let read_guard = rw.read().acquire_timeout(WAIT).await?;
-    let job = CuratorJob::new(zk, &lock.path, CuratorMode::Read, dir.path()).until_line();
-    let mut reader = spawn(&job)?;
+    let mut reader = spawn(&case.job(CuratorMode::Read).until_line())?;
     reader.wait_for("acquired", WAIT).await?;
-    reader_marker_appears(dir.path()).await?;
-    let inside = section::enter_shared(dir.path())?;
+    reader_marker_appears(case.dir()).await?;
+    let inside = section::enter_shared(case.dir())?;
 
     // Readers of both sides hold: writers of both sides wait.
-    let timed = rw.write().acquire_timeout(Duration::from_millis(800)).await;
-    check!(
-        timed.as_ref().is_err_and(|e| e.is_timeout()),
-        "distlock's writer acquire_timeout(800ms) while two readers held: {timed:?}"
-    );
-    let write_job = CuratorJob::new(zk, &lock.path, CuratorMode::Write, dir.path());
-    let mut writer = spawn(&write_job)?;
+    times_out(&rw.write(), "for a writer while two readers held").await?;
+    let mut writer = spawn(&case.job(CuratorMode::Write))?;
     writer.wait_for("waiting", WAIT).await?;
     stays_out(&mut writer, "Curator's writer (two readers holding)").await?;
 
-    reader.send_line().await?;
-    let reader = reader.finish(WAIT).await?;
-    reader.check()?;
+    let reader = reader.release_and_finish(WAIT).await?;
     check!(
         reader.count("shared") == 1,
         "Curator's reader did not see distlock's reader inside: {reader:?}"
@@ -427,11 +437,8 @@ async fn readers_share_across_sides_and_writers_wait_for_them() -> Result<(), Fa
         read_guard.release().await?,
         "distlock's reader lost its lock"
     );
-    writer.wait_for("acquired", WAIT).await?;
-    writer.finish(WAIT).await?.check()?;
-    check_counter(dir.path(), 1)?;
-    client.shutdown().await;
-    queue_is_empty(zk, &lock.path).await
+    writer.acquires_and_finishes(WAIT).await?;
+    case.finish(1).await
 }
 
 /// Waits for a reader's marker in the critical-section directory (the Curator reader creates it
@@ -462,41 +469,18 @@ async fn reader_marker_appears(dir: &Path) -> Result<(), Failure> {
 /// distlock's, and readers did share.
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_readers_and_writers_of_both_sides() -> Result<(), Failure> {
-    let zk = prerequisites()?;
-    let lock = names("rw-mixed");
-    let dir = tempfile::tempdir()?;
-    let clients = [distlock(zk).await?, distlock(zk).await?];
+    let case = Case::start("rw-mixed", 2).await?;
     let read_hold = Duration::from_millis(40);
     let write_hold = Duration::from_millis(10);
-    let read_job = CuratorJob::new(zk, &lock.path, CuratorMode::Read, dir.path())
-        .iterations(8)
-        .hold(read_hold);
-    let write_job = CuratorJob::new(zk, &lock.path, CuratorMode::Write, dir.path())
-        .iterations(8)
-        .hold(write_hold);
+    let read_job = case.job(CuratorMode::Read).iterations(8).hold(read_hold);
+    let write_job = case.job(CuratorMode::Write).iterations(8).hold(write_hold);
     let mut java = [spawn(&read_job)?, spawn(&write_job)?];
     for holder in &mut java {
         holder.wait_for("connected", WAIT).await?;
     }
-    let mut rust = distlock_tasks(
-        &clients,
-        &lock.name,
-        Side::Read,
-        2,
-        8,
-        read_hold,
-        dir.path(),
-    );
+    let mut rust = distlock_tasks(&case, Side::Read, 2, 8, read_hold);
     let readers = rust.len();
-    rust.extend(distlock_tasks(
-        &clients,
-        &lock.name,
-        Side::Write,
-        2,
-        8,
-        write_hold,
-        dir.path(),
-    ));
+    rust.extend(distlock_tasks(&case, Side::Write, 2, 8, write_hold));
     let (java, rust) = tokio::join!(
         futures_util::future::try_join_all(java.map(|h| h.finish(WAIT * 2))),
         async move {
@@ -511,22 +495,13 @@ async fn mixed_readers_and_writers_of_both_sides() -> Result<(), Failure> {
     for report in &java {
         report.check()?;
     }
-    check_counter(dir.path(), 8 + 2 * 8)?;
-    let mut written: Vec<u64> = rust[readers..].iter().flatten().copied().collect();
-    written.sort_unstable();
-    let (first, last) = (written[0], written[written.len() - 1]);
-    check!(
-        last - first + 1 > written.len() as u64,
-        "distlock's 16 writes were one block ({first}..={last}): Curator's writer never came between"
-    );
+    let written: Vec<u64> = rust[readers..].iter().flatten().copied().collect();
+    came_between(written, "distlock's 16 writes", "Curator's writer")?;
     // Whether two readers happened to be inside at once here depends on the scheduler (a loaded
     // CI machine queued them strictly R, W, R, W): reported, not asserted. That readers of both
     // sides share is proved step by step by `readers_share_across_sides_and_writers_wait_for_them`.
     let rust_shares: u64 = rust[..readers].iter().flatten().sum();
     let java_shares = java[0].count("shared");
     eprintln!("readers that shared: distlock {rust_shares} of 16, Curator {java_shares} of 8");
-    for client in clients {
-        client.shutdown().await;
-    }
-    queue_is_empty(zk, &lock.path).await
+    case.finish(8 + 2 * 8).await
 }

@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use distlock::ErrorKind;
 use distlock_testkit::child::{self, ChildProcess, Role, Spec};
-use distlock_testkit::failover::{self, blocking, client, fail, why};
-use distlock_testkit::faults::peers::Partitionable;
+use distlock_testkit::failover::{self, TakenAway, blocking, client, fail, why};
 use distlock_testkit::servers::{
-    ZkEnsemble, start_zookeeper_ensemble, start_zookeeper_ensemble_with_peer_links,
+    ZkEnsemble, loopback_hosts, start_zookeeper_ensemble, start_zookeeper_ensemble_with_peer_links,
 };
-use distlock_testkit::{Failure, Flavour, Outcome, check, monotonic_ns};
+use distlock_testkit::{Failure, Flavour, Outcome, check, check_above, monotonic_ns};
 use tokio::time::Instant;
 use zookeeper_client::Client as Zk;
 
@@ -43,23 +42,18 @@ fn ensemble() -> Result<ZkEnsemble, Failure> {
     blocking(|| start_zookeeper_ensemble(3))
 }
 
-/// A member that does not lead right now.
-fn follower(ensemble: &ZkEnsemble) -> Result<usize, Failure> {
-    let leader = blocking(|| ensemble.leader())?;
-    Ok((leader + 1) % 3)
+fn others(x: usize) -> Vec<usize> {
+    failover::others(x, 3)
 }
 
-fn others(x: usize) -> Vec<usize> {
-    (0..3).filter(|&i| i != x).collect()
+/// The URL of the members `which`, with the session timeout of every client here.
+fn url(ensemble: &ZkEnsemble, which: &[usize]) -> String {
+    ensemble.members_url(which, TIMEOUT)
 }
 
 /// A plain ZooKeeper client on the members `which`, to look at the tree.
 async fn tree(ensemble: &ZkEnsemble, which: &[usize]) -> Result<Zk, Failure> {
-    let servers: Vec<String> = which
-        .iter()
-        .map(|&i| format!("127.0.0.1:{}", ensemble.client_port(i)))
-        .collect();
-    let servers = servers.join(",");
+    let servers = loopback_hosts(which.iter().map(|&i| ensemble.client_port(i)));
     Zk::connector()
         .with_session_timeout(Duration::from_secs(20))
         .connect(&servers)
@@ -123,25 +117,12 @@ async fn one_follower_killed_locks_keep_working() -> Outcome {
         client(&url).await?,
         client(&url).await?,
     );
-    let held = holder
-        .lock("held")
-        .acquire_timeout(Duration::from_secs(5))
-        .await
-        .map_err(fail)?;
+    let held = failover::hold(&holder, "held").await?;
     // Every client has a session before the kill (a third of them, on average, on the member
     // killed: they move to another member within the session).
-    for c in [&a, &b, &c] {
-        let g = c
-            .lock("cycles")
-            .acquire_timeout(Duration::from_secs(5))
-            .await;
-        check!(
-            g.map_err(fail)?.release().await.map_err(fail)?,
-            "a warm-up hold was lost"
-        );
-    }
+    failover::warm_up(&[&a, &b, &c], "cycles").await?;
 
-    let killed = follower(&ensemble)?;
+    let killed = failover::follower(&ensemble)?;
     blocking(|| ensemble.kill(killed))?;
     let killed_at = Instant::now();
 
@@ -154,14 +135,7 @@ async fn one_follower_killed_locks_keep_working() -> Outcome {
     // More than a whole session timeout since the kill: a session that could not move off the
     // dead member would have ended by now.
     let watched = killed_at + TIMEOUT + Duration::from_secs(1);
-    if let Ok(e) = tokio::time::timeout_at(watched, held.lost()).await {
-        return Err(Failure(format!(
-            "the holding was lost {:?} after a follower was killed (2 of 3 members still up): {}",
-            killed_at.elapsed(),
-            why(&e)
-        )));
-    }
-    check!(!held.is_lost(), "is_lost() after a follower was killed");
+    failover::kept_after_a_follower_died(&held, killed_at, watched).await?;
     let zk = tree(&ensemble, &others(killed)).await?;
     let left = lock_nodes(&zk, "cycles").await?;
     check!(
@@ -189,10 +163,7 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
     let _turn = one_at_a_time().await;
     let mut ensemble = ensemble()?;
     let url = ensemble.url(TIMEOUT);
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(client(&url).await?);
-    }
+    let clients = failover::clients(&url, 3).await?;
     let until = Instant::now() + Duration::from_secs(7);
     let contention = failover::contend(clients, "counter", until, FAILOVER_ERRORS);
 
@@ -230,11 +201,8 @@ async fn leader_killed_no_overlap_and_locks_work_after_election() -> Outcome {
         .await
         .map_err(fail)?;
     let last = contended.last_token();
-    check!(
-        guard.fencing_token().get() > last,
-        "a hold after the election has token {} below the last worker's {last}",
-        guard.fencing_token()
-    );
+    let whose = "a hold's token after the election, after the last worker's";
+    check_above(whose, guard.fencing_token().get(), last)?;
     check!(
         guard.release().await.map_err(fail)?,
         "the last hold was lost"
@@ -295,11 +263,8 @@ async fn holder_process_paused_past_session_timeout_loses_lock_to_larger_token()
         "the successor got the lock {freed_after:?} after the holder was paused, before \
          {earliest:?}: before its session could have expired"
     );
-    check!(
-        guard.fencing_token().get() > token,
-        "the successor's token {} is not above the paused holder's {token}",
-        guard.fencing_token()
-    );
+    let whose = "the successor's token, after the paused holder's";
+    check_above(whose, guard.fencing_token().get(), token)?;
 
     // Resumed, the holder knows at once, by its own clock, before any round trip.
     paused.send("check").await?;
@@ -337,21 +302,11 @@ async fn holder_whose_member_is_paused_past_timeout_is_lost_before_successor_tak
 -> Outcome {
     let _turn = one_at_a_time().await;
     let mut ensemble = ensemble()?;
-    let x = follower(&ensemble)?;
-    let run = failover::CutOff {
-        holder_url: ensemble.member_url(x, TIMEOUT),
-        waiter_url: ensemble.members_url(&others(x), TIMEOUT),
-        session: TIMEOUT,
-        how: "paused",
-        answers_on: Duration::ZERO,
+    let paused = TakenAway::PausedFollower {
+        pause: ZkEnsemble::stop,
+        resume: ZkEnsemble::cont,
     };
-    failover::holder_cut_off_is_lost_before_its_successor(
-        &mut ensemble,
-        run,
-        |ensemble| ensemble.stop(x),
-        |ensemble| ensemble.cont(x),
-    )
-    .await
+    failover::holder_cut_off_is_lost_before_its_successor(&mut ensemble, url, TIMEOUT, paused).await
 }
 
 /// The split brain: the holder's only member is the leader, cut off from its followers while
@@ -363,22 +318,11 @@ async fn holder_whose_member_is_a_leader_cut_off_is_lost_before_successor_takes_
 -> Outcome {
     let _turn = one_at_a_time().await;
     let mut ensemble = blocking(|| start_zookeeper_ensemble_with_peer_links(3))?;
-    let x = blocking(|| ensemble.leader())?;
-    let run = failover::CutOff {
-        holder_url: ensemble.member_url(x, TIMEOUT),
-        waiter_url: ensemble.members_url(&others(x), TIMEOUT),
-        session: TIMEOUT,
-        how: "cut off",
-        // It serves its clients until it finds it has no quorum: the sync limit, 4 ticks.
-        answers_on: Duration::from_secs(2),
-    };
-    failover::holder_cut_off_is_lost_before_its_successor(
-        &mut ensemble,
-        run,
-        |ensemble| Ok(ensemble.isolate(x)?),
-        |ensemble| Ok(ensemble.heal()?),
-    )
-    .await
+    // It serves its clients until it finds it has no quorum: the sync limit, 4 ticks.
+    let answers_on = Duration::from_secs(2);
+    let cut_off = TakenAway::CutOffLeader { answers_on };
+    failover::holder_cut_off_is_lost_before_its_successor(&mut ensemble, url, TIMEOUT, cut_off)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -386,24 +330,12 @@ async fn waiter_whose_session_expires_never_gets_lock() -> Outcome {
     let _turn = one_at_a_time().await;
     const NAME: &str = "cut-waiter";
     let mut ensemble = ensemble()?;
-    let x = follower(&ensemble)?;
+    let x = failover::follower(&ensemble)?;
     let holder_client = client(&ensemble.members_url(&others(x), TIMEOUT)).await?;
     let waiter_client = client(&ensemble.member_url(x, TIMEOUT)).await?;
     let zk = tree(&ensemble, &others(x)).await?;
-    let held = holder_client
-        .lock(NAME)
-        .acquire_timeout(Duration::from_secs(5))
-        .await
-        .map_err(fail)?;
-    let waiter = tokio::spawn(async move {
-        let got = waiter_client
-            .lock(NAME)
-            .acquire_timeout(Duration::from_secs(30))
-            .await;
-        (Instant::now(), got, waiter_client)
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    check!(!waiter.is_finished(), "the waiter got a held lock");
+    let held = failover::hold(&holder_client, NAME).await?;
+    let waiter = failover::waiter(waiter_client, NAME, Duration::from_secs(30)).await?;
     let queued = lock_nodes(&zk, NAME).await?;
     check!(
         queued.len() == 2,
@@ -481,16 +413,7 @@ async fn waiter_whose_session_expires_never_gets_lock() -> Outcome {
         .map_err(fail)?
         .ok_or_else(|| Failure("the lock is taken after the waiter was told it failed".into()))?;
     check!(other.release().await.map_err(fail)?, "that hold was lost");
-    let again = waiter_client
-        .lock(NAME)
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .map_err(|e| {
-            Failure(format!(
-                "the waiter's client once its member ran again: {}",
-                why(&e)
-            ))
-        })?;
+    let again = failover::taken_again(&waiter_client, NAME, "the waiter's client").await?;
     check!(
         again.release().await.map_err(fail)?,
         "its new holding was lost"

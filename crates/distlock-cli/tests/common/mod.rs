@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // Each test file uses its own part of this module.
 
+use std::io::{Read, Write};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -60,12 +62,7 @@ const SERVERS: &[(&str, &str, &str)] = &[
 ];
 
 fn skipped(name: &str, what: &str) -> bool {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    let skipped = skip.split(',').any(|s| s.trim() == name);
-    if skipped {
-        eprintln!("SKIPPED: {what} on {name}, because DISTLOCK_SKIP={skip}");
-    }
-    skipped
+    distlock_testkit::skipped(name, &format!("{what} on {name}"))
 }
 
 /// A fresh SQLite store.
@@ -135,4 +132,29 @@ pub fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `distlock ARGS…`, with no `DISTLOCK_URL` from the environment.
+pub fn distlock(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args).env_remove("DISTLOCK_URL");
+    command
+}
+
+/// Runs `distlock ARGS…` (as [`distlock`] makes it) to the end.
+pub fn run(args: &[&str]) -> Output {
+    distlock(args).output().expect("run distlock")
+}
+
+/// A plain HTTP/1.0 GET of `path` from `authority` (the server closes the connection after
+/// answering): the whole response.
+pub fn http_get(authority: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(authority).expect("connect to serve");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n").expect("send request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    response
 }

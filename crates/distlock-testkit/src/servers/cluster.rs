@@ -5,9 +5,13 @@
 //! kills and migrates on a cluster of its own.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Launch, PrivateServer, accepts, free_port, on_free_ports, redis_cli_as};
+use super::redis::redis_server;
+use super::{
+    PrivateServer, free_port, fresh_dir_and_port, loopback_hosts, on_free_ports, redis_cli_as, run,
+    wait_for,
+};
 use crate::Failure;
 
 /// How long a node goes unanswered before the cluster judges it failing: short, so a killed
@@ -38,31 +42,15 @@ pub fn start_redis_cluster_with(password: Option<&str>) -> Result<RedisCluster, 
         let nodes = (0..6)
             .map(|_| start_node(password))
             .collect::<Result<Vec<_>, _>>()?;
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
         let mut create = Command::new("redis-cli");
         if let Some(password) = password {
             create.env("REDISCLI_AUTH", password);
         }
-        let out = create
+        create
             .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .map_err(|e| {
-                Failure(format!(
-                    "redis-cli could not run ({e}); run scripts/services.sh cluster to install it"
-                ))
-            })?;
-        if !out.status.success() {
-            return Err(Failure(format!(
-                "redis-cli --cluster create failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+            .args(loopback_hosts(nodes.iter().map(PrivateServer::port)).split(','))
+            .args(["--cluster-replicas", "1", "--cluster-yes"]);
+        run(&mut create, "redis-cli --cluster create")?;
         let cluster = RedisCluster {
             nodes,
             password: password.map(str::to_string),
@@ -75,41 +63,26 @@ pub fn start_redis_cluster_with(password: Option<&str>) -> Result<RedisCluster, 
 }
 
 fn start_node(password: Option<&str>) -> Result<PrivateServer, Failure> {
-    let dir = tempfile::tempdir()?;
-    let port = free_port()?;
-    let bus = free_port()?;
-    let data = dir.path().to_path_buf();
-    let login: Vec<String> = password
-        .map(|p| {
-            ["--requirepass", p, "--masterauth", p]
-                .map(str::to_string)
-                .to_vec()
-        })
-        .unwrap_or_default();
-    PrivateServer::start(Launch {
-        name: "Redis Cluster node",
-        dir,
-        port,
-        url: format!("redis://127.0.0.1:{port}"),
-        keeps_data: false,
-        command: Box::new(move || {
-            let mut command = Command::new("redis-server");
-            command
-                .args(["--bind", "127.0.0.1", "--port"])
-                .arg(port.to_string())
-                .arg("--cluster-port")
-                .arg(bus.to_string())
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout"])
-                .arg(NODE_TIMEOUT_MS.to_string())
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(&data)
-                .args(&login);
-            command
-        }),
-        ready: accepts,
-        stop_signal: libc::SIGTERM,
-    })
+    let bus = free_port()?.to_string();
+    let timeout = NODE_TIMEOUT_MS.to_string();
+    let mut args = vec![
+        "--cluster-port",
+        &bus,
+        "--cluster-enabled",
+        "yes",
+        "--cluster-node-timeout",
+        &timeout,
+        "--cluster-config-file",
+        "nodes.conf",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ];
+    if let Some(password) = password {
+        args.extend(["--requirepass", password, "--masterauth", password]);
+    }
+    redis_server("Redis Cluster node", fresh_dir_and_port()?, None, args).start()
 }
 
 impl RedisCluster {
@@ -239,17 +212,7 @@ impl RedisCluster {
         what: &str,
         mut done: impl FnMut(&Self) -> Result<bool, Failure>,
     ) -> Result<(), Failure> {
-        let start = Instant::now();
-        while !done(self)? {
-            if start.elapsed() > within {
-                return Err(Failure(format!(
-                    "waited {within:?} for {what}; the first node's log: {}",
-                    self.nodes[0].log_tail()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
+        wait_for(within, what, &self.nodes[0], || done(self))
     }
 }
 
@@ -313,9 +276,5 @@ fn port_of(address: &str) -> Result<u16, Failure> {
 
 /// `redis-cluster://127.0.0.1:p1,…` over `ports`.
 pub fn cluster_url(ports: impl IntoIterator<Item = u16>) -> String {
-    let hosts: Vec<String> = ports
-        .into_iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
-    format!("redis-cluster://{}", hosts.join(","))
+    format!("redis-cluster://{}", loopback_hosts(ports))
 }

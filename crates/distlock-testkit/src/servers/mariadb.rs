@@ -5,13 +5,13 @@ use std::process::Command;
 use std::io::Read;
 use std::time::Duration;
 
-use super::{Launch, PrivateServer, free_port, run};
+use super::{Launch, PrivateServer, fresh_dir_and_port, run};
 use crate::Failure;
 
 /// Starts a private MariaDB (user root, no password) on a free port; its URL names the
 /// database `mysql`. It keeps its data across a restart.
 pub fn start_mariadb() -> Result<PrivateServer, Failure> {
-    let dir = tempfile::tempdir()?;
+    let (dir, port) = fresh_dir_and_port()?;
     let data = dir.path().join("data");
     // Its own temporary directory: with the default /tmp, a bootstrap beside another one (two
     // test binaries start private servers at once) failed on CI removing its temporary tables
@@ -30,39 +30,33 @@ pub fn start_mariadb() -> Result<PrivateServer, Failure> {
             .arg(format!("--tmpdir={}", tmp.display())),
         "mariadb-install-db",
     )?;
-    let port = free_port()?;
     let run_dir = dir.path().to_path_buf();
-    PrivateServer::start(Launch {
-        name: "MariaDB",
-        dir,
-        port,
-        url: format!("mysql://root@127.0.0.1:{port}/mysql"),
-        keeps_data: true,
-        command: Box::new(move || {
-            let mut command = Command::new("mariadbd");
-            command
-                .args([
-                    "--no-defaults",
-                    "--user=root",
-                    "--bind-address=127.0.0.1",
-                    "--skip-log-bin",
-                ])
-                .arg(format!("--port={port}"))
-                .arg(format!("--datadir={}", data.display()))
-                .arg(format!("--tmpdir={}", tmp.display()))
-                .arg(format!(
-                    "--socket={}",
-                    run_dir.join("mysqld.sock").display()
-                ))
-                .arg(format!(
-                    "--pid-file={}",
-                    run_dir.join("mysqld.pid").display()
-                ));
-            command
-        }),
-        ready: greets,
-        stop_signal: libc::SIGTERM,
+    let url = format!("mysql://root@127.0.0.1:{port}/mysql");
+    Launch::new("MariaDB", (dir, port), url, move || {
+        let mut command = Command::new("mariadbd");
+        command
+            .args([
+                "--no-defaults",
+                "--user=root",
+                "--bind-address=127.0.0.1",
+                "--skip-log-bin",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
+            .arg(format!(
+                "--socket={}",
+                run_dir.join("mysqld.sock").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                run_dir.join("mysqld.pid").display()
+            ));
+        command
     })
+    .keeping_data(true)
+    .ready_when(greets)
+    .start()
 }
 
 /// Whether mariadbd on `port` sends its greeting: it listens (and a TCP connect succeeds) long

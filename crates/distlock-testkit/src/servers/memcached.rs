@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use super::{Launch, PrivateServer, accepts, free_port};
+use super::{Launch, PrivateServer, fresh_dir_and_port};
 use crate::Failure;
 
 /// Starts a private memcached (64 MB, no UDP) on a free loopback port. It keeps nothing across
@@ -19,27 +19,19 @@ pub fn start_memcached_without_evictions(megabytes: u32) -> Result<PrivateServer
     start(&["-M", "-m", &megabytes.to_string()])
 }
 
+// SIGTERM (the default) stops it: memcached closes its connections and exits with 0.
 fn start(memory: &[&str]) -> Result<PrivateServer, Failure> {
-    let dir = tempfile::tempdir()?;
-    let port = free_port()?;
+    let (dir, port) = fresh_dir_and_port()?;
     let memory: Vec<String> = memory.iter().map(|a| a.to_string()).collect();
-    PrivateServer::start(Launch {
-        name: "memcached",
-        dir,
-        port,
-        url: format!("memcached://127.0.0.1:{port}"),
-        keeps_data: false,
-        command: Box::new(move || {
-            let mut command = Command::new("memcached");
-            command
-                .args(["-l", "127.0.0.1", "-U", "0", "-u", "root"])
-                .args(&memory)
-                .arg("-p")
-                .arg(port.to_string());
-            command
-        }),
-        ready: accepts,
-        // SIGTERM: memcached closes its connections and exits with 0.
-        stop_signal: libc::SIGTERM,
+    let url = format!("memcached://127.0.0.1:{port}");
+    Launch::new("memcached", (dir, port), url, move || {
+        let mut command = Command::new("memcached");
+        command
+            .args(["-l", "127.0.0.1", "-U", "0", "-u", "root"])
+            .args(&memory)
+            .arg("-p")
+            .arg(port.to_string());
+        command
     })
+    .start()
 }

@@ -9,6 +9,7 @@
 mod cluster;
 mod etcd;
 mod mariadb;
+mod members;
 mod memcached;
 mod postgres;
 mod redis;
@@ -27,7 +28,7 @@ pub use etcd::{
 pub use mariadb::start_mariadb;
 pub use memcached::{start_memcached, start_memcached_without_evictions};
 pub use postgres::start_postgres;
-pub use redis::{Persistence, start_redis, start_redis_with_args};
+pub use redis::{Persistence, start_redis, start_redis_tls, start_redis_with_args};
 pub use redlock::{RedlockMasters, redlock_url, start_redlock};
 pub use sentinel::{
     GroupPasswords, SENTINEL_MASTER, SentinelGroup, redis_cli, redis_cli_as, sentinel_url,
@@ -118,6 +119,115 @@ pub(crate) struct Launch {
     pub(crate) ready: fn(u16) -> bool,
     /// The signal that makes it shut down cleanly without waiting for its clients.
     pub(crate) stop_signal: libc::c_int,
+    /// Whether a clean shutdown ends with the stop signal raised again once the server's own
+    /// handlers ran (etcd), rather than with an exit.
+    pub(crate) dies_by_stop_signal: bool,
+}
+
+impl Launch {
+    /// The server `name`, started by `command`, listening on `port` with its data in `dir`,
+    /// reached at `url`. Unless told otherwise it keeps nothing across a restart, answers once
+    /// its port accepts a TCP connection, and shuts down cleanly on SIGTERM.
+    pub(crate) fn new(
+        name: &'static str,
+        (dir, port): (tempfile::TempDir, u16),
+        url: String,
+        command: impl Fn() -> Command + Send + 'static,
+    ) -> Self {
+        Launch {
+            name,
+            dir,
+            port,
+            url,
+            keeps_data: false,
+            command: Box::new(command),
+            ready: accepts,
+            stop_signal: libc::SIGTERM,
+            dies_by_stop_signal: false,
+        }
+    }
+
+    /// It keeps its data across a stop and start.
+    pub(crate) fn keeping_data(mut self, keeps_data: bool) -> Self {
+        self.keeps_data = keeps_data;
+        self
+    }
+
+    /// It answers once `ready` says so of its port.
+    pub(crate) fn ready_when(mut self, ready: fn(u16) -> bool) -> Self {
+        self.ready = ready;
+        self
+    }
+
+    /// It shuts down cleanly on `signal`.
+    pub(crate) fn stopped_by(mut self, signal: libc::c_int) -> Self {
+        self.stop_signal = signal;
+        self
+    }
+
+    /// Its clean shutdown ends with its stop signal raised again ([`Self::dies_by_stop_signal`]).
+    pub(crate) fn dying_by_stop_signal(mut self) -> Self {
+        self.dies_by_stop_signal = true;
+        self
+    }
+
+    /// Starts it and waits until it answers.
+    pub(crate) fn start(self) -> Result<PrivateServer, Failure> {
+        PrivateServer::start(self)
+    }
+}
+
+/// A fresh data directory and a free loopback port, for a private server.
+pub(crate) fn fresh_dir_and_port() -> Result<(tempfile::TempDir, u16), Failure> {
+    Ok((tempfile::tempdir()?, free_port()?))
+}
+
+/// `127.0.0.1:p1,127.0.0.1:p2,…` over `ports`: the hosts part of a URL naming several servers.
+pub fn loopback_hosts(ports: impl IntoIterator<Item = u16>) -> String {
+    ports
+        .into_iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Calls `attempt` every `every` until it answers something, for at most `within`; `None` if
+/// it never did. Blocks.
+pub(crate) fn poll<T>(
+    within: Duration,
+    every: Duration,
+    mut attempt: impl FnMut() -> Result<Option<T>, Failure>,
+) -> Result<Option<T>, Failure> {
+    let started = Instant::now();
+    loop {
+        if let Some(answer) = attempt()? {
+            return Ok(Some(answer));
+        }
+        if started.elapsed() > within {
+            return Ok(None);
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Polls `done` every 100 ms for up to `within`; past it, fails saying it waited for `what`,
+/// with the end of `log_of`'s log (a server of the group waited for). Blocks.
+pub(crate) fn wait_for(
+    within: Duration,
+    what: &str,
+    log_of: &PrivateServer,
+    mut done: impl FnMut() -> Result<bool, Failure>,
+) -> Result<(), Failure> {
+    match poll(within, Duration::from_millis(100), || {
+        Ok(done()?.then_some(()))
+    })? {
+        Some(()) => Ok(()),
+        None => Err(Failure(format!(
+            "waited {within:?} for {what}; the private {}'s log: {}",
+            log_of.launch.name,
+            log_of.log_tail()
+        ))),
+    }
 }
 
 /// A private server: one child process on a loopback port, its log in its data directory,
@@ -326,9 +436,13 @@ impl PrivateStore for PrivateServer {
             std::thread::sleep(Duration::from_millis(20));
         };
         // A clean shutdown exits with 0, or, for a JVM (ZooKeeper), with 128 + the signal once
-        // its shutdown hooks ran; anything else is worth seeing when a case fails later.
+        // its shutdown hooks ran, or for etcd by the signal itself, raised again once its
+        // handlers ran; anything else is worth seeing when a case fails later.
         let jvm_clean = status.code() == Some(128 + self.launch.stop_signal);
-        if !status.success() && !jvm_clean {
+        let reraised = self.launch.dies_by_stop_signal
+            && std::os::unix::process::ExitStatusExt::signal(&status)
+                == Some(self.launch.stop_signal);
+        if !status.success() && !jvm_clean && !reraised {
             return Err(Failure(format!(
                 "the private {} did not shut down cleanly ({status}): {}",
                 self.launch.name,
@@ -394,6 +508,19 @@ pub(crate) fn free_port() -> Result<u16, Failure> {
         .port())
 }
 
+/// `n` loopback ports nobody listens on, all different (free_port only says nobody listens
+/// now: two calls may hand out the same port).
+pub(crate) fn distinct_free_ports(n: usize) -> Result<Vec<u16>, Failure> {
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < n {
+        let port = free_port()?;
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    Ok(ports)
+}
+
 /// The first port of the kernel's ephemeral range (outgoing connections' local ports).
 fn ephemeral_start() -> Option<u16> {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -417,8 +544,9 @@ pub(crate) fn accepts(port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
 
-/// Runs a set-up command (`initdb`) to completion; fails with its output.
-pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), Failure> {
+/// Runs a set-up command (`initdb`) to completion; fails with its output. Answers its standard
+/// output.
+pub(crate) fn run(command: &mut Command, what: &str) -> Result<String, Failure> {
     let out = command.output().map_err(|e| {
         Failure(format!(
             "{what} could not run ({e}); run scripts/services.sh to install it"
@@ -432,7 +560,7 @@ pub(crate) fn run(command: &mut Command, what: &str) -> Result<(), Failure> {
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The end of a server's log, for failure messages.

@@ -5,7 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{Launch, PrivateServer, free_port, run};
+use super::{Launch, PrivateServer, fresh_dir_and_port, run};
 use crate::Failure;
 
 /// Starts a private PostgreSQL (trust auth, no fsync) on a free port; its URL names the
@@ -13,7 +13,7 @@ use crate::Failure;
 pub fn start_postgres() -> Result<PrivateServer, Failure> {
     let bin = pg_bin()?;
     let (uid, gid) = postgres_user()?;
-    let dir = tempfile::tempdir()?;
+    let (dir, port) = fresh_dir_and_port()?;
     // The server refuses to run as root and must own its data and socket directory.
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
     let data = dir.path().join("data");
@@ -25,32 +25,27 @@ pub fn start_postgres() -> Result<PrivateServer, Failure> {
             .gid(gid),
         "initdb",
     )?;
-    let port = free_port()?;
     let socket_dir = dir.path().to_path_buf();
-    PrivateServer::start(Launch {
-        name: "PostgreSQL",
-        dir,
-        port,
-        url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-        keeps_data: true,
-        command: Box::new(move || {
-            let mut command = Command::new(bin.join("postgres"));
-            command
-                .arg("-D")
-                .arg(&data)
-                .args(["-c", "listen_addresses=127.0.0.1", "-c"])
-                .arg(format!("port={port}"))
-                .arg("-k")
-                .arg(&socket_dir)
-                .args(["-c", "fsync=off"])
-                .uid(uid)
-                .gid(gid);
-            command
-        }),
-        ready: is_ready,
-        // SIGINT is the fast shutdown: it ends client sessions instead of waiting for them.
-        stop_signal: libc::SIGINT,
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    Launch::new("PostgreSQL", (dir, port), url, move || {
+        let mut command = Command::new(bin.join("postgres"));
+        command
+            .arg("-D")
+            .arg(&data)
+            .args(["-c", "listen_addresses=127.0.0.1", "-c"])
+            .arg(format!("port={port}"))
+            .arg("-k")
+            .arg(&socket_dir)
+            .args(["-c", "fsync=off"])
+            .uid(uid)
+            .gid(gid);
+        command
     })
+    .keeping_data(true)
+    .ready_when(is_ready)
+    // SIGINT is the fast shutdown: it ends client sessions instead of waiting for them.
+    .stopped_by(libc::SIGINT)
+    .start()
 }
 
 /// Accepting sessions, not merely listening: during start-up the port is open but sessions

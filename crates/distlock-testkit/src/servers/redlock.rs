@@ -1,7 +1,7 @@
 //! Private Redlock masters: n independent private redis-servers, and the `redlock://` URL that
 //! names them all.
 
-use super::{Persistence, PrivateServer, PrivateStore, start_redis};
+use super::{Persistence, PrivateServer, PrivateStore, loopback_hosts, start_redis};
 use crate::Failure;
 
 /// `n` private Redis masters (each on its own free port and data directory).
@@ -20,11 +20,7 @@ pub fn start_redlock(n: usize, persistence: Persistence) -> Result<RedlockMaster
 
 /// `redlock://127.0.0.1:p1,…` over `ports`.
 pub fn redlock_url(ports: impl IntoIterator<Item = u16>) -> String {
-    let hosts: Vec<String> = ports
-        .into_iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
-    format!("redlock://{}", hosts.join(","))
+    format!("redlock://{}", loopback_hosts(ports))
 }
 
 impl PrivateStore for RedlockMasters {

@@ -4,10 +4,12 @@
 //! moves its own group's master and kills its own nodes.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::redis::redis_server;
 use super::{
-    Launch, Persistence, PrivateServer, accepts, free_port, on_free_ports, start_redis_with_args,
+    Persistence, PrivateServer, fresh_dir_and_port, loopback_hosts, on_free_ports,
+    start_redis_with_args, wait_for,
 };
 use crate::Failure;
 
@@ -69,16 +71,19 @@ pub fn start_sentinel_group_with(passwords: &GroupPasswords) -> Result<SentinelG
             sentinels,
             passwords: passwords.clone(),
         };
-        group.wait_until(Duration::from_secs(30), "the group to be ready", |g| {
-            g.ready()
-        })?;
+        let first_sentinel = &group.sentinels[0];
+        wait_for(
+            Duration::from_secs(30),
+            "the group to be ready",
+            first_sentinel,
+            || group.ready(),
+        )?;
         Ok(group)
     })
 }
 
 fn start_sentinel(master_port: u16, passwords: &GroupPasswords) -> Result<PrivateServer, Failure> {
-    let dir = tempfile::tempdir()?;
-    let port = free_port()?;
+    let (dir, port) = fresh_dir_and_port()?;
     let conf = dir.path().join("sentinel.conf");
     let mut logins = String::new();
     if let Some(password) = &passwords.nodes {
@@ -102,29 +107,15 @@ fn start_sentinel(master_port: u16, passwords: &GroupPasswords) -> Result<Privat
             dir = dir.path().display()
         ),
     )?;
-    PrivateServer::start(Launch {
-        name: "Redis Sentinel",
-        dir,
-        port,
-        url: format!("redis://127.0.0.1:{port}"),
-        keeps_data: false,
-        command: Box::new(move || {
-            let mut command = Command::new("redis-server");
-            command.arg(&conf).arg("--sentinel");
-            command
-        }),
-        ready: accepts,
-        stop_signal: libc::SIGTERM,
-    })
+    redis_server("Redis Sentinel", (dir, port), Some(conf), ["--sentinel"]).start()
 }
 
 /// `redis-sentinel://127.0.0.1:p1,…/distlock` over the Sentinels on `ports`.
 pub fn sentinel_url(ports: impl IntoIterator<Item = u16>) -> String {
-    let hosts: Vec<String> = ports
-        .into_iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
-    format!("redis-sentinel://{}/{SENTINEL_MASTER}", hosts.join(","))
+    format!(
+        "redis-sentinel://{}/{SENTINEL_MASTER}",
+        loopback_hosts(ports)
+    )
 }
 
 /// `redis-cli -p PORT ARGS…`'s answer, one line per value. Blocks: call it from
@@ -235,13 +226,14 @@ impl SentinelGroup {
     /// it is one (after a killed master, or a failover asked for). Answers its port.
     pub fn wait_for_new_master(&self, old: u16) -> Result<u16, Failure> {
         let mut new = None;
-        self.wait_until(
+        wait_for(
             Duration::from_secs(30),
             "the Sentinels to agree on a new master",
-            |g| {
+            &self.sentinels[0],
+            || {
                 let mut named = Vec::new();
-                for sentinel in g.sentinels.iter().filter(|s| s.is_running()) {
-                    let answer = g.sentinel_cli(
+                for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
+                    let answer = self.sentinel_cli(
                         sentinel.port(),
                         &["SENTINEL", "get-master-addr-by-name", SENTINEL_MASTER],
                     )?;
@@ -251,7 +243,7 @@ impl SentinelGroup {
                     return Ok(false);
                 };
                 let agreed = first != old && named.iter().all(|n| *n == Some(first));
-                if agreed && g.is_master(first)? {
+                if agreed && self.is_master(first)? {
                     new = Some(first);
                     return Ok(true);
                 }
@@ -280,14 +272,20 @@ impl SentinelGroup {
             .filter(|n| n.is_running() && n.port() != master)
             .map(PrivateServer::port)
             .collect();
-        self.wait_until(Duration::from_secs(10), "the replicas to catch up", |_| {
-            for port in &replicas {
-                if offset(*port, "slave_repl_offset")?.is_none_or(|o| o < target) {
-                    return Ok(false);
+        let first_sentinel = &self.sentinels[0];
+        wait_for(
+            Duration::from_secs(10),
+            "the replicas to catch up",
+            first_sentinel,
+            || {
+                for port in &replicas {
+                    if offset(*port, "slave_repl_offset")?.is_none_or(|o| o < target) {
+                        return Ok(false);
+                    }
                 }
-            }
-            Ok(true)
-        })
+                Ok(true)
+            },
+        )
     }
 
     /// Every Sentinel knows both replicas and both other Sentinels, and the replicas are in sync.
@@ -314,24 +312,5 @@ impl SentinelGroup {
             }
         }
         Ok(true)
-    }
-
-    fn wait_until(
-        &self,
-        within: Duration,
-        what: &str,
-        mut done: impl FnMut(&Self) -> Result<bool, Failure>,
-    ) -> Result<(), Failure> {
-        let start = Instant::now();
-        while !done(self)? {
-            if start.elapsed() > within {
-                return Err(Failure(format!(
-                    "waited {within:?} for {what}; the first Sentinel's log: {}",
-                    self.sentinels[0].log_tail()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
     }
 }

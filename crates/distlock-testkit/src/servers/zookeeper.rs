@@ -18,11 +18,15 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Launch, PrivateServer, PrivateStore, find_program, free_port};
+use super::members::{Members, member_controls};
+use super::{
+    Launch, PrivateServer, distinct_free_ports, find_program, fresh_dir_and_port, loopback_hosts,
+    poll,
+};
 use crate::Failure;
 use crate::faults::peers::{Partitionable, PeerLinks};
 
@@ -159,33 +163,30 @@ fn java(main: &str, cfg: &Path) -> Command {
 /// is `zk://127.0.0.1:PORT`.
 pub fn start_zookeeper() -> Result<PrivateServer, Failure> {
     installed()?;
-    let dir = tempfile::tempdir()?;
-    let port = free_port()?;
-    let cfg = dir.path().join("zoo.cfg");
-    std::fs::create_dir(dir.path().join("data"))?;
-    std::fs::write(&cfg, config(dir.path(), port, &[]))?;
-    PrivateServer::start(Launch {
-        name: "ZooKeeper",
-        dir,
-        port,
-        url: format!("zk://127.0.0.1:{port}"),
-        keeps_data: true,
-        command: Box::new(move || java("org.apache.zookeeper.server.ZooKeeperServerMain", &cfg)),
-        ready: serves,
-        stop_signal: libc::SIGTERM,
+    let (dir, port) = fresh_dir_and_port()?;
+    let cfg = write_config(dir.path(), port, &[])?;
+    let url = format!("zk://127.0.0.1:{port}");
+    Launch::new("ZooKeeper", (dir, port), url, move || {
+        java("org.apache.zookeeper.server.ZooKeeperServerMain", &cfg)
     })
+    .keeping_data(true)
+    .ready_when(serves)
+    .start()
+}
+
+/// Writes [`config`] into `dir` (and its empty data directory); answers the file's path.
+fn write_config(dir: &Path, client_port: u16, peers: &[(u16, u16)]) -> Result<PathBuf, Failure> {
+    let cfg = dir.join("zoo.cfg");
+    std::fs::create_dir(dir.join("data"))?;
+    std::fs::write(&cfg, config(dir, client_port, peers))?;
+    Ok(cfg)
 }
 
 /// A private ZooKeeper ensemble: quorum peers as our child processes, each with its own data
 /// directory and loopback client, quorum and election ports, all killed (SIGKILL) on drop.
 /// Member `i` has server id `i + 1`.
 pub struct ZkEnsemble {
-    members: Vec<PrivateServer>,
-    /// Paused with SIGSTOP: it would not answer, so [`leader`](Self::leader) leaves it out.
-    paused: Vec<bool>,
-    /// The proxies on the members' quorum and election ports, when the ensemble can be
-    /// partitioned.
-    links: Option<PeerLinks>,
+    members: Members,
 }
 
 /// Starts an ensemble of `members` ZooKeeper quorum peers on free loopback ports and waits
@@ -209,14 +210,7 @@ fn start_ensemble(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
 }
 
 fn start_ensemble_once(members: usize, linked: bool) -> Result<ZkEnsemble, Failure> {
-    let mut ports: Vec<u16> = Vec::new();
-    // free_port only says nobody listens now: two calls may hand out the same port.
-    while ports.len() < 3 * members {
-        let port = free_port()?;
-        if !ports.contains(&port) {
-            ports.push(port);
-        }
-    }
+    let ports = distinct_free_ports(3 * members)?;
     let peers: Vec<(u16, u16)> = ports[members..].chunks(2).map(|p| (p[0], p[1])).collect();
     let links = if linked {
         let peer_ports: Vec<Vec<u16>> = peers.iter().map(|&(q, e)| vec![q, e]).collect();
@@ -230,13 +224,11 @@ fn start_ensemble_once(members: usize, linked: bool) -> Result<ZkEnsemble, Failu
         None
     };
     let mut ensemble = ZkEnsemble {
-        members: Vec::new(),
-        paused: vec![false; members],
-        links,
+        members: Members::new("the private ZooKeeper ensemble", links),
     };
     for (i, &client_port) in ports[..members].iter().enumerate() {
         // How member i reaches each member: itself directly, the others through their proxies.
-        let peers: Vec<(u16, u16)> = match &ensemble.links {
+        let peers: Vec<(u16, u16)> = match ensemble.members.links() {
             Some(links) => (0..members)
                 .map(|j| match j == i {
                     true => peers[j],
@@ -246,68 +238,37 @@ fn start_ensemble_once(members: usize, linked: bool) -> Result<ZkEnsemble, Failu
             None => peers.clone(),
         };
         let dir = tempfile::tempdir()?;
-        let cfg = dir.path().join("zoo.cfg");
-        std::fs::create_dir(dir.path().join("data"))?;
+        let cfg = write_config(dir.path(), client_port, &peers)?;
         std::fs::write(dir.path().join("data/myid"), format!("{}\n", i + 1))?;
-        std::fs::write(&cfg, config(dir.path(), client_port, &peers))?;
-        // Listening is enough here: a member serves only once a quorum has started.
-        // Told before the member is ready: it dials its peers while it starts.
-        let on_spawn = ensemble
-            .links
-            .as_ref()
-            .map(|links| Box::new(links.pid_of(i)) as Box<dyn Fn(Option<u32>) + Send>);
-        let member = PrivateServer::start_telling(
-            Launch {
-                name: "ZooKeeper ensemble member",
-                dir,
-                port: client_port,
-                url: format!("zk://127.0.0.1:{client_port}"),
-                keeps_data: true,
-                command: Box::new(move || {
-                    java("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg)
-                }),
-                ready: answers,
-                stop_signal: libc::SIGTERM,
-            },
-            on_spawn,
+        let url = format!("zk://127.0.0.1:{client_port}");
+        // Listening (the default readiness) is enough here: a member serves only once a quorum
+        // has started.
+        ensemble.members.start(
+            Launch::new(
+                "ZooKeeper ensemble member",
+                (dir, client_port),
+                url,
+                move || java("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg),
+            )
+            .keeping_data(true)
+            .ready_when(answers),
         )?;
-        ensemble.members.push(member);
     }
-    let all: Vec<usize> = (0..members).collect();
-    ensemble.wait_serving(&all)?;
+    ensemble.wait_ready(&ensemble.members.all())?;
     Ok(ensemble)
 }
 
 impl ZkEnsemble {
-    /// The URL of the whole ensemble, every member, with session timeout `session_timeout`
-    /// (`zk://127.0.0.1:P1,127.0.0.1:P2,…?timeout=4000ms`).
-    pub fn url(&self, session_timeout: Duration) -> String {
-        let all: Vec<usize> = (0..self.members.len()).collect();
-        self.members_url(&all, session_timeout)
-    }
-
-    /// The URL of member `i` alone: a client that can reach the ensemble only through it.
-    pub fn member_url(&self, i: usize, session_timeout: Duration) -> String {
-        self.members_url(&[i], session_timeout)
-    }
-
     /// The URL of the members `which`, with session timeout `session_timeout` in whole
     /// milliseconds.
     pub fn members_url(&self, which: &[usize], session_timeout: Duration) -> String {
-        let hosts: Vec<String> = which
-            .iter()
-            .map(|&i| format!("127.0.0.1:{}", self.client_port(i)))
-            .collect();
-        format!(
-            "zk://{}?timeout={}ms",
-            hosts.join(","),
-            session_timeout.as_millis()
-        )
+        let hosts = loopback_hosts(self.members.client_ports(which));
+        format!("zk://{hosts}?timeout={}ms", session_timeout.as_millis())
     }
 
     /// The loopback client port of member `i` (for [`zk_command`]).
     pub fn client_port(&self, i: usize) -> u16 {
-        self.members[i].port()
+        self.members.client_port(i)
     }
 
     /// How many members the ensemble has (running or not).
@@ -317,83 +278,17 @@ impl ZkEnsemble {
 
     /// Whether it has no members at all.
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.members.len() == 0
     }
 
-    /// Which member leads, once every running member (not killed, not paused) serves and
-    /// exactly one of them leads (waits out an election).
-    pub fn leader(&self) -> Result<usize, Failure> {
-        Ok(self.leader_among(&self.running())?)
-    }
-
-    /// Kills member `i` (SIGKILL): no clean shutdown, its connections just break.
-    pub fn kill(&mut self, i: usize) -> Result<(), Failure> {
-        self.paused[i] = false;
-        self.members[i].kill()
-    }
-
-    /// Shuts member `i` down cleanly (SIGTERM) and waits until it has exited.
-    pub fn shut_down(&mut self, i: usize) -> Result<(), Failure> {
-        if self.paused[i] {
-            self.cont(i)?;
-        }
-        self.members[i].stop()
-    }
-
-    /// Pauses member `i` (SIGSTOP): its connections stay open but nothing is answered, as a
-    /// member that stalls or is cut off.
-    pub fn stop(&mut self, i: usize) -> Result<(), Failure> {
-        self.members[i].signal(libc::SIGSTOP)?;
-        self.paused[i] = true;
-        Ok(())
-    }
-
-    /// Lets member `i` run again (SIGCONT) after [`stop`](Self::stop).
-    pub fn cont(&mut self, i: usize) -> Result<(), Failure> {
-        self.members[i].signal(libc::SIGCONT)?;
-        self.paused[i] = false;
-        Ok(())
-    }
-
-    /// Starts member `i` again after [`kill`](Self::kill) or [`shut_down`](Self::shut_down),
-    /// on the same ports and data (it rejoins from its own log), and waits until it serves.
-    pub fn start_again(&mut self, i: usize) -> Result<(), Failure> {
-        self.members[i].start_again()?;
-        self.paused[i] = false;
-        self.wait_serving(&[i])
-    }
-
-    fn running(&self) -> Vec<usize> {
-        (0..self.members.len())
-            .filter(|&i| self.members[i].is_running() && !self.paused[i])
-            .collect()
-    }
+    member_controls!(session_timeout: Duration);
 
     /// Waits until every member of `which` serves clients, failing early if one exits.
-    fn wait_serving(&mut self, which: &[usize]) -> Result<(), Failure> {
-        let started = Instant::now();
-        loop {
-            if which.iter().all(|&i| serves(self.client_port(i))) {
-                return Ok(());
-            }
-            for &i in which {
-                if let Some(status) = self.members[i].exited()? {
-                    return Err(Failure(format!(
-                        "ZooKeeper ensemble member {i} exited ({status}) before it served: {}",
-                        self.members[i].log_tail()
-                    )));
-                }
-            }
-            if started.elapsed() > SERVING_TIMEOUT {
-                let tails: Vec<String> =
-                    which.iter().map(|&i| self.members[i].log_tail()).collect();
-                return Err(Failure(format!(
-                    "the private ZooKeeper ensemble did not serve within {SERVING_TIMEOUT:?}: {}",
-                    tails.join("\n")
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    fn wait_ready(&mut self, which: &[usize]) -> Result<(), Failure> {
+        self.members
+            .wait_until(which, SERVING_TIMEOUT, "serving", |members| {
+                Ok(members.client_ports(which).all(serves))
+            })
     }
 }
 
@@ -404,9 +299,9 @@ impl Partitionable for ZkEnsemble {
 
     /// Once every member of `which` serves and exactly one of them leads.
     fn leader_among(&self, which: &[usize]) -> Result<usize, distlock_harness::Failure> {
-        let started = Instant::now();
-        loop {
-            let modes: Vec<(usize, Option<String>)> = which
+        let mut modes: Vec<(usize, Option<String>)> = Vec::new();
+        let leader = poll(ELECTION_TIMEOUT, Duration::from_millis(100), || {
+            modes = which
                 .iter()
                 .copied()
                 .map(|i| (i, mode(self.client_port(i))))
@@ -416,20 +311,18 @@ impl Partitionable for ZkEnsemble {
                 .filter(|(_, m)| matches!(m.as_deref(), Some("leader" | "standalone")))
                 .map(|&(i, _)| i)
                 .collect();
-            if leaders.len() == 1 && modes.iter().all(|(_, m)| m.is_some()) {
-                return Ok(leaders[0]);
-            }
-            if started.elapsed() > ELECTION_TIMEOUT {
-                return Err(distlock_harness::Failure(format!(
-                    "the private ZooKeeper ensemble agreed on no leader within \
-                     {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            let serving = modes.iter().all(|(_, m)| m.is_some());
+            Ok((leaders.len() == 1 && serving).then(|| leaders[0]))
+        })?;
+        leader.ok_or_else(|| {
+            distlock_harness::Failure(format!(
+                "the private ZooKeeper ensemble agreed on no leader within \
+                 {ELECTION_TIMEOUT:?} (running members and their modes: {modes:?})"
+            ))
+        })
     }
 
     fn links(&mut self) -> Option<&mut PeerLinks> {
-        self.links.as_mut()
+        self.members.links_mut()
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use distlock::ErrorKind;
 
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_kind};
 
 pub(super) async fn is_typed(ctx: Ctx) -> Outcome {
     let long = "x".repeat(513);
@@ -19,10 +19,7 @@ pub(super) async fn is_typed(ctx: Ctx) -> Outcome {
                 .map(|_| ()),
             lock.acquire().await.map(|_| ()),
         ] {
-            check!(
-                matches!(&outcome, Err(e) if e.kind() == ErrorKind::InvalidName),
-                "name {name:?} gave {outcome:?}"
-            );
+            check_kind(&outcome, ErrorKind::InvalidName, &format!("name {name:?}"))?;
         }
     }
     let name = ctx.unique_name("lease");
@@ -32,10 +29,11 @@ pub(super) async fn is_typed(ctx: Ctx) -> Outcome {
         Duration::from_secs(24 * 3600 + 1),
     ] {
         let outcome = ctx.lock(&name).lease(lease).try_acquire().await;
-        check!(
-            matches!(&outcome, Err(e) if e.kind() == ErrorKind::InvalidLease),
-            "lease {lease:?} gave {outcome:?}"
-        );
+        check_kind(
+            &outcome,
+            ErrorKind::InvalidLease,
+            &format!("lease {lease:?}"),
+        )?;
     }
     let outcome = ctx.client.semaphore(&name, 0).try_acquire().await;
     check!(
@@ -43,10 +41,7 @@ pub(super) async fn is_typed(ctx: Ctx) -> Outcome {
         "a semaphore of 0 permits gave {outcome:?}"
     );
     let outcome = ctx.lock(&name).release().await;
-    check!(
-        matches!(&outcome, Err(e) if e.kind() == ErrorKind::NotHeld),
-        "release without a hold gave {outcome:?}"
-    );
+    check_kind(&outcome, ErrorKind::NotHeld, "release without a hold")?;
     Ok(())
 }
 

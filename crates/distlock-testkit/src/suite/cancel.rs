@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use distlock::{Client, Lock};
+
 use crate::suite::{Ctx, with_lease};
-use crate::{Outcome, check};
+use crate::{Failure, Outcome, check};
 
 /// `acquire()` dropped mid-flight, many times, at different points of its round trip, on a free
 /// lock: once the client's background clean-up has run, the lock is free — not after a lease.
@@ -13,17 +15,9 @@ use crate::{Outcome, check};
 /// then dropped: `tokio::time::timeout` cannot cut closer than the timer's 1 ms tick, by which
 /// time a loopback store has answered.
 pub(super) async fn cancelled_acquire_leaves_nothing_held(ctx: Ctx) -> Outcome {
-    let name = ctx.unique_name("cancelled");
-    let client = ctx.connect().await?;
-    let lock = with_lease(
-        &client,
-        (ctx.flavour.make)(&client, &name),
-        Duration::from_secs(30),
-    );
+    let (name, client, lock) = own_lock(&ctx, "cancelled").await?;
     let mut cancelled = 0;
-    for round in 0..40u64 {
-        let polls = 1 + round % 8;
-        let budget = Duration::from_micros(round * 50);
+    for (round, polls, budget) in rounds(40, 8, 50) {
         match poll_then_drop(lock.acquire(), polls, budget).await {
             None => cancelled += 1,
             Some(taken) => {
@@ -39,6 +33,32 @@ pub(super) async fn cancelled_acquire_leaves_nothing_held(ctx: Ctx) -> Outcome {
     }
     check!(cancelled > 0, "no acquisition was cancelled mid-flight");
     Ok(())
+}
+
+/// A lock of the flavour under test, named for `what`, with a 30 s lease, through a client of
+/// the case's own (whose background work the case flushes): its name, the client and the lock.
+async fn own_lock(ctx: &Ctx, what: &str) -> Result<(String, Client, Lock), Failure> {
+    let name = ctx.unique_name(what);
+    let client = ctx.connect().await?;
+    let lock = with_lease(
+        &client,
+        (ctx.flavour.make)(&client, &name),
+        Duration::from_secs(30),
+    );
+    Ok((name, client, lock))
+}
+
+/// `count` rounds of cutting a call short: each round's number, how many times the call is
+/// polled (1 to `most_polls`) and how long after that it may run on (`step_us` µs more each
+/// round) before it is dropped.
+fn rounds(count: u64, most_polls: u64, step_us: u64) -> impl Iterator<Item = (u64, u64, Duration)> {
+    (0..count).map(move |round| {
+        (
+            round,
+            1 + round % most_polls,
+            Duration::from_micros(round * step_us),
+        )
+    })
 }
 
 /// Once `client`'s background work has run, the lock `name` is free for a contender at once;
@@ -89,17 +109,9 @@ async fn poll_then_drop<F: std::future::Future>(
 /// goes on in the background, so once the client's background work has run the lock is free —
 /// not after a lease (30 s here).
 pub(super) async fn cancelled_release_still_frees(ctx: Ctx) -> Outcome {
-    let name = ctx.unique_name("cancelled-release");
-    let client = ctx.connect().await?;
-    let lock = with_lease(
-        &client,
-        (ctx.flavour.make)(&client, &name),
-        Duration::from_secs(30),
-    );
+    let (name, client, lock) = own_lock(&ctx, "cancelled-release").await?;
     let mut cancelled = 0;
-    for round in 0..30u64 {
-        let polls = 1 + round % 5;
-        let budget = Duration::from_micros(round * 40);
+    for (round, polls, budget) in rounds(30, 5, 40) {
         let guard = lock.acquire().await?;
         if poll_then_drop(guard.release(), polls, budget)
             .await

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::child::{ChildProcess, Role};
 use crate::history::{self, Hold};
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_above, check_kind};
 
 /// How many hand-overs the process case aims for (`DISTLOCK_ELECTION_HANDOVERS` overrides).
 /// 500: the kills and stops below are what the case is about, and they come with 500 as with
@@ -299,10 +299,7 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
         "a newer term was refused"
     );
     let stale = next.proclaim("b2").await;
-    check!(
-        matches!(&stale, Err(e) if e.kind() == ErrorKind::StaleToken),
-        "proclaim under a newer term: {stale:?}"
-    );
+    check_kind(&stale, ErrorKind::StaleToken, "proclaim under a newer term")?;
     check!(
         !elections
             .elect_write(&record, next.term(), Some("b3"), Duration::from_secs(2))
@@ -369,11 +366,8 @@ pub(super) async fn crashed_leader_lapses(ctx: Ctx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let next = election.campaign("next").await?;
-    check!(
-        next.term().get() > term,
-        "term {} after {term}",
-        next.term()
-    );
+    let whose = "the term after the killed leader's";
+    check_above(whose, next.term().get(), term)?;
     next.resign().await?;
     Ok(())
 }
@@ -398,11 +392,9 @@ pub(super) async fn huge_wait_waits_forever(ctx: Ctx) -> Outcome {
     );
     let term = first.term();
     check!(first.resign().await?, "resign found the leadership gone");
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| crate::Failure("the waiting campaign did not win after the resign".into()))?
-        .map_err(|e| Failure(e.to_string()))??;
-    check!(next.term() > term, "term {} after {term}", next.term());
+    let won = "the waiting campaign winning after the resign";
+    let next = crate::joined(Duration::from_secs(10), waiter, won).await??;
+    check_above("the term after the resigned one", next.term(), term)?;
     check!(
         next.resign().await?,
         "the second leader lost its leadership"

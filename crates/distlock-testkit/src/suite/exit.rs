@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::child::{ChildProcess, DropPath, Role};
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, check, check_above};
 
 /// How soon after the holder's exit the lock must be free: the release's round trip and the
 /// waiter's wake-up, with room for a loaded machine, far below the default lease.
@@ -43,11 +43,9 @@ pub(super) async fn dropped_guard_freed_before_exit(ctx: Ctx) -> Outcome {
             "{how:?}: the lock of a holder that returned from main freed only {waited:?} after \
              it exited (bound {FREED_WITHIN:?})"
         );
-        check!(
-            next.fencing_token().get() > old_token,
-            "{how:?}: token {} after the exited holder's {old_token}",
-            next.fencing_token()
-        );
+        let token = next.fencing_token().get();
+        let whose = format!("{how:?}: the token after the exited holder's");
+        check_above(&whose, token, old_token)?;
         next.release().await?;
     }
     Ok(())

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::child::{ChildProcess, Role};
+use crate::child::ChildProcess;
 use crate::fenced::FencedFile;
 use crate::suite::Ctx;
 use crate::{Failure, check};
@@ -28,18 +28,13 @@ impl FencedHolder {
             .dir
             .path()
             .join(format!("{}.fenced", name.replace('/', "_")));
-        let process = ChildProcess::spawn(&ctx.spec(Role::Hold {
-            name: name.to_owned(),
-            lease_ms: lease.as_millis() as u64,
-        }))?;
+        let (process, token) = ctx.holder_process(name, lease).await?;
         let mut holder = FencedHolder {
             process,
-            token: u64::MAX,
+            token,
             resource: FencedFile::new(&path),
             write: format!("write {}", path.display()),
         };
-        let acquired = holder.process.event(Duration::from_secs(30)).await?;
-        holder.token = acquired["token"].as_u64().unwrap_or(u64::MAX);
         let first = holder.write().await?;
         check!(first["accepted"] == true, "the holder's own write: {first}");
         Ok(holder)
@@ -47,7 +42,6 @@ impl FencedHolder {
 
     /// Has the holder write its token to the resource; the answer says whether it was accepted.
     pub(super) async fn write(&mut self) -> Result<Value, Failure> {
-        self.process.send(&self.write).await?;
-        self.process.event(Duration::from_secs(10)).await
+        self.process.ask(&self.write, Duration::from_secs(10)).await
     }
 }

@@ -8,7 +8,7 @@ use distlock::latch::Latch;
 
 use crate::child::{ChildProcess, Role};
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, check, check_kind};
 
 /// A process sets a latch of 5 and is SIGKILLed (the count stays in the store); 4 processes ×
 /// 5 waiters wait on it; 5 other processes count it down once each. No waiter is released
@@ -119,10 +119,7 @@ pub(super) async fn wait_timeout_is_typed(ctx: Ctx) -> Outcome {
     let started = Instant::now();
     let waited = latch.wait_timeout(Duration::from_millis(300)).await;
     let elapsed = started.elapsed();
-    check!(
-        matches!(&waited, Err(e) if e.kind() == ErrorKind::Timeout),
-        "wait_timeout on a latch at 1: {waited:?}"
-    );
+    check_kind(&waited, ErrorKind::Timeout, "wait_timeout on a latch at 1")?;
     check!(
         elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3),
         "timed out after {elapsed:?} for a 300ms timeout"
@@ -161,16 +158,14 @@ pub(super) async fn count_rules(ctx: Ctx) -> Outcome {
     check!(latch.count().await? == 1, "count of the new round");
     for bad in [0, Latch::MAX_COUNT + 1, u64::MAX] {
         let e = latch.try_set_count(bad).await;
-        check!(
-            matches!(&e, Err(e) if e.kind() == ErrorKind::InvalidInput),
-            "try_set_count({bad}): {e:?}"
-        );
+        check_kind(
+            &e,
+            ErrorKind::InvalidInput,
+            &format!("try_set_count({bad})"),
+        )?;
     }
     let e = ctx.client.latch("").count().await;
-    check!(
-        matches!(&e, Err(e) if e.kind() == ErrorKind::InvalidName),
-        "empty latch name: {e:?}"
-    );
+    check_kind(&e, ErrorKind::InvalidName, "empty latch name")?;
     Ok(())
 }
 
@@ -188,10 +183,7 @@ pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
             e.map(|l| l.term())
         );
         let e = election.leader().await;
-        check!(
-            matches!(&e, Err(e) if e.kind() == ErrorKind::Unsupported),
-            "leader: {e:?}"
-        );
+        check_kind(&e, ErrorKind::Unsupported, "leader")?;
         // The election's lock was not taken.
         let lock = ctx.client.lock(format!(
             "{}{name}",
@@ -210,10 +202,7 @@ pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
             ("count", latch.count().await.map(|_| ())),
             ("wait", latch.wait().await),
         ] {
-            check!(
-                matches!(&e, Err(e) if e.kind() == ErrorKind::Unsupported),
-                "{what}: {e:?}"
-            );
+            check_kind(&e, ErrorKind::Unsupported, what)?;
         }
     }
     Ok(())
@@ -239,9 +228,6 @@ pub(super) async fn huge_wait_waits_forever(ctx: Ctx) -> Outcome {
         waiter.await
     );
     check!(latch.count_down().await? == 0, "count after the count-down");
-    tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| crate::Failure("the waiter was not released at 0".into()))?
-        .map_err(|e| crate::Failure(e.to_string()))??;
+    crate::joined(Duration::from_secs(10), waiter, "the waiter's release at 0").await??;
     Ok(())
 }

@@ -22,6 +22,7 @@ mod restart;
 mod scoped;
 mod semaphore_size;
 mod session_end;
+mod support;
 mod timeouts;
 mod waiting;
 mod watchdog;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, joined};
 
 pub(super) async fn orders_and_rolls_back(ctx: Ctx) -> Outcome {
     let a = ctx.unique_name("a");
@@ -27,9 +27,8 @@ pub(super) async fn orders_and_rolls_back(ctx: Ctx) -> Outcome {
         }));
     }
     for caller in callers {
-        tokio::time::timeout(Duration::from_secs(60), caller)
-            .await
-            .map_err(|_| Failure("multi-locks in opposite orders deadlocked".into()))???;
+        let deadlock = "multi-locks in opposite orders finishing (a deadlock?)";
+        joined(Duration::from_secs(60), caller, deadlock).await??;
     }
 
     // One name taken: the multi-lock gets nothing, and leaves nothing held.

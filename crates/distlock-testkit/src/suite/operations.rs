@@ -5,10 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use distlock::{Holding, LockKind, LockStatus};
 
-use crate::child::{ChildProcess, Role};
 use crate::suite::Ctx;
 use crate::suite::fenced_holder::FencedHolder;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_above, check_kind};
 
 /// The status entry of `kind` among `found`, and in it the holding with `token`.
 fn holding_of(found: &[LockStatus], kind: LockKind, token: u64) -> Option<&Holding> {
@@ -30,12 +29,7 @@ pub(super) async fn shows_holder(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("status");
     let lease = ctx.lease(Duration::from_secs(5));
     let before = SystemTime::now() - Duration::from_secs(1);
-    let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
-        name: name.clone(),
-        lease_ms: lease.as_millis() as u64,
-    }))?;
-    let acquired = holder.event(Duration::from_secs(30)).await?;
-    let token = acquired["token"].as_u64().unwrap_or(u64::MAX);
+    let (mut holder, token) = ctx.holder_process(&name, lease).await?;
     let pid = holder
         .pid()
         .ok_or(Failure("the holder has no pid".into()))?;
@@ -86,8 +80,7 @@ pub(super) async fn shows_holder(ctx: Ctx) -> Outcome {
         "a lock nobody took shows holdings: {free:?}"
     );
 
-    holder.send("release").await?;
-    let released = holder.event(Duration::from_secs(10)).await?;
+    let released = holder.ask("release", Duration::from_secs(10)).await?;
     check!(released["held"] == true, "the child's release: {released}");
     let after = ctx.client.status(&name).await?;
     check!(
@@ -112,11 +105,8 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
         forced.removed.iter().any(|h| h.token.get() == token),
         "the forced release did not report the holding with token {token}: {forced:?}"
     );
-    check!(
-        forced.fence.get() > token,
-        "the fencing counter was left at {} (the removed holding's token is {token})",
-        forced.fence
-    );
+    let counter = "the fencing counter after a forced release, above the removed holding's token";
+    check_above(counter, forced.fence.get(), token)?;
     let status = ctx.client.status(&name).await?;
     check!(
         holding_of(&status, kind, token).is_none(),
@@ -124,26 +114,20 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
     );
 
     // Its next renewal (a third of the lease) or its session's end tells the old holder.
-    holder
+    let wait_lost = format!("lost {}", (lease * 4).as_millis());
+    let lost = holder
         .process
-        .send(&format!("lost {}", (lease * 4).as_millis()))
+        .ask(&wait_lost, Duration::from_secs(30))
         .await?;
-    let lost = holder.process.event(Duration::from_secs(30)).await?;
     check!(
         lost["lost"] == true,
         "the old holder's lost() did not fire within 4 leases of the forced release: {lost}"
     );
 
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(10))
-        .await?;
+    let next = ctx.contender_takes(&name, Duration::from_secs(10)).await?;
     let next_token = next.fencing_token().get();
-    check!(
-        next_token > forced.fence.get(),
-        "the next holder's token {next_token} is not above the advanced counter {}",
-        forced.fence
-    );
+    let advanced = "the next holder's token, after the advanced counter";
+    check_above(advanced, next_token, forced.fence.get())?;
     check!(
         holder.resource.write(next_token)?,
         "the next holder's write was refused"
@@ -167,14 +151,8 @@ pub(super) async fn force_release_fences_holder(ctx: Ctx) -> Outcome {
 pub(super) async fn unsupported_is_typed(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("unsupported");
     let status = ctx.client.status(&name).await;
-    check!(
-        matches!(&status, Err(e) if e.kind() == distlock::ErrorKind::Unsupported),
-        "status: {status:?}"
-    );
+    check_kind(&status, distlock::ErrorKind::Unsupported, "status")?;
     let forced = ctx.client.force_release(&name, LockKind::Mutex).await;
-    check!(
-        matches!(&forced, Err(e) if e.kind() == distlock::ErrorKind::Unsupported),
-        "forced release: {forced:?}"
-    );
+    check_kind(&forced, distlock::ErrorKind::Unsupported, "forced release")?;
     Ok(())
 }

@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
-use crate::child::{ChildProcess, Role};
+use crate::child::ChildProcess;
 use crate::suite::Ctx;
 use crate::suite::fenced_holder::FencedHolder;
-use crate::{Outcome, check};
+use crate::{Failure, Outcome, check, check_above};
+
+/// How long the holder process may take to answer a command.
+const TEN_S: Duration = Duration::from_secs(10);
 
 pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("paused");
@@ -15,35 +18,18 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
     let mut holder = FencedHolder::start(&ctx, &name, lease).await?;
     let paused_token = holder.token;
 
-    holder.process.signal(libc::SIGSTOP)?;
-    tokio::time::sleep(ctx.freed_after_crash_within(lease) + Duration::from_millis(400)).await;
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(10))
-        .await;
-    // Resume the holder whatever happened, so a failure does not leave a stopped process.
-    let next = match next {
-        Ok(g) => g,
-        Err(e) => {
-            holder.process.signal(libc::SIGCONT)?;
-            return Err(crate::Failure(format!(
-                "the lock of a holder paused past its lease did not free: {e}"
-            )));
-        }
-    };
+    let paused_for = ctx.freed_after_crash_within(lease) + Duration::from_millis(400);
+    let next = taken_from_paused(&ctx, &name, &holder.process, paused_for).await?;
     let next_token = next.fencing_token().get();
-    check!(
-        next_token > paused_token,
-        "the next holder's token {next_token} is not above the paused holder's {paused_token}"
-    );
+    let whose = "the next holder's token, after the paused holder's";
+    check_above(whose, next_token, paused_token)?;
     check!(
         holder.resource.write(next_token)?,
         "the next holder's write was refused"
     );
 
     holder.process.signal(libc::SIGCONT)?;
-    holder.process.send("lost 3000").await?;
-    let lost = holder.process.event(Duration::from_secs(10)).await?;
+    let lost = holder.process.ask("lost 3000", TEN_S).await?;
     check!(
         lost["lost"] == true,
         "the paused holder's lost() did not fire after it resumed: {lost}"
@@ -54,11 +40,11 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
         "the resource accepted the paused holder's stale write: {late_write}"
     );
     release_paused(holder.process).await?;
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(
-        other.is_none(),
-        "the paused holder's release freed the next holder's lock"
-    );
+    ctx.check_taken(
+        &name,
+        "the paused holder's release freed the next holder's lock",
+    )
+    .await?;
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
@@ -69,31 +55,16 @@ pub(super) async fn paused_holder_is_fenced(ctx: Ctx) -> Outcome {
 pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("resumed");
     let lease = ctx.lease(Duration::from_millis(800));
-    let mut holder = ChildProcess::spawn(&ctx.spec(Role::Hold {
-        name: name.clone(),
-        lease_ms: lease.as_millis() as u64,
-    }))?;
-    holder.event(Duration::from_secs(30)).await?;
-    holder.send("check").await?;
-    let before = holder.event(Duration::from_secs(10)).await?;
+    let (mut holder, _) = ctx.holder_process(&name, lease).await?;
+    let before = holder.ask("check", TEN_S).await?;
     check!(
         before["is_lost"] == false && before["lost_ready"] == false,
         "a renewed holder reports itself lost: {before}"
     );
-    holder.signal(libc::SIGSTOP)?;
-    tokio::time::sleep(ctx.freed_after_crash_within(lease) + lease * 2).await;
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(10))
-        .await;
+    let paused_for = ctx.freed_after_crash_within(lease) + lease * 2;
+    let next = taken_from_paused(&ctx, &name, &holder, paused_for).await?;
     holder.signal(libc::SIGCONT)?;
-    let next = next.map_err(|e| {
-        crate::Failure(format!(
-            "the lock of a holder paused past its lease did not free: {e}"
-        ))
-    })?;
-    holder.send("check").await?;
-    let after = holder.event(Duration::from_secs(10)).await?;
+    let after = holder.ask("check", TEN_S).await?;
     check!(
         after["is_lost"] == true && after["lost_ready"] == true,
         "right after resuming, the paused holder does not know it lost the lock: {after}"
@@ -103,13 +74,34 @@ pub(super) async fn resumed_holder_knows_at_once(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// Pauses `holder` (SIGSTOP) for `paused_for`, past its lease, then has a contender take lock
+/// `name` within 10 s. The holder stays paused, but is resumed if the take fails, so a failure
+/// does not leave a stopped process.
+async fn taken_from_paused(
+    ctx: &Ctx,
+    name: &str,
+    holder: &ChildProcess,
+    paused_for: Duration,
+) -> Result<distlock::Guard, Failure> {
+    holder.signal(libc::SIGSTOP)?;
+    tokio::time::sleep(paused_for).await;
+    match ctx.contender_takes(name, TEN_S).await {
+        Ok(next) => Ok(next),
+        Err(Failure(e)) => {
+            holder.signal(libc::SIGCONT)?;
+            Err(Failure(format!(
+                "the lock of a holder paused past its lease did not free: {e}"
+            )))
+        }
+    }
+}
+
 /// Has the resumed holder release its guard, which must not claim the lock, and exit.
 async fn release_paused(mut holder: ChildProcess) -> Outcome {
-    holder.send("release").await?;
-    let released = holder.event(Duration::from_secs(10)).await?;
+    let released = holder.ask("release", TEN_S).await?;
     check!(
         released["held"] == false,
         "the paused holder's release claimed the lock: {released}"
     );
-    holder.finish(Duration::from_secs(10)).await
+    holder.finish(TEN_S).await
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use distlock::{ErrorKind, OwnerToken};
 
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn by_other_is_not_held(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("owned");
@@ -14,16 +14,9 @@ pub(super) async fn by_other_is_not_held(ctx: Ctx) -> Outcome {
         .owner(OwnerToken::random())
         .acquire()
         .await?;
-    let stranger = ctx.lock(&name).owner(OwnerToken::random()).release().await;
-    check!(
-        matches!(&stranger, Err(e) if e.kind() == ErrorKind::NotHeld),
-        "release by another owner answered {stranger:?}"
-    );
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(
-        other.is_none(),
-        "the lock was freed by a stranger's release"
-    );
+    let stranger = ctx.lock(&name).owner(OwnerToken::random());
+    ctx.check_release_refused(&name, &stranger, "a release by another owner")
+        .await?;
     check!(guard.release().await?, "the holder lost its lock");
     Ok(())
 }
@@ -35,20 +28,9 @@ pub(super) async fn double_release_keeps_next_holder(ctx: Ctx) -> Outcome {
     let guard = lock.acquire().await?;
     guard.leak();
     lock.release().await?;
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(5))
+    let next = ctx.contender_takes(&name, Duration::from_secs(5)).await?;
+    ctx.check_release_refused(&name, &lock, "a second release")
         .await?;
-    let again = lock.release().await;
-    check!(
-        matches!(&again, Err(e) if e.kind() == ErrorKind::NotHeld),
-        "second release answered {again:?}"
-    );
-    let third = ctx.contender(&name).try_acquire().await?;
-    check!(
-        third.is_none(),
-        "the second release freed the next holder's lock"
-    );
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
@@ -58,10 +40,7 @@ pub(super) async fn dropped_guard_releases(ctx: Ctx) -> Outcome {
     let guard = ctx.lock(&name).acquire().await?;
     drop(guard);
     // The drop queues the release; a waiter gets the lock long before the 30 s lease ends.
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(5))
-        .await?;
+    let next = ctx.contender_takes(&name, Duration::from_secs(5)).await?;
     check!(next.release().await?, "the next holder lost its lock");
     Ok(())
 }
@@ -79,16 +58,9 @@ pub(super) async fn stale_holding_untouched_in_store(ctx: Ctx) -> Outcome {
     let a = ctx.lock(&name).owner(owner.clone()).acquire().await?;
     in_b(&name).release().await?;
     let b = in_b(&name).acquire_timeout(Duration::from_secs(5)).await?;
-    check!(
-        b.fencing_token() > a.fencing_token(),
-        "B's new holding kept A's token"
-    );
-    check!(
-        !a.release().await?,
-        "A's release of a holding that is gone reported holding the lock"
-    );
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(other.is_none(), "A's stale release freed B's holding");
+    let whose = "B's new holding's token";
+    check_above(whose, b.fencing_token(), a.fencing_token())?;
+    ctx.check_stale_release(&name, a, "A's stale guard").await?;
     check!(b.release().await?, "B's holding was lost");
 
     // Renewal: A's watchdog renews with its own token, finds its holding gone and reports the
@@ -103,14 +75,10 @@ pub(super) async fn stale_holding_untouched_in_store(ctx: Ctx) -> Outcome {
         .await?;
     in_b(&name).release().await?;
     let b = in_b(&name).lease(lease).no_watchdog().acquire().await?;
-    let lost = tokio::time::timeout(lease, a.lost()).await;
-    check!(
-        lost.is_ok(),
-        "A's watchdog renewed a holding that is not its own"
-    );
+    let not_its_own = "A's watchdog finding the holding it renews is not its own";
+    within(lease, a.lost(), not_its_own).await?;
     check!(!b.is_lost(), "B's holding was lost while A renewed");
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(other.is_none(), "B's holding ended early");
+    ctx.check_taken(&name, "B's holding ended early").await?;
     drop(b);
     Ok(())
 }
@@ -124,24 +92,11 @@ pub(super) async fn old_guard_after_retake_is_inert(ctx: Ctx) -> Outcome {
     let old = lock.acquire().await?;
     lock.release().await?;
     let again = old.reenter().await;
-    check!(
-        matches!(&again, Err(e) if e.kind() == ErrorKind::LeaseLost),
-        "re-entering a freed holding answered {again:?}"
-    );
+    check_kind(&again, ErrorKind::LeaseLost, "re-entering a freed holding")?;
     let new = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    check!(
-        new.fencing_token() > old.fencing_token(),
-        "the new holding kept the freed one's token"
-    );
-    check!(
-        !old.release().await?,
-        "the old guard's release reported holding the lock"
-    );
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(
-        other.is_none(),
-        "the old guard's release freed the new holding"
-    );
+    let whose = "the new holding's token";
+    check_above(whose, new.fencing_token(), old.fencing_token())?;
+    ctx.check_stale_release(&name, old, "the old guard").await?;
     check!(new.release().await?, "the new holding was lost");
     Ok(())
 }
@@ -182,11 +137,8 @@ pub(super) async fn stale_reentrant_holds_report_not_held(ctx: Ctx) -> Outcome {
         "the stale guards' releases answered {answers:?} (each should be false: the holding \
          was freed by owner token and another holder has the lock)"
     );
-    let intruder = ctx.contender(&name).try_acquire().await?;
-    check!(
-        intruder.is_none(),
-        "a stale guard's release freed the new holder's lock"
-    );
+    ctx.check_taken(&name, "a stale guard's release freed the new holder's lock")
+        .await?;
     check!(next.release().await?, "the new holder lost its lock");
     Ok(())
 }

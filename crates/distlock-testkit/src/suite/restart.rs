@@ -15,7 +15,7 @@ use distlock::Client;
 
 use crate::suite::waiting::Waiting;
 use crate::suite::{Ctx, with_lease};
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_above, within};
 
 /// Longer than a stop and start of a private store on a loaded machine (about 1 to 3 s); the
 /// watchdog renews every third of it. A store whose sessions have a TTL gives its private
@@ -35,13 +35,7 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let holder_client = distlock::connect(&url).await?;
     let waiter_client = distlock::connect(&url).await?;
     let name = ctx.unique_name("restart");
-    let held = with_lease(
-        &holder_client,
-        lock(&ctx, &holder_client, &name),
-        SURVIVING_LEASE,
-    )
-    .acquire()
-    .await?;
+    let held = take(&ctx, &holder_client, &name, SURVIVING_LEASE).await?;
     let first = held.fencing_token();
     let waiter = Waiting::start(
         (ctx.flavour.contender)(&waiter_client, &name),
@@ -94,12 +88,9 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
             .await?
     } else {
         // The holding is gone: the holder must be told, within a renewal or a session check.
-        let lost = tokio::time::timeout(SURVIVING_LEASE, held.lost()).await;
-        check!(
-            lost.is_ok() && held.is_lost(),
-            "the holder's lost() did not fire within {SURVIVING_LEASE:?} of a restart that \
-             dropped its holding"
-        );
+        let told = "the holder's lost() firing after a restart that dropped its holding";
+        within(SURVIVING_LEASE, held.lost(), told).await?;
+        check!(held.is_lost(), "lost() fired but is_lost() is false");
         let next = waiter
             .gets_in(Duration::from_secs(30), first, after)
             .await?;
@@ -116,12 +107,8 @@ pub(super) async fn while_held(ctx: Ctx) -> Outcome {
     let again = lock(&ctx, &holder_client, &name)
         .acquire_timeout(Duration::from_secs(10))
         .await?;
-    check!(
-        again.fencing_token() > waiter_token,
-        "the holder's client took the lock again with token {}, not above the waiter's \
-         {waiter_token}",
-        again.fencing_token()
-    );
+    let retaken = "the token the holder's client took the lock again with, after the waiter's";
+    check_above(retaken, again.fencing_token(), waiter_token)?;
     check!(
         again.release().await?,
         "the holder's client could not release"
@@ -137,13 +124,7 @@ pub(super) async fn down_past_lease_fires_lost(ctx: Ctx) -> Outcome {
     let url = store.url();
     let holder_client = distlock::connect(&url).await?;
     let name = ctx.unique_name("down");
-    let held = with_lease(
-        &holder_client,
-        lock(&ctx, &holder_client, &name),
-        SHORT_LEASE,
-    )
-    .acquire()
-    .await?;
+    let held = take(&ctx, &holder_client, &name, SHORT_LEASE).await?;
     let first = held.fencing_token();
     tokio::task::block_in_place(|| store.stop())?;
     // A session with a TTL ends when the TTL has passed without a keep-alive.
@@ -164,13 +145,23 @@ pub(super) async fn down_past_lease_fires_lost(ctx: Ctx) -> Outcome {
     let next = (ctx.flavour.contender)(&other, &name)
         .acquire_timeout(Duration::from_secs(15))
         .await?;
-    check!(
-        next.fencing_token() > first,
-        "token {} after the store came back is not above {first} before it",
-        next.fencing_token()
-    );
+    let came_back = "the token after the store came back, after the one before it";
+    check_above(came_back, next.fencing_token(), first)?;
     check!(next.release().await?, "the next holder could not release");
     Ok(())
+}
+
+/// The lock under test through `client` (the private store's), with a lease of about `lease`
+/// that the store can keep, taken.
+async fn take(
+    ctx: &Ctx,
+    client: &Client,
+    name: &str,
+    lease: Duration,
+) -> Result<distlock::Guard, Failure> {
+    Ok(with_lease(client, lock(ctx, client, name), lease)
+        .acquire()
+        .await?)
 }
 
 /// The lock under test, through `client` (the private store's) instead of the suite's.

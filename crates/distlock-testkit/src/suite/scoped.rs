@@ -1,12 +1,12 @@
 //! `Lock::run`: the work runs while the lock is held, the lock is free once it returns, and a
 //! loss during the work stops the work and is the answer.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::ErrorKind;
 
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn run_holds_then_frees(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("run");
@@ -25,11 +25,7 @@ pub(super) async fn run_holds_then_frees(ctx: Ctx) -> Outcome {
             "the lock was still held after run returned".into(),
         ));
     };
-    check!(
-        next.fencing_token() > token,
-        "token {} after run's {token}",
-        next.fencing_token()
-    );
+    check_above("the token after run's", next.fencing_token(), token)?;
     next.release().await?;
     Ok(())
 }
@@ -37,23 +33,16 @@ pub(super) async fn run_holds_then_frees(ctx: Ctx) -> Outcome {
 pub(super) async fn run_stops_work_when_lost(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("run-lost");
     let lease = ctx.lease(Duration::from_millis(400));
-    let started = Instant::now();
-    let ran = tokio::time::timeout(
-        lease + Duration::from_secs(10),
-        ctx.lock(&name).lease(lease).no_watchdog().run(async |_| {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }),
-    )
-    .await;
-    let Ok(ran) = ran else {
-        return Err(crate::Failure(format!(
-            "run's work was not stopped {:?} after its lease of {lease:?} ended",
-            started.elapsed()
-        )));
-    };
-    check!(
-        matches!(&ran, Err(e) if e.kind() == ErrorKind::LeaseLost),
-        "run whose lease ended during the work answered {ran:?}"
-    );
+    let lock = ctx.lock(&name).lease(lease).no_watchdog();
+    let work = lock.run(async |_| {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    });
+    let stopped = format!("run's work stopping once its lease of {lease:?} ended");
+    let ran = within(lease + Duration::from_secs(10), work, &stopped).await?;
+    check_kind(
+        &ran,
+        ErrorKind::LeaseLost,
+        "run whose lease ended during the work",
+    )?;
     Ok(())
 }

@@ -7,11 +7,19 @@ use std::time::Duration;
 use distlock::{Error, ErrorKind, LockKind};
 
 use crate::suite::Ctx;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_kind, joined, within};
+
+/// How long a waiter a resize lets in may take.
+const TWENTY_S: Duration = Duration::from_secs(20);
 
 /// Whether `outcome` is the refusal of a caller asking `asked` permits of a semaphore of
 /// `stored`: `InvalidInput`, naming both sizes.
-fn refused<T: std::fmt::Debug>(outcome: &Result<T, Error>, stored: u32, asked: u32) -> bool {
+fn check_refused<T: std::fmt::Debug>(
+    outcome: &Result<T, Error>,
+    stored: u32,
+    asked: u32,
+    what: &str,
+) -> Outcome {
     let permits = |n: u32| {
         if n == 1 {
             "1 permit".to_string()
@@ -19,9 +27,24 @@ fn refused<T: std::fmt::Debug>(outcome: &Result<T, Error>, stored: u32, asked: u
             format!("{n} permits")
         }
     };
-    matches!(outcome, Err(e) if e.kind() == ErrorKind::InvalidInput
-        && e.message().contains(&format!("has {}", permits(stored)))
-        && e.message().contains(&format!("asks for {asked}")))
+    check!(
+        matches!(outcome, Err(e) if e.kind() == ErrorKind::InvalidInput
+            && e.message().contains(&format!("has {}", permits(stored)))
+            && e.message().contains(&format!("asks for {asked}"))),
+        "{what} gave {outcome:?}, not InvalidInput naming both sizes"
+    );
+    Ok(())
+}
+
+/// Resizes the semaphore `name` from `from` permits to `to`; fails unless it answers it had
+/// `from`.
+async fn check_resize(ctx: &Ctx, name: &str, from: u32, to: u32) -> Outcome {
+    let had = ctx.client.set_semaphore_permits(name, to).await?;
+    check!(
+        had == Some(from),
+        "resizing to {to} answered it had {had:?}, not {from}"
+    );
+    Ok(())
 }
 
 /// The size a status shows for the semaphore `name`, on a store with status.
@@ -47,28 +70,19 @@ pub(super) async fn mismatch_is_refused(ctx: Ctx) -> Outcome {
     let held = one.acquire().await?;
 
     let tried = three.try_acquire().await;
-    check!(
-        refused(&tried, 1, 3),
-        "a caller asking 3 permits of a 1-permit semaphore got {tried:?}, not InvalidInput \
-         naming both sizes"
-    );
+    check_refused(
+        &tried,
+        1,
+        3,
+        "a caller asking 3 permits of a 1-permit semaphore",
+    )?;
     let timed = three.acquire_timeout(Duration::from_secs(2)).await;
-    check!(
-        refused(&timed, 1, 3),
-        "acquire_timeout asking 3 of 1 gave {timed:?}"
-    );
-    let waited = tokio::time::timeout(Duration::from_secs(10), three.acquire())
-        .await
-        .map_err(|_| Failure("acquire asking 3 of 1 waited instead of refusing".into()))?;
-    check!(
-        refused(&waited, 1, 3),
-        "acquire asking 3 of 1 gave {waited:?}"
-    );
+    check_refused(&timed, 1, 3, "acquire_timeout asking 3 of 1")?;
+    let refusing = "acquire asking 3 of 1 refusing instead of waiting";
+    let waited = within(Duration::from_secs(10), three.acquire(), refusing).await?;
+    check_refused(&waited, 1, 3, "acquire asking 3 of 1")?;
     let free = three.available_permits().await;
-    check!(
-        refused(&free, 1, 3),
-        "available_permits asking 3 of 1 gave {free:?}"
-    );
+    check_refused(&free, 1, 3, "available_permits asking 3 of 1")?;
     if let Some(shown) = size_in_status(&ctx, &name).await? {
         check!(shown == 1, "the status shows {shown} permits, not 1");
     }
@@ -76,10 +90,7 @@ pub(super) async fn mismatch_is_refused(ctx: Ctx) -> Outcome {
     check!(held.release().await?, "the one permit was lost");
     // Empty now: the size stays with the semaphore.
     let tried = three.try_acquire().await;
-    check!(
-        refused(&tried, 1, 3),
-        "asking 3 of an empty 1-permit semaphore gave {tried:?}"
-    );
+    check_refused(&tried, 1, 3, "asking 3 of an empty 1-permit semaphore")?;
     let again = other_service.semaphore(&name, 1).try_acquire().await?;
     check!(
         again.is_some(),
@@ -126,14 +137,8 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
     };
     waiter_queued(&ctx, &name).await?;
 
-    let had = ctx.client.set_semaphore_permits(&name, 2).await?;
-    check!(
-        had == Some(1),
-        "growing to 2 answered it had {had:?}, not 1"
-    );
-    let second = tokio::time::timeout(Duration::from_secs(20), waiter)
-        .await
-        .map_err(|_| Failure("growing to 2 did not let the waiter in".into()))???;
+    check_resize(&ctx, &name, 1, 2).await?;
+    let second = joined(TWENTY_S, waiter, "growing to 2 letting the waiter in").await??;
     if let Some(shown) = size_in_status(&ctx, &name).await? {
         check!(
             shown == 2,
@@ -141,26 +146,16 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
         );
     }
     let tried = one.try_acquire().await;
-    check!(
-        refused(&tried, 2, 1),
-        "asking 1 after the growth to 2 gave {tried:?}"
-    );
+    check_refused(&tried, 2, 1, "asking 1 after the growth to 2")?;
     let third = two.try_acquire().await?;
     check!(
         third.is_none(),
         "a third permit of a semaphore grown to 2, held twice"
     );
 
-    let had = ctx.client.set_semaphore_permits(&name, 1).await?;
-    check!(
-        had == Some(2),
-        "shrinking to 1 answered it had {had:?}, not 2"
-    );
+    check_resize(&ctx, &name, 2, 1).await?;
     let tried = two.try_acquire().await;
-    check!(
-        refused(&tried, 1, 2),
-        "asking 2 after the shrink to 1 gave {tried:?}"
-    );
+    check_refused(&tried, 1, 2, "asking 2 after the shrink to 1")?;
     let free = one.available_permits().await?;
     check!(free == 0, "{free} permits free with 2 held of 1");
     let over = one.try_acquire().await?;
@@ -185,15 +180,10 @@ pub(super) async fn resize_grows_and_shrinks(ctx: Ctx) -> Outcome {
         second.release().await?,
         "the second holder lost its permit in the shrink"
     );
-    let last = tokio::time::timeout(Duration::from_secs(20), last)
-        .await
-        .map_err(|_| Failure("the last waiter did not get the freed permit".into()))???;
+    let last = joined(TWENTY_S, last, "the last waiter getting the freed permit").await??;
     check!(last.release().await?, "the last permit was lost");
 
     let zero = ctx.client.set_semaphore_permits(&name, 0).await;
-    check!(
-        matches!(&zero, Err(e) if e.kind() == ErrorKind::InvalidInput),
-        "resizing to 0 permits gave {zero:?}"
-    );
+    check_kind(&zero, ErrorKind::InvalidInput, "resizing to 0 permits")?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::sockets::tcp_connections;
 use crate::suite::Ctx;
 use crate::suite::waiting::Waiting;
-use crate::{Failure, Outcome, check};
+use crate::{Failure, Outcome, check, check_above, within};
 
 /// A holder whose session the server ends: its `lost()` fires, and another client gets the lock
 /// at once (the server freed it with the session; no lease to wait for), with a larger token.
@@ -21,25 +21,17 @@ pub(super) async fn holder_session_ended(ctx: Ctx) -> Outcome {
     let held = (ctx.flavour.make)(&holder_client, &name).acquire().await?;
     let first = held.fencing_token();
     end_connections_since(&ctx, &before).await?;
-    let lost = tokio::time::timeout(Duration::from_secs(10), held.lost()).await;
-    check!(
-        lost.is_ok() && held.is_lost(),
-        "the holder's lost() did not fire within 10 s of the server ending its session"
-    );
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(2))
-        .await
-        .map_err(|e| {
-            Failure(format!(
-                "the lock of an ended session was not free at once: {e}"
-            ))
-        })?;
-    check!(
-        next.fencing_token() > first,
-        "token {} after the ended holder's {first}",
-        next.fencing_token()
-    );
+    let ended = "the holder's lost() firing once the server ended its session";
+    within(Duration::from_secs(10), held.lost(), ended).await?;
+    check!(held.is_lost(), "lost() fired but is_lost() is false");
+    let next = ctx.contender_takes(&name, Duration::from_secs(2)).await;
+    let next = next.map_err(|Failure(e)| {
+        Failure(format!(
+            "the lock of an ended session was not free at once: {e}"
+        ))
+    })?;
+    let whose = "the token after the ended holder's";
+    check_above(whose, next.fencing_token(), first)?;
     let stale = held.release().await;
     check!(
         !matches!(stale, Ok(true)),

@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use distlock::ErrorKind;
 
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, acquiring, check, joined};
+
+/// How long a released waiter may take to get in.
+const TEN_S: Duration = Duration::from_secs(10);
 
 pub(super) async fn try_acquire_on_held_is_none(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("held");
@@ -46,10 +49,7 @@ pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
     check!(free.release().await?, "the holder lost its lock");
 
     let held = ctx.contender(&name).acquire().await?;
-    let waiter = tokio::spawn({
-        let lock = ctx.lock(&name);
-        async move { lock.acquire_timeout(Duration::from_secs(u64::MAX)).await }
-    });
+    let waiter = acquiring(ctx.lock(&name), Duration::from_secs(u64::MAX));
     tokio::time::sleep(Duration::from_millis(300)).await;
     check!(
         !waiter.is_finished(),
@@ -57,10 +57,7 @@ pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
         waiter.await
     );
     check!(held.release().await?, "the holder lost its lock");
-    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| crate::Failure("the waiter did not get the released lock".into()))?
-        .map_err(|e| crate::Failure(e.to_string()))??;
+    let got = joined(TEN_S, waiter, "the waiter getting the released lock").await??;
     check!(got.release().await?, "the waiter lost its lock");
 
     let names = [ctx.unique_name("multi-a"), ctx.unique_name("multi-b")];
@@ -84,10 +81,7 @@ pub(super) async fn huge_waits_wait_forever(ctx: Ctx) -> Outcome {
         waiter.await.map(|r| r.map(|g| g.fencing_tokens()))
     );
     check!(held.release().await?, "the holder lost its lock");
-    let all = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .map_err(|_| crate::Failure("the multi-lock waiter did not get the locks".into()))?
-        .map_err(|e| crate::Failure(e.to_string()))??;
+    let all = joined(TEN_S, waiter, "the multi-lock waiter getting the locks").await??;
     check!(all.release().await?, "the multi-lock lost a lock");
     Ok(())
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::suite::Ctx;
-use crate::{Outcome, check};
+use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("renewed");
@@ -12,12 +12,9 @@ pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
     let started = Instant::now();
     let mut tries = 0;
     while started.elapsed() < lease * 3 {
-        let other = ctx.contender(&name).try_acquire().await?;
-        check!(
-            other.is_none(),
-            "another owner took the lock after {:?} (lease {lease:?})",
-            started.elapsed()
-        );
+        let after = started.elapsed();
+        let took = format!("another owner took the lock after {after:?} (lease {lease:?})");
+        ctx.check_taken(&name, &took).await?;
         tries += 1;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -40,22 +37,17 @@ pub(super) async fn no_watchdog_lease_ends(ctx: Ctx) -> Outcome {
         .acquire()
         .await;
     if !ctx.holdings_end_by_time() {
-        check!(
-            matches!(&taken, Err(e) if e.kind() == distlock::ErrorKind::InvalidLease),
-            "no_watchdog on a store whose holdings end only with their connection gave {taken:?}"
-        );
+        check_kind(
+            &taken,
+            distlock::ErrorKind::InvalidLease,
+            "no_watchdog on a store whose holdings end only with their connection",
+        )?;
         return Ok(());
     }
     let guard = taken?;
-    let lost = tokio::time::timeout(lease + Duration::from_secs(3), guard.lost()).await;
-    check!(
-        lost.is_ok(),
-        "lost did not fire within 3 s after the {lease:?} lease ended"
-    );
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(Duration::from_secs(3))
-        .await?;
+    let lease_ended = format!("lost firing once the {lease:?} lease ended (3 s slack)");
+    within(lease + Duration::from_secs(3), guard.lost(), &lease_ended).await?;
+    let next = ctx.contender_takes(&name, Duration::from_secs(3)).await?;
     check!(
         !guard.release().await?,
         "release reported holding a lock whose lease ended and was taken"
@@ -86,21 +78,16 @@ pub(super) async fn reenter_after_lease_end_is_lost(ctx: Ctx) -> Outcome {
     tokio::time::sleep(short_lease(&ctx) * 2).await;
     check!(guard.is_lost(), "the guard does not know its lease ended");
     let again = guard.reenter().await;
-    check!(
-        matches!(&again, Err(e) if e.kind() == distlock::ErrorKind::LeaseLost),
-        "re-entry after the lease ended answered {again:?}"
-    );
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(other.is_some(), "the refused re-entry left the lock taken");
-    check!(
-        !guard.release().await?,
-        "the expired guard's release claimed the lock"
-    );
-    let still = ctx.contender(&name).try_acquire().await?;
-    check!(
-        still.is_none(),
-        "the expired guard's release freed the next holder's lock"
-    );
+    check_kind(
+        &again,
+        distlock::ErrorKind::LeaseLost,
+        "re-entry after the lease ended",
+    )?;
+    let _other = ctx
+        .check_free(&name, "the refused re-entry left the lock taken")
+        .await?;
+    ctx.check_stale_release(&name, guard, "the expired guard")
+        .await?;
     Ok(())
 }
 
@@ -113,20 +100,10 @@ pub(super) async fn stale_guard_keeps_newer_holding(ctx: Ctx) -> Outcome {
     let stale = lock.acquire().await?;
     tokio::time::sleep(short_lease(&ctx) * 2).await;
     let fresh = lock.acquire_timeout(Duration::from_secs(5)).await?;
-    check!(
-        fresh.fencing_token() > stale.fencing_token(),
-        "the new holding kept the expired one's token {}",
-        stale.fencing_token()
-    );
-    check!(
-        !stale.release().await?,
-        "the stale guard's release reported holding the lock"
-    );
-    let other = ctx.contender(&name).try_acquire().await?;
-    check!(
-        other.is_none(),
-        "the stale guard's release freed the owner's newer holding"
-    );
+    let whose = "the new holding's token";
+    check_above(whose, fresh.fencing_token(), stale.fencing_token())?;
+    ctx.check_stale_release(&name, stale, "the stale guard")
+        .await?;
     check!(!fresh.is_lost(), "the newer holding reports itself lost");
     check!(fresh.release().await?, "the newer holding was lost");
     Ok(())
@@ -224,32 +201,31 @@ pub(super) async fn max_hold_caps_a_live_holder(ctx: Ctx) -> Outcome {
         "the holding was not kept past its {lease:?} lease before its {cap:?} cap"
     );
     let bound = cap + ctx.freed_after_crash_within(lease) + Duration::from_secs(3);
-    let lost = tokio::time::timeout(bound.saturating_sub(started.elapsed()), guard.lost())
-        .await
-        .map_err(|_| {
-            crate::Failure(format!(
-                "lost did not fire within {bound:?} of the take (cap {cap:?}, lease {lease:?})"
-            ))
-        })?;
+    let capped = format!("lost firing {bound:?} after the take (cap {cap:?}, lease {lease:?})");
+    let lost = within(
+        bound.saturating_sub(started.elapsed()),
+        guard.lost(),
+        &capped,
+    )
+    .await?;
     let at = started.elapsed();
     check!(at >= cap, "lost fired after {at:?}, before the {cap:?} cap");
     check!(
         lost.kind() == distlock::ErrorKind::LeaseLost && lost.to_string().contains("max_hold"),
         "lost said {lost}, not the cap"
     );
-    let next = ctx
-        .contender(&name)
-        .acquire_timeout(ctx.freed_after_crash_within(lease) + Duration::from_secs(3))
-        .await?;
+    let freed_within = ctx.freed_after_crash_within(lease) + Duration::from_secs(3);
+    let next = ctx.contender_takes(&name, freed_within).await?;
     check!(
         !guard.release().await?,
         "release reported holding a lock its cap had ended"
     );
     check!(next.release().await?, "the next holder lost its lock");
     let zero = ctx.lock(&name).max_hold(Duration::ZERO).try_acquire().await;
-    check!(
-        matches!(&zero, Err(e) if e.kind() == distlock::ErrorKind::InvalidInput),
-        "a max_hold of zero gave {zero:?}"
-    );
+    check_kind(
+        &zero,
+        distlock::ErrorKind::InvalidInput,
+        "a max_hold of zero",
+    )?;
     Ok(())
 }

@@ -6,14 +6,7 @@ use sqlx::{MySqlPool, PgPool};
 use super::{MYSQL_DEFAULT, PG_DEFAULT, url};
 
 pub fn skipped(backend: &str) -> bool {
-    let skip = std::env::var("DISTLOCK_SKIP").unwrap_or_default();
-    let yes = skip
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case(backend));
-    if yes {
-        eprintln!("SKIPPED: {backend} cases, because DISTLOCK_SKIP={skip}");
-    }
-    yes
+    distlock_testkit::skipped(backend, &format!("{backend} cases"))
 }
 
 /// The PostgreSQL test database's pool, or `None` when skipped.
@@ -44,6 +37,13 @@ pub async fn mysql() -> Option<MySqlPool> {
                 panic!("MariaDB not reachable at 127.0.0.1:3306 ({e}); run scripts/services.sh")
             });
     Some(backend.pool().clone())
+}
+
+/// Runs `sql` (statements the test made, never input) on `pool`, which must take them.
+pub async fn execute<'e, E: sqlx::Executor<'e>>(pool: E, sql: String) {
+    pool.execute(sqlx::AssertSqlSafe(sql))
+        .await
+        .unwrap_or_else(|e| panic!("the test's own SQL failed: {e}"));
 }
 
 /// A table name no other test run uses.

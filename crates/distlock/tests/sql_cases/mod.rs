@@ -7,8 +7,8 @@ pub mod db;
 use std::time::Duration;
 
 use distlock_testkit::cases;
-use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres};
-use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check};
+use distlock_testkit::servers::{WithParam, start_mariadb, start_postgres, with_param};
+use distlock_testkit::{Ctx, Failure, Flavour, Outcome, Suite, check, check_above};
 
 pub const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/distlock_test";
 pub const MYSQL_DEFAULT: &str = "mysql://root@127.0.0.1:3306/distlock_test";
@@ -20,6 +20,44 @@ pub fn url(var: &str, default: &str) -> String {
 
 /// The URL parameter that makes a SQL store's locks session locks.
 pub const SESSION: &str = "lock=session";
+
+/// Which locks of a SQL store a test binary runs the suite against.
+pub enum Locks {
+    /// Rows with a lease (the default).
+    Lease,
+    /// The server's own session locks (`lock=session`), with the server ending sessions.
+    Session,
+}
+
+/// Runs the conformance suite, with the cases of `locks`, against `sql`'s server: its URL
+/// variable, or the loopback test database.
+pub fn run(sql: Sql, locks: Locks) -> std::process::ExitCode {
+    let (backend, server, var, default) = match sql {
+        Sql::Postgres => (
+            "postgres",
+            "PostgreSQL at 127.0.0.1:5432",
+            "DISTLOCK_POSTGRES_URL",
+            PG_DEFAULT,
+        ),
+        Sql::Mysql => (
+            "mysql",
+            "MariaDB at 127.0.0.1:3306",
+            "DISTLOCK_MYSQL_URL",
+            MYSQL_DEFAULT,
+        ),
+    };
+    let url = url(var, default);
+    let suite = match locks {
+        Locks::Lease => Suite::new(backend, server, url),
+        Locks::Session => Suite::new(backend, server, with_param(&url, SESSION)),
+    };
+    match (sql, locks) {
+        (Sql::Postgres, Locks::Lease) => postgres_lease(suite),
+        (sql, Locks::Session) => session_locks(suite, sql),
+        (Sql::Mysql, Locks::Lease) => mysql_lease(suite),
+    }
+    .run()
+}
 
 /// The flavours of the suite and the cases of the read-write lock and the semaphore, and with
 /// `fair`, of the fair lock: what a lease-mode SQL store carries.
@@ -57,11 +95,13 @@ fn every_flavour(suite: Suite, fair: bool) -> Suite {
         })
 }
 
-pub fn postgres_lease(suite: Suite) -> Suite {
+fn postgres_lease(suite: Suite) -> Suite {
     every_flavour(suite, true)
         .private_store(start_postgres)
         .case("release_wakes_waiters_by_notify", release_wakes_waiters)
-        .case("old_tables_get_holder_columns", pg_old_tables_migrate)
+        .case("old_tables_get_holder_columns", |ctx| {
+            old_tables_migrate(ctx, Sql::Postgres)
+        })
         .tokens_cases(Sql::Postgres)
 }
 
@@ -109,15 +149,22 @@ async fn release_wakes_waiters(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-pub fn postgres_session(suite: Suite) -> Suite {
-    suite
-        .case(
-            "session_mode_refuses_flavours_naming_lease",
-            session_refuses_flavours,
-        )
-        .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
-        .end_sessions(end_postgres_sessions)
-        .tokens_cases(Sql::Postgres)
+/// The session locks of `sql`'s server (`lock=session`): only the exclusive lock, held as long
+/// as its connection, which the server may end.
+fn session_locks(suite: Suite, sql: Sql) -> Suite {
+    let suite = suite.case(
+        "session_mode_refuses_flavours_naming_lease",
+        session_refuses_flavours,
+    );
+    match sql {
+        Sql::Postgres => suite
+            .private_store(|| Ok(WithParam::new(start_postgres()?, SESSION)))
+            .end_sessions(end_postgres_sessions),
+        Sql::Mysql => suite
+            .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
+            .end_sessions(end_mysql_sessions),
+    }
+    .tokens_cases(sql)
 }
 
 /// `?lock=session` has only the exclusive lock: the other flavours, a resize and a forced
@@ -170,21 +217,12 @@ async fn end_postgres_sessions(url: String, client_ports: Vec<u16>) -> Result<us
     Ok(ended.into_iter().filter(|&e| e).count())
 }
 
-pub fn mysql_lease(suite: Suite) -> Suite {
+fn mysql_lease(suite: Suite) -> Suite {
     every_flavour(suite, true)
         .private_store(start_mariadb)
-        .case("old_tables_get_holder_columns", mysql_old_tables_migrate)
-        .tokens_cases(Sql::Mysql)
-}
-
-pub fn mysql_session(suite: Suite) -> Suite {
-    suite
-        .case(
-            "session_mode_refuses_flavours_naming_lease",
-            session_refuses_flavours,
-        )
-        .private_store(|| Ok(WithParam::new(start_mariadb()?, SESSION)))
-        .end_sessions(end_mysql_sessions)
+        .case("old_tables_get_holder_columns", |ctx| {
+            old_tables_migrate(ctx, Sql::Mysql)
+        })
         .tokens_cases(Sql::Mysql)
 }
 
@@ -245,23 +283,10 @@ const MYSQL_OLD_TABLES: &str = "
 
 /// Tables made by a version that recorded no holders get the holder columns at connect (in a
 /// database of their own): the old holding shows without a holder, a new one with this
-/// process, and a forced release fences it.
-async fn pg_old_tables_migrate(ctx: Ctx) -> Outcome {
-    in_own_database(&ctx, Sql::Postgres, "migrate", |url| async move {
-        let old = sqlx::postgres::PgPool::connect(&url).await?;
-        sqlx::raw_sql(PG_OLD_TABLES).execute(&old).await?;
-        old.close().await;
-        migrated_tables_work(&url).await
-    })
-    .await
-}
-
-/// The same on MySQL / MariaDB, which has no ADD COLUMN IF NOT EXISTS in MySQL 8.
-async fn mysql_old_tables_migrate(ctx: Ctx) -> Outcome {
-    in_own_database(&ctx, Sql::Mysql, "migrate", |url| async move {
-        let old = sqlx::mysql::MySqlPool::connect(&url).await?;
-        sqlx::raw_sql(MYSQL_OLD_TABLES).execute(&old).await?;
-        old.close().await;
+/// process, and a forced release fences it. (MySQL 8 has no ADD COLUMN IF NOT EXISTS.)
+async fn old_tables_migrate(ctx: Ctx, sql: Sql) -> Outcome {
+    in_own_database(&ctx, sql, "migrate", |url| async move {
+        sql.execute_without_distlock(&url, sql.old_tables()).await?;
         migrated_tables_work(&url).await
     })
     .await
@@ -288,7 +313,7 @@ where
 
 /// The SQL stores, for what their cases do differently.
 #[derive(Clone, Copy)]
-enum Sql {
+pub enum Sql {
     Postgres,
     Mysql,
 }
@@ -308,6 +333,33 @@ impl Sql {
             }
         }
         Ok(())
+    }
+
+    /// Runs `statements` on a plain connection to `url`, before distlock, which would create
+    /// its tables at connect, ever connected to it.
+    async fn execute_without_distlock(self, url: &str, statements: &'static str) -> Outcome {
+        match self {
+            Sql::Postgres => {
+                let old = sqlx::postgres::PgPool::connect(url).await?;
+                sqlx::raw_sql(statements).execute(&old).await?;
+                old.close().await;
+            }
+            Sql::Mysql => {
+                let old = sqlx::mysql::MySqlPool::connect(url).await?;
+                sqlx::raw_sql(statements).execute(&old).await?;
+                old.close().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The lock tables as distlock made them before it recorded holders, with one live
+    /// holding.
+    fn old_tables(self) -> &'static str {
+        match self {
+            Sql::Postgres => PG_OLD_TABLES,
+            Sql::Mysql => MYSQL_OLD_TABLES,
+        }
     }
 
     /// Deletes every lock's row, lease and session: what a careless cleanup job does.
@@ -397,11 +449,8 @@ async fn first_token_is_the_clock(ctx: Ctx) -> Outcome {
          ({before}..{after}, ±{CLOCK_SKEW_US})"
     );
     let guard = ctx.lock(&never_used).acquire().await?;
-    check!(
-        guard.fencing_token().get() > fence,
-        "the first take after a forced release drew {}, not above the fence {fence}",
-        guard.fencing_token()
-    );
+    let first = "the first take's token after a forced release, after its fence";
+    check_above(first, guard.fencing_token().get(), fence)?;
     guard.release().await?;
     Ok(())
 }
@@ -447,11 +496,8 @@ async fn tokens_rise_after(ctx: Ctx, sql: Sql, restart: Restart) -> Outcome {
         let forced = client
             .force_release(&name, distlock::LockKind::Mutex)
             .await?;
-        check!(
-            forced.fence.get() > token,
-            "a forced release after {restart:?} drew {}, not above the take's {token}",
-            forced.fence
-        );
+        let fence = format!("the fence of a forced release after {restart:?}, after the take");
+        check_above(&fence, forced.fence.get(), token)?;
         Ok(())
     })
     .await
