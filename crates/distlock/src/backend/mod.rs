@@ -330,6 +330,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// `impl Backend`: `offers!(elections, latches)` answers `Some(self)` from `elections()` and
 /// `latches()`. Each name is one of `semaphores`, `elections`, `latches`, `inspection`; an
 /// accessor whose answer depends on the store's mode is written out instead.
+// A build with no store (the `serde` feature alone) has no `impl Backend` to write them in.
+#[allow(unused_macros)]
 macro_rules! offers {
     ($($what:ident),+ $(,)?) => {
         $( $crate::backend::offers!(@one $what); )+
@@ -355,4 +357,5 @@ macro_rules! offers {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use offers;
