@@ -28,7 +28,7 @@ use futures_util::Stream;
 
 use tracing::Instrument;
 
-use crate::backend::{Backend, ElectionEntry, Elections};
+use crate::backend::{Backend, ElectionEntry, ElectionWrite, Elections};
 use crate::client::{Client, elections};
 use crate::core::changes::Changes;
 use crate::core::deadline::Deadline;
@@ -217,7 +217,12 @@ impl Election {
             let term = guard.fencing_token();
             // The guard drops (and releases in the background) on every error below.
             if records
-                .elect_write(&record, term, Some(&value), lease.duration())
+                .elect_write(ElectionWrite::new(
+                    &record,
+                    term,
+                    Some(&value),
+                    lease.duration(),
+                ))
                 .await?
             {
                 break (guard, term);
@@ -398,7 +403,7 @@ async fn refresh(
             let _gate = writes.lock().await;
             let current = value.lock().unwrap_or_else(|p| p.into_inner()).clone();
             match elections
-                .elect_write(&record, term, Some(&current), lease)
+                .elect_write(ElectionWrite::new(&record, term, Some(&current), lease))
                 .await
             {
                 Ok(true) => {}
@@ -513,7 +518,12 @@ impl Leadership {
         let backend = self.client.backend();
         let _gate = self.writes.lock().await;
         match elections(backend.as_ref())?
-            .elect_write(&self.record, self.term, Some(&value), self.lease)
+            .elect_write(ElectionWrite::new(
+                &self.record,
+                self.term,
+                Some(&value),
+                self.lease,
+            ))
             .await?
         {
             true => {
@@ -554,7 +564,12 @@ impl Leadership {
         let gate = gate.lock().await;
         let cleared = async {
             elections(self.client.backend().as_ref())?
-                .elect_write(&self.record, self.term, None, self.lease)
+                .elect_write(ElectionWrite::new(
+                    &self.record,
+                    self.term,
+                    None,
+                    self.lease,
+                ))
                 .await
         }
         .await;
@@ -588,7 +603,7 @@ impl Drop for Leadership {
             let gate = writes.lock().await;
             let ended = async {
                 elections(&*backend)?
-                    .elect_write(&record, term, None, lease)
+                    .elect_write(ElectionWrite::new(&record, term, None, lease))
                     .await
             };
             if let Err(e) = ended.await {

@@ -100,6 +100,8 @@
 pub mod backend;
 pub mod backends;
 pub mod client;
+#[cfg(feature = "serde")]
+mod config_serde;
 mod core;
 pub mod election;
 pub mod error;

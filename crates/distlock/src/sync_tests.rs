@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Latches, LockRequest,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Latches, LockRequest,
 };
 use crate::error::{ErrorKind, Result};
 use crate::types::{FencingToken, LockKind, LockName};
@@ -102,13 +102,14 @@ impl Backend for FakeStore {
 
 #[async_trait]
 impl Elections for FakeStore {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         let mut s = self.state.lock().unwrap();
         let e = s.elections.entry(election.to_string()).or_default();
         if term.get() < e.max_term {
@@ -192,7 +193,12 @@ fn leader(value: &str, term: u64) -> Leader {
 async fn write(store: &FakeStore, term: u64, value: Option<&str>) -> bool {
     let name = LockName::new("e").unwrap();
     store
-        .elect_write(&name, FencingToken(term), value, Duration::from_secs(10))
+        .elect_write(ElectionWrite::new(
+            &name,
+            FencingToken(term),
+            value,
+            Duration::from_secs(10),
+        ))
         .await
         .unwrap()
 }

@@ -438,7 +438,10 @@ pub fn memory_store(url: &str) -> Result<Option<String>> {
 }
 
 /// A duration in a URL parameter: `10s`, `4000ms`, or whole seconds without a unit.
-#[cfg_attr(not(any(feature = "zookeeper", feature = "redlock")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "zookeeper", feature = "redlock", feature = "serde")),
+    allow(dead_code)
+)]
 pub(crate) fn parse_duration(value: &str) -> Option<std::time::Duration> {
     use std::time::Duration;
     if let Some(ms) = value.strip_suffix("ms") {

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use distlock::backend::ElectionWrite;
 use distlock::{ErrorKind, FencingToken, Lock, LockName, OwnerToken};
 use distlock_testkit::faults::FaultProxy;
 use distlock_testkit::servers::{
@@ -463,7 +464,7 @@ async fn stale_election_writes(ctx: Ctx) -> Outcome {
     let ttl = Duration::from_secs(5);
     let (leader, deposed) = (FencingToken::new(1_000), FencingToken::new(999));
     // A write of `value` (none: a resignation) under `term`; whether it was taken.
-    let write = |term, value| backend.elect_write(&record, term, value, ttl);
+    let write = |term, value| backend.elect_write(ElectionWrite::new(&record, term, value, ttl));
     // Fails unless the record names `leader` with "new" (`when` is the moment, in failures).
     let check_leads = async |when: &str| -> Outcome {
         let current = backend.elect_current(&record).await?;
@@ -574,7 +575,7 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
     let backend = elections(&ctx.client)?;
     check!(
         backend
-            .elect_write(&record, term, Some("start"), ttl)
+            .elect_write(ElectionWrite::new(&record, term, Some("start"), ttl))
             .await?,
         "the first write was refused"
     );
@@ -588,7 +589,7 @@ async fn racing_election_writers(ctx: Ctx) -> Outcome {
             for i in 0..WRITES {
                 let value = format!("w{w}-{i}");
                 if !elections(&client)?
-                    .elect_write(&record, term, Some(&value), ttl)
+                    .elect_write(ElectionWrite::new(&record, term, Some(&value), ttl))
                     .await?
                 {
                     return Err(Failure(format!("{value} was refused")));

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use distlock::backend::ElectionWrite;
 use distlock::{Client, Lock};
 
 use crate::suite::{Ctx, with_lease};
@@ -190,7 +191,12 @@ pub(super) async fn cut_writes_leave_no_transaction_open(ctx: Ctx) -> Outcome {
         let polls = 1 + round % 6;
         let budget = Duration::from_micros((round * 37) % 1500);
         let term = distlock::FencingToken::new(round + 1);
-        let write = elections.elect_write(&record, term, Some("cut"), Duration::from_secs(30));
+        let write = elections.elect_write(ElectionWrite::new(
+            &record,
+            term,
+            Some("cut"),
+            Duration::from_secs(30),
+        ));
         let mut cut_now = poll_then_drop(write, polls, budget).await.is_none();
         if let Some(latches) = latches {
             let down = latches.latch_count_down(&latch);

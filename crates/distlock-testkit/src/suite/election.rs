@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use distlock::backend::ElectionWrite;
 use distlock::{ErrorKind, FencingToken, LockName};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -294,7 +295,12 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
         .ok_or_else(|| Failure("the store has no elections".into()))?;
     check!(
         elections
-            .elect_write(&record, newer, Some("newer"), Duration::from_secs(2))
+            .elect_write(ElectionWrite::new(
+                &record,
+                newer,
+                Some("newer"),
+                Duration::from_secs(2)
+            ))
             .await?,
         "a newer term was refused"
     );
@@ -302,7 +308,12 @@ pub(super) async fn rules(ctx: Ctx) -> Outcome {
     check_kind(&stale, ErrorKind::StaleToken, "proclaim under a newer term")?;
     check!(
         !elections
-            .elect_write(&record, next.term(), Some("b3"), Duration::from_secs(2))
+            .elect_write(ElectionWrite::new(
+                &record,
+                next.term(),
+                Some("b3"),
+                Duration::from_secs(2)
+            ))
             .await?,
         "a write with an older term was accepted"
     );

@@ -36,6 +36,37 @@ impl ElectionEntry {
     }
 }
 
+/// One fenced write of an election's record: see [`Elections::elect_write`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ElectionWrite<'a> {
+    /// The election's record (its name).
+    pub election: &'a LockName,
+    /// The writer's term: refused below the largest term ever written.
+    pub term: FencingToken,
+    /// The leader's value; `None` ends the term.
+    pub value: Option<&'a str>,
+    /// How long the record stays live after this write, by the store's clock.
+    pub ttl: Duration,
+}
+
+impl<'a> ElectionWrite<'a> {
+    /// A write of `value` in `term`, live for `ttl`.
+    pub fn new(
+        election: &'a LockName,
+        term: FencingToken,
+        value: Option<&'a str>,
+        ttl: Duration,
+    ) -> Self {
+        ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+        }
+    }
+}
+
 /// How many entries of an election's log a store keeps (older ones are trimmed): an observer
 /// further behind than this misses the oldest of the terms it has not read.
 pub const ELECTION_LOG_KEEP: u64 = 1000;
@@ -52,18 +83,12 @@ pub const ELECTION_LOG_KEEP: u64 = 1000;
 #[async_trait]
 pub trait Elections: Send + Sync {
     /// Writes an election's record, fenced by its term: only if `term` is at least the largest
-    /// term ever written for `election` (so a deposed leader can never overwrite a newer one).
+    /// term ever written for the `election` (so a deposed leader can never overwrite a newer one).
     /// If `(term, value)` differs from the latest entry, a new entry is appended to the log
     /// (keeping the last [`ELECTION_LOG_KEEP`]) and watchers are notified; in any case the
     /// record is live for `ttl` from now by the store's clock (`value: None` ends the term: no
     /// live leader). `Ok(false)`, with nothing changed, if a larger term was written.
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool>;
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool>;
 
     /// The live leader of `election`: the latest entry, if it has a value and its `ttl` has not
     /// run out by the store's clock.

@@ -32,7 +32,7 @@ mod latches;
 mod semaphores;
 
 pub use self::capabilities::{Capabilities, Kinds, LeaseModel};
-pub use self::elections::{ELECTION_LOG_KEEP, ElectionEntry, Elections};
+pub use self::elections::{ELECTION_LOG_KEEP, ElectionEntry, ElectionWrite, Elections};
 pub use self::inspection::Inspection;
 pub use self::latches::Latches;
 pub use self::semaphores::{PermitCount, Semaphores, permits_differ};

@@ -35,8 +35,8 @@ use self::keys::LockKeys;
 use self::session::{Session, Sessions};
 use self::waiter::EtcdWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
+    Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::queues::records::contender_of;
 use crate::error::{Error, ErrorKind, Result};
@@ -574,13 +574,14 @@ impl Semaphores for EtcdBackend {
 
 #[async_trait]
 impl Elections for EtcdBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         election::write(&self.inner, election, term, value, ttl).await
     }
 

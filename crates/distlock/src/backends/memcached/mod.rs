@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Hold, Inspection, Latches,
-    LockRequest,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Hold, Inspection,
+    Latches, LockRequest,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -242,13 +242,14 @@ impl Backend for MemcachedBackend {
 
 #[async_trait]
 impl Elections for MemcachedBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         let write = election::Write {
             k: ElectionKeys::new(election),
             term: term.get(),

@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use self::locks::Locks;
 use self::sync::{Elections, Latches};
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Inspection, Kinds, LockRequest, PermitCount,
-    Semaphores, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Inspection, Kinds, LockRequest,
+    PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::client_rules::flavour_rules::Side;
 use crate::backends::client_rules::flavour_waiter::{FlavourSteps, SqlFlavourWaiter};
@@ -146,13 +146,14 @@ impl Semaphores for MemoryBackend {
 
 #[async_trait]
 impl crate::backend::Elections for MemoryBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         Ok(self.store.elections.write(election, term, value, ttl))
     }
 

@@ -43,8 +43,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups, permits_differ,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
+    Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups, permits_differ,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -422,13 +422,14 @@ impl Semaphores for RedisBackend {
 
 #[async_trait]
 impl Elections for RedisBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         election::write(&self.server, election, term, value, ttl).await
     }
 

@@ -64,8 +64,8 @@ use self::session::Sessions;
 use self::sync::{Entries, SyncSql};
 use self::url::LockMode;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
+    Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::client_rules::flavour_rules::Side;
 use crate::backends::client_rules::flavour_waiter::SqlFlavourWaiter;
@@ -282,13 +282,14 @@ impl<D: FlavourSql + SyncSql> Semaphores for SqlBackend<D> {
 
 #[async_trait]
 impl<D: FlavourSql + SyncSql> Elections for SqlBackend<D> {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         let value = value.map(str::to_owned);
         sync::elect_write::<D>(self.pool.clone(), election.clone(), term, value, ttl).await
     }

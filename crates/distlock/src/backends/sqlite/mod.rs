@@ -46,8 +46,8 @@ use self::sidecar::Sidecar;
 use self::sync::{SyncAnswer, SyncOp};
 use self::writer::{Answer, Failure, Op, Writer};
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
+    Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::backends::client_rules::flavour_rules::{self, Outcome};
 use crate::error::{Error, ErrorKind, Result};
@@ -390,13 +390,14 @@ impl Semaphores for SqliteBackend {
 
 #[async_trait]
 impl Elections for SqliteBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         let op = SyncOp::ElectWrite {
             name: election.as_str().to_string(),
             term: term.get() as i64,

@@ -30,8 +30,8 @@ use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 use self::session::{Session, Sessions, on_session};
 use self::waiter::ZkWaiter;
 use crate::backend::{
-    Attempt, Backend, Capabilities, ElectionEntry, Elections, Inspection, Kinds, Latches,
-    LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
+    Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
+    Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -332,13 +332,14 @@ impl Semaphores for ZooKeeperBackend {
 
 #[async_trait]
 impl Elections for ZooKeeperBackend {
-    async fn elect_write(
-        &self,
-        election: &LockName,
-        term: FencingToken,
-        value: Option<&str>,
-        ttl: Duration,
-    ) -> Result<bool> {
+    async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
+        let ElectionWrite {
+            election,
+            term,
+            value,
+            ttl,
+            ..
+        } = write;
         election::write(&self.inner, election, term, value, ttl).await
     }
 
