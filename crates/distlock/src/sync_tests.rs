@@ -103,27 +103,24 @@ impl Backend for FakeStore {
 #[async_trait]
 impl Elections for FakeStore {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
         let mut s = self.state.lock().unwrap();
-        let e = s.elections.entry(election.to_string()).or_default();
-        if term.get() < e.max_term {
+        let e = s.elections.entry(write.election.to_string()).or_default();
+        if write.term.get() < e.max_term {
             return Ok(false);
         }
         let latest = e.log.last();
-        let same = latest.is_some_and(|l| l.term == term && l.value.as_deref() == value);
+        let same =
+            latest.is_some_and(|l| l.term == write.term && l.value.as_deref() == write.value);
         if !same {
             let seq = latest.map_or(1, |l| l.seq + 1);
-            e.log
-                .push(ElectionEntry::new(seq, term, value.map(str::to_string)));
+            e.log.push(ElectionEntry::new(
+                seq,
+                write.term,
+                write.value.map(str::to_string),
+            ));
         }
-        e.max_term = term.get();
-        e.live_until = value.map(|_| Instant::now() + ttl);
+        e.max_term = write.term.get();
+        e.live_until = write.value.map(|_| Instant::now() + write.ttl);
         Ok(true)
     }
 

@@ -575,14 +575,14 @@ impl Semaphores for EtcdBackend {
 #[async_trait]
 impl Elections for EtcdBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        election::write(&self.inner, election, term, value, ttl).await
+        election::write(
+            &self.inner,
+            write.election,
+            write.term,
+            write.value,
+            write.ttl,
+        )
+        .await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {

@@ -243,21 +243,14 @@ impl Backend for MemcachedBackend {
 #[async_trait]
 impl Elections for MemcachedBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        let write = election::Write {
-            k: ElectionKeys::new(election),
-            term: term.get(),
-            value,
-            ttl: record_expiry(ttl)?,
+        let record = election::Write {
+            k: ElectionKeys::new(write.election),
+            term: write.term.get(),
+            value: write.value,
+            ttl: record_expiry(write.ttl)?,
         };
-        self.server(election)
-            .run("writing the election record", &write)
+        self.server(write.election)
+            .run("writing the election record", &record)
             .await
     }
 

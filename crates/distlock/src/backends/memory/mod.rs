@@ -147,14 +147,10 @@ impl Semaphores for MemoryBackend {
 #[async_trait]
 impl crate::backend::Elections for MemoryBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        Ok(self.store.elections.write(election, term, value, ttl))
+        Ok(self
+            .store
+            .elections
+            .write(write.election, write.term, write.value, write.ttl))
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {

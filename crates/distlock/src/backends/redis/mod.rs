@@ -423,14 +423,14 @@ impl Semaphores for RedisBackend {
 #[async_trait]
 impl Elections for RedisBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        election::write(&self.server, election, term, value, ttl).await
+        election::write(
+            &self.server,
+            write.election,
+            write.term,
+            write.value,
+            write.ttl,
+        )
+        .await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {

@@ -283,15 +283,9 @@ impl<D: FlavourSql + SyncSql> Semaphores for SqlBackend<D> {
 #[async_trait]
 impl<D: FlavourSql + SyncSql> Elections for SqlBackend<D> {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        let value = value.map(str::to_owned);
-        sync::elect_write::<D>(self.pool.clone(), election.clone(), term, value, ttl).await
+        let value = write.value.map(str::to_owned);
+        let election = write.election.clone();
+        sync::elect_write::<D>(self.pool.clone(), election, write.term, value, write.ttl).await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {

@@ -391,18 +391,11 @@ impl Semaphores for SqliteBackend {
 #[async_trait]
 impl Elections for SqliteBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
         let op = SyncOp::ElectWrite {
-            name: election.as_str().to_string(),
-            term: term.get() as i64,
-            value: value.map(str::to_string),
-            ttl_ms: ttl.as_millis() as i64,
+            name: write.election.as_str().to_string(),
+            term: write.term.get() as i64,
+            value: write.value.map(str::to_string),
+            ttl_ms: write.ttl.as_millis() as i64,
         };
         match self.sync(op, "writing the election record").await? {
             SyncAnswer::Written { accepted, .. } => Ok(accepted),

@@ -333,14 +333,14 @@ impl Semaphores for ZooKeeperBackend {
 #[async_trait]
 impl Elections for ZooKeeperBackend {
     async fn elect_write(&self, write: ElectionWrite<'_>) -> Result<bool> {
-        let ElectionWrite {
-            election,
-            term,
-            value,
-            ttl,
-            ..
-        } = write;
-        election::write(&self.inner, election, term, value, ttl).await
+        election::write(
+            &self.inner,
+            write.election,
+            write.term,
+            write.value,
+            write.ttl,
+        )
+        .await
     }
 
     async fn elect_current(&self, election: &LockName) -> Result<Option<ElectionEntry>> {
