@@ -28,7 +28,9 @@ pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
         DISTLOCK_URL   the store of every subcommand not given --url [default: \
         sqlite:distlock.db in the working directory]\n  \
         DISTLOCK_LOG   what to log on stderr, as a tracing filter: error, warn, info, debug, \
-        distlock=trace, … [default: error]\n\
+        distlock=trace, … [default: error]\n  \
+        Most options have a variable of their own (DISTLOCK_LEASE, DISTLOCK_WAIT, …): each \
+        subcommand's --help names it beside the option; the option wins over the variable.\n\
         COMMAND run by `exec` gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN; by `elect`, \
         DISTLOCK_ELECTION, DISTLOCK_LEADER_VALUE and DISTLOCK_TERM.\n\
         Exit status (every subcommand): 64 for invalid arguments, 69 if the store cannot be \

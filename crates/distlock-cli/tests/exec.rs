@@ -326,6 +326,92 @@ fn an_unreachable_store_exits_69() {
     }
 }
 
+/// `--wait` rides out a store that is still starting: with the store coming up 1 s after
+/// `exec` started, COMMAND runs; with one that never comes up, the exit is 69 once the wait ran
+/// out (not at the first refused connection).
+#[test]
+fn a_wait_retries_an_unreachable_store_until_it_runs_out() {
+    use distlock_testkit::servers::{Persistence, PrivateStore, start_redis};
+    let mut redis = start_redis(Persistence::None).expect("a private Redis");
+    let url = redis.url();
+    redis.stop().expect("stop the private Redis");
+    let late = exec_on(&url, &["--wait", "5s"])
+        .args(["job", "--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run distlock");
+    std::thread::sleep(Duration::from_secs(1));
+    redis.start_again().expect("start the private Redis again");
+    let out = late.wait_with_output().expect("wait for distlock");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 0, "the store came up within the wait: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+
+    redis.stop().expect("stop the private Redis");
+    let started = Instant::now();
+    let out = exec_on(&url, &["--wait", "3s"])
+        .args(["job", "--", "echo", "ran"])
+        .output()
+        .expect("run distlock");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(code(&out), 69, "{stderr}");
+    assert!(out.stdout.is_empty(), "the command ran");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // Tried for the whole wait; the upper bound only catches a hang.
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(30),
+        "exit 69 after {took:?} for --wait 3s"
+    );
+    println!("unreachable store, --wait 3s: exit 69 after {took:?}");
+}
+
+/// Options come from the environment too: `DISTLOCK_WAIT` bounds the wait (and `--no-wait`
+/// overrides it), `DISTLOCK_MAX_HOLD` caps the hold, `DISTLOCK_LEASE` is checked as `--lease`.
+#[test]
+fn options_come_from_the_environment() {
+    let s = Scratch::new();
+    let (mut holder, _) = s.spawn_holder(&[], "sleep 30");
+    let timed = |env: &[(&str, &str)], extra: &[&str]| {
+        let started = Instant::now();
+        let out = s
+            .exec(extra)
+            .envs(env.iter().copied())
+            .args(["job", "--", "echo", "ran"])
+            .output()
+            .expect("run distlock");
+        (
+            code(&out),
+            started.elapsed(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, took, stderr) = timed(&[("DISTLOCK_WAIT", "1s")], &[]);
+    assert_eq!(status, 75, "{stderr}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "waited {took:?}: {stderr}"
+    );
+    let (status, took, stderr) = timed(&[("DISTLOCK_WAIT", "20s")], &["--no-wait"]);
+    assert_eq!(status, 75, "{stderr}");
+    assert!(took < Duration::from_secs(10), "--no-wait waited {took:?}");
+    let (status, _, stderr) = timed(&[("DISTLOCK_WAIT", "soon")], &[]);
+    assert_eq!(status, 64, "{stderr}");
+    assert!(stderr.contains("DISTLOCK_WAIT"), "{stderr}");
+    let (status, _, stderr) = timed(&[("DISTLOCK_LEASE", "-1s")], &["--no-wait"]);
+    assert_eq!(status, 64, "{stderr}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let out = s
+        .exec(&[])
+        .env("DISTLOCK_MAX_HOLD", "1s")
+        .args(["capped", "--", "sleep", "20"])
+        .output()
+        .expect("run distlock");
+    assert_eq!(code(&out), 76, "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A missing argument is 64 and the message names it.
 #[test]
 fn a_missing_argument_is_named() {

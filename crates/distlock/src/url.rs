@@ -437,18 +437,22 @@ pub fn memory_store(url: &str) -> Result<Option<String>> {
     }
 }
 
-/// A duration in a URL parameter: `10s`, `4000ms`, or whole seconds without a unit.
+/// A duration in a URL parameter or a typed configuration, read as the `distlock` command reads
+/// one: humantime's forms (`10s`, `4000ms`, `1m`, `1h30m`), or whole seconds without a unit.
 #[cfg_attr(
-    not(any(feature = "zookeeper", feature = "redlock", feature = "serde")),
+    not(any(
+        feature = "zookeeper",
+        feature = "redis",
+        feature = "redlock",
+        feature = "serde"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn parse_duration(value: &str) -> Option<std::time::Duration> {
-    use std::time::Duration;
-    if let Some(ms) = value.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(secs));
     }
-    let secs = value.strip_suffix('s').unwrap_or(value);
-    secs.parse().ok().map(Duration::from_secs)
+    humantime::parse_duration(value).ok()
 }
 
 /// `%XX` escapes decoded; `None` for a broken escape or a result that is not UTF-8.
@@ -596,6 +600,24 @@ pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'st
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn durations_read_as_the_command_line_reads_them() {
+        use std::time::Duration;
+        for (text, expected) in [
+            ("10", Duration::from_secs(10)),
+            ("10s", Duration::from_secs(10)),
+            ("4000ms", Duration::from_millis(4000)),
+            ("1m", Duration::from_secs(60)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1h", Duration::from_secs(3600)),
+        ] {
+            assert_eq!(parse_duration(text), Some(expected), "{text}");
+        }
+        for bad in ["", "soon", "-1s", "1.5.2s", "10 parsecs"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn with_hosts_replaces_only_the_servers() {

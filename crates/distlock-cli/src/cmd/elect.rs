@@ -30,7 +30,7 @@ pub(crate) struct ElectArgs {
     url: Option<String>,
     /// How soon a crashed leader is replaced; renewed every lease/3 while COMMAND runs
     /// [default: 10s]. A session store refuses a lease it cannot keep (exit 64).
-    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    #[arg(long, env = "DISTLOCK_LEASE", value_parser = duration::parse, allow_hyphen_values = true)]
     lease: Option<Duration>,
     /// What this candidate proclaims when it leads (shown by `distlock leader`)
     /// [default: HOSTNAME:PID].

@@ -15,7 +15,7 @@
 
 use std::io::IsTerminal;
 use std::process::{ExitCode, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::future::Future;
 
@@ -36,6 +36,8 @@ pub(crate) const EXIT_LEASE_LOST: u8 = 76;
 /// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
 /// no deadline is ever computed from an absurd `--wait 500000000000y`.
 const WAIT_FOREVER_FROM: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// How often `exec --wait` tries an unreachable store again.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 /// How long COMMAND gets between SIGTERM and SIGKILL after the lease is lost.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -64,26 +66,36 @@ pub(crate) struct ExecArgs {
     /// How soon a crashed holder's lock frees; renewed every lease/3 while COMMAND runs
     /// [default: 30s]. A session store refuses a lease it cannot keep (exit 64).
     // `allow_hyphen_values`: `--lease -1s` is a bad lease, not an unknown flag `-1`.
-    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    #[arg(long, env = "DISTLOCK_LEASE", value_parser = duration::parse, allow_hyphen_values = true)]
     lease: Option<Duration>,
-    /// Give up (exit 75) if the lock is not free within this time [default: wait forever].
+    /// Give up (exit 75) if the lock is not free within this time [default: wait forever]. A
+    /// store that cannot be reached is tried again within it (then exit 69) [env: DISTLOCK_WAIT,
+    /// unless --no-wait is given]
+    // Not clap's `env`: clap would refuse `--no-wait` beside a $DISTLOCK_WAIT as beside a
+    // `--wait`; the variable is a default that either flag overrides (`wait_or_env`).
     #[arg(
         long,
         value_parser = duration::parse,
         allow_hyphen_values = true,
-        conflicts_with = "no_wait"
+        overrides_with = "no_wait"
     )]
     wait: Option<Duration>,
-    /// Give up (exit 75) at once if the lock is taken.
-    #[arg(long)]
+    /// Give up (exit 75) at once if the lock is taken (the last of --wait and --no-wait wins;
+    /// either wins over $DISTLOCK_WAIT).
+    #[arg(long, overrides_with = "wait")]
     no_wait: bool,
     /// Hold the lock at most this long: COMMAND then gets SIGTERM (SIGKILL 5s later) and
     /// distlock exits 76 saying the hold cap ended it [default: no cap]. Caps a stuck job that
     /// is alive and would renew its lease forever.
-    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    #[arg(long, env = "DISTLOCK_MAX_HOLD", value_parser = duration::parse, allow_hyphen_values = true)]
     max_hold: Option<Duration>,
     /// Exit with N instead of 75 when the lock is held by another (flock's -E).
-    #[arg(short = 'E', long, value_name = "N")]
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "N",
+        env = "DISTLOCK_CONFLICT_EXIT_CODE"
+    )]
     conflict_exit_code: Option<u8>,
     /// Hold a reader of the read-write lock NAME: readers run together, a --write excludes them.
     #[arg(long, group = "flavour")]
@@ -154,7 +166,15 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
-    let client = match distlock::connect(url).await {
+    let wait = match wait_or_env(&args) {
+        Ok(wait) => wait.filter(|w| *w < WAIT_FOREVER_FROM),
+        Err(why) => {
+            eprintln!("distlock: {why}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let started = Instant::now();
+    let client = match connect_within(url, wait).await {
         Ok(c) => c,
         Err(e) => return args.exit(not_obtained(&args.name, &e)),
     };
@@ -174,8 +194,10 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         taken = async {
             if args.no_wait {
                 lock.try_acquire().await
-            } else if let Some(wait) = args.wait.filter(|w| *w < WAIT_FOREVER_FROM) {
-                lock.acquire_timeout(wait).await.map(Some)
+            } else if let Some(wait) = wait {
+                // What connecting left of the wait.
+                let left = wait.saturating_sub(started.elapsed());
+                lock.acquire_timeout(left).await.map(Some)
             } else {
                 lock.acquire().await.map(Some)
             }
@@ -221,6 +243,42 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         "releasing it failed",
         "it frees when its lease ends",
     )
+}
+
+/// `--wait`, else `$DISTLOCK_WAIT` unless `--no-wait` was given.
+fn wait_or_env(args: &ExecArgs) -> Result<Option<Duration>, String> {
+    if args.wait.is_some() || args.no_wait {
+        return Ok(args.wait);
+    }
+    match std::env::var("DISTLOCK_WAIT") {
+        Ok(text) if !text.is_empty() => duration::parse(&text)
+            .map(Some)
+            .map_err(|why| format!("invalid value {text:?} for $DISTLOCK_WAIT: {why}")),
+        _ => Ok(None),
+    }
+}
+
+/// Connects to `url`. While the store cannot be reached, tries again every
+/// [`RECONNECT_PAUSE`] until `wait` (`--wait`) runs out, so that a job started with a wait rides
+/// out a store that is still starting or restarting; without a wait (`--no-wait`, or waiting
+/// forever for the lock) an unreachable store fails at once rather than hanging a cron job on a
+/// mistyped URL.
+async fn connect_within(url: &str, wait: Option<Duration>) -> distlock::Result<distlock::Client> {
+    let deadline = wait.map(|wait| Instant::now() + wait);
+    loop {
+        match distlock::connect(url).await {
+            Err(e) if e.kind() == ErrorKind::Connection => {
+                let left = deadline.map_or(Duration::ZERO, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                if left.is_zero() {
+                    return Err(e);
+                }
+                tokio::time::sleep(left.min(RECONNECT_PAUSE)).await;
+            }
+            connected => return connected,
+        }
+    }
 }
 
 /// Says why lock `name` was not obtained; its exit status by [`failure_status`].

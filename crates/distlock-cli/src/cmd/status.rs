@@ -31,7 +31,12 @@ pub(crate) struct StatusArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// Every lock whose name starts with P ("" for all) instead of one NAME.
-    #[arg(long, value_name = "P", conflicts_with = "name")]
+    #[arg(
+        long,
+        value_name = "P",
+        env = "DISTLOCK_PREFIX",
+        conflicts_with = "name"
+    )]
     prefix: Option<String>,
     /// JSON instead of a table.
     #[arg(long)]

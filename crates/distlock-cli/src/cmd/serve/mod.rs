@@ -76,18 +76,18 @@ pub(crate) struct ServeArgs {
     /// Address to listen on, HOST:PORT: an IP address (`[::1]:7380` for IPv6) or a host name,
     /// bound at the first address it resolves to that can be bound (port 0: any free port; the
     /// address is printed). Only that address is bound.
-    #[arg(long, default_value = "127.0.0.1:7380", value_name = "HOST:PORT",
+    #[arg(long, default_value = "127.0.0.1:7380", value_name = "HOST:PORT", env = "DISTLOCK_LISTEN",
           value_parser = listen_address)]
     listen: String,
     /// Store URL [default: $DISTLOCK_URL, else sqlite:distlock.db in the working directory].
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// Show only the locks whose name starts with this.
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", env = "DISTLOCK_PREFIX")]
     prefix: String,
     /// How often the page refreshes, and how old a status read may be when served (at least
     /// 100ms).
-    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    #[arg(long, default_value = "1s", env = "DISTLOCK_REFRESH", value_parser = duration::parse)]
     refresh: Duration,
     /// Most connections open at once; one more takes the place of the connection that has
     /// waited longest for its request (keep it below `ulimit -n`).
