@@ -124,33 +124,35 @@ async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
         Scheme::Memory => Ok(Arc::new(crate::backends::memory::MemoryBackend::connect(
             url,
         )?)),
-        #[cfg(not(feature = "memory"))]
-        Scheme::Memory => Err(Error::new(
-            ErrorKind::Unsupported,
-            "the memory: backend is not part of this build of distlock (build with the `memory` \
-             feature, e.g. in [dev-dependencies]: it is for an application's unit tests)",
-        )),
-        #[cfg(not(feature = "etcd"))]
-        Scheme::Etcd => Err(Error::new(
-            ErrorKind::Unsupported,
-            "the etcd: backend is not part of this build of distlock (build with the `etcd` \
-             feature; building its gRPC client needs protoc and protobuf's well-known types, e.g. \
-             Debian's protobuf-compiler and libprotobuf-dev)",
-        )),
         // With every backend built in, this arm matches nothing.
         #[allow(unreachable_patterns)]
-        other => Err(Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "the {}: backend is not part of this build of distlock",
-                other.backend()
-            ),
-        )),
+        other => Err(not_built(other)),
     };
     let exit_wait = options
         .response_timeout
         .unwrap_or(crate::core::DEFAULT_EXIT_WAIT);
     Ok(Client::with_exit_wait(backend?, exit_wait))
+}
+
+/// The error for a URL whose store this build lacks: it names the cargo feature to enable.
+fn not_built(scheme: Scheme) -> Error {
+    let feature = scheme.feature();
+    let why = match scheme {
+        Scheme::Memory => "; it is for an application's unit tests, e.g. in [dev-dependencies]",
+        Scheme::Etcd => {
+            "; building etcd's gRPC client needs protoc and protobuf's well-known types, e.g. \
+             Debian's protobuf-compiler and libprotobuf-dev"
+        }
+        _ => "",
+    };
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "the {}: backend is not part of this build of distlock: enable its cargo feature, \
+             `distlock = {{ version = \"0.1\", features = [\"{feature}\"] }}`{why}",
+            scheme.backend()
+        ),
+    )
 }
 
 /// A connection to one store, cheap to clone; every lock, read-write lock and semaphore is made
@@ -533,6 +535,27 @@ impl RwLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_this_build_lacks_names_its_feature() {
+        for (url, feature) in [
+            ("sqlite:x.db", "sqlite"),
+            ("redis://h", "redis"),
+            ("redis-cluster://h:1", "redis"),
+            ("redlock://h:1", "redlock"),
+            ("postgres://h/db", "postgres"),
+            ("mariadb://h/db", "mysql"),
+            ("zk://h:2181", "zookeeper"),
+            ("etcd://h:2379", "etcd"),
+            ("memcached://h:11211", "memcached"),
+            ("memory:", "memory"),
+        ] {
+            let e = not_built(Scheme::of(url).unwrap());
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{url}");
+            let wanted = format!("features = [\"{feature}\"]");
+            assert!(e.to_string().contains(&wanted), "{url}: {e}");
+        }
+    }
 
     #[tokio::test]
     async fn bad_urls_are_typed_errors() {

@@ -15,7 +15,8 @@ pub enum ErrorKind {
     InvalidName,
     /// A lease outside 10 ms ..= 24 h, or another duration the call cannot honour.
     InvalidLease,
-    /// A URL that is malformed, names an unknown scheme, or a backend this build lacks.
+    /// A URL that is malformed or names an unknown scheme (a store this build lacks is
+    /// [`Unsupported`](ErrorKind::Unsupported), naming the cargo feature to enable).
     InvalidUrl,
     /// Another argument that makes no sense (zero permits, an empty multi-lock, …).
     InvalidInput,
@@ -25,7 +26,8 @@ pub enum ErrorKind {
     NotHeld,
     /// The lease ended before the operation finished: someone else may hold the lock now.
     LeaseLost,
-    /// This backend cannot do what was asked (a lock flavour, an operation).
+    /// This backend cannot do what was asked (a lock flavour, an operation), or the URL names a
+    /// store this build of distlock lacks (the message names the cargo feature to enable).
     Unsupported,
     /// The store could not be reached, or the connection broke mid-call.
     Connection,

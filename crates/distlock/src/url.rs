@@ -94,6 +94,14 @@ impl Scheme {
             Scheme::Memory => "memory",
         }
     }
+
+    /// The cargo feature of distlock that builds this store in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Scheme::ZooKeeper => "zookeeper",
+            other => other.backend(),
+        }
+    }
 }
 
 /// distlock's own query parameters. [`split_parameters`] takes them off before a driver sees
