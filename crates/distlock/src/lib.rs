@@ -1,7 +1,62 @@
 //! # distlock
 //!
 //! Distributed locks with leases, fencing tokens and a "lock lost" signal, over the stores you
-//! already run — one API for all of them.
+//! already run — one API for all of them. For the instances of a service that must not do the
+//! same work at once (a stock deduction, a payment, a nightly job, leader work): the lock
+//! says who may work, its lease frees it when a holder crashes, its fencing token lets the
+//! resource refuse a holder that was paused past its lease, and `lost()` tells a holder to stop.
+//!
+//! # Choose a store
+//!
+//! Each store is a cargo feature; the URL picks the store at run time ([`connect`]). The
+//! default feature is the embedded SQLite store: locks across the processes of one machine,
+//! with no server.
+//!
+//! | feature | store | URL | its page |
+//! |---|---|---|---|
+//! | `sqlite` (default) | an SQLite file, one machine | `sqlite:PATH` | [`backends::sqlite`](backends/sqlite/index.html) |
+//! | `redis` | Redis: one server, Sentinel, Cluster | `redis://`, `rediss://`, `redis-sentinel://`, `redis-cluster://` | [`backends::redis`](backends/redis/index.html) |
+//! | `redlock` | Redlock over independent Redis masters | `redlock://h1:p1,h2:p2,h3:p3` | [`backends::redlock`](backends/redlock/index.html) |
+//! | `postgres` | PostgreSQL | `postgres://` | [`backends::postgres`](backends/postgres/index.html) |
+//! | `mysql` | MySQL, MariaDB | `mysql://`, `mariadb://` | [`backends::mysql`](backends/mysql/index.html) |
+//! | `etcd` | etcd v3 | `etcd://`, `etcds://` | [`backends::etcd`](backends/etcd/index.html) |
+//! | `zookeeper` | ZooKeeper (Curator's layout) | `zk://h1:p1[,…][/chroot]` | [`backends::zookeeper`](backends/zookeeper/index.html) |
+//! | `memcached` | memcached | `memcached://h1:p1[,…]` | [`backends::memcached`](backends/memcached/index.html) |
+//! | `memory` | one process's memory, for your unit tests | `memory:`, `memory://NAME` | [`backends::memory`](backends/memory/index.html) |
+//!
+//! Each store's page (under [`backends`]; the docs of a build have the pages of its features)
+//! states what it guarantees,
+//! what breaks each guarantee, and its URL parameters. Not every store keeps every flavour: a
+//! flavour a store lacks is [`ErrorKind::Unsupported`] ([`Client::supports`] says so up front).
+//! Other features: `sqlite-fence` (the SQLite fence through sqlx), `serde` (status and leader
+//! types, and [`Options`], as serde values).
+//!
+//! # The safe path: [`Lock::run`]
+//!
+//! Waits for the lock, runs the work while the watchdog renews the lease, releases, and answers
+//! `Ok` only if the lock was held throughout; a lost lease stops the work at its next `.await`:
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> distlock::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # std::env::set_current_dir(dir.path()).unwrap(); // ./locks.db: in a temporary directory
+//! let client = distlock::connect("sqlite:./locks.db").await?;
+//! let sold = client
+//!     .lock("stock:sku-42")
+//!     .run(async |guard| {
+//!         let token = guard.fencing_token(); // strictly increasing per lock name:
+//!         token.get()                         // pass it to the resource, which refuses smaller
+//!     })
+//!     .await?;
+//! # assert!(sold > 0);
+//! # Ok(()) }
+//! ```
+//!
+//! # Holding a guard yourself
+//!
+//! A [`Guard`] stands for one holding; it is released on drop on any path (a `?`, a panic), and
+//! `release().await` says whether it was still held:
 //!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -19,6 +74,12 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Beyond the lock, on the same [`Client`]: [`Client::fair_lock`], [`Client::rw_lock`],
+//! [`Client::semaphore`], [`Client::multi_lock`] (all or nothing), [`Client::election`] (leader
+//! election with terms and observers) and [`Client::latch`] (a count-down latch); [`fence`]
+//! makes a resource refuse a late write, and [`sql`] has the database techniques that are not a
+//! lock (a row lock in your own transaction, optimistic version checks).
 //!
 //! # Testing your application
 //!
@@ -65,24 +126,8 @@
 //! process's memory: not a distributed lock, and no stand-in for the real store in tests of
 //! crashes, pauses or failovers (its page, `memory` under [`backends`], says what it is for and what not).
 //!
-//! # Layout
-//!
-//! * [`client`]: `connect(url)` and the scheme table; [`Client`] makes locks.
-//! * [`lock`], [`guard`]: the user API ([`Lock`], [`Guard`], [`MultiLock`]).
-//! * [`election`]: leader election over the lock ([`Election`], [`Leadership`], [`Leader`]);
-//!   [`latch`]: the count-down latch ([`Latch`]). Both written once; a backend supplies a few
-//!   record and counter steps.
-//! * `backend`: the `Backend` trait — the few steps of the lock that must be atomic in a
-//!   store — and a trait for each thing a store may offer beyond it (semaphore sizing, election
-//!   records, latches, inspection), reached by an accessor of `Backend`.
-//! * `core`: written once for every backend — the wait loop, the watchdog and lost signal,
-//!   reentrant holders sharing one holding. It stands alone: the user API wraps it.
-//! * [`backends`]: one folder per store behind its cargo feature, with its SQL or Lua in files
-//!   and a `docs.md` stating its guarantees.
-//! * [`fence`]: make the resource refuse a paused holder's late write: fencing-token checks in
-//!   the caller's SQL transaction or Redis script, atomic with the write.
-//! * [`sql`]: database techniques that are not a `Lock`: the row lock held by your own
-//!   transaction, optimistic version checks with bounded retries.
+//! How the code is laid out (the `Backend` contract a store implements, the core written once
+//! for every store, one folder per store) is the repository's `docs/architecture.md`.
 //!
 //! # Stability
 //!
