@@ -605,6 +605,9 @@ pub(crate) fn after_hosts(url: &str) -> std::result::Result<AfterHosts<'_>, &'st
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
 
     use super::*;

@@ -525,8 +525,16 @@ async fn read_loop(link: Arc<Link>, mut socket: OwnedReadHalf) {
     }
 }
 
+/// How deep arrays may nest in a reply. distlock's own replies nest two deep; the bound keeps a
+/// corrupt or hostile stream (`*1\r\n` repeated) from overflowing the stack.
+const MAX_NESTING: usize = 16;
+
 /// The length of the RESP2 reply at the start of `buf`, `None` if it is not complete yet.
 fn frame_len(buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    frame_len_within(buf, MAX_NESTING)
+}
+
+fn frame_len_within(buf: &[u8], depth: usize) -> Result<Option<usize>, &'static str> {
     let Some(&kind) = buf.first() else {
         return Ok(None);
     };
@@ -546,9 +554,12 @@ fn frame_len(buf: &[u8]) -> Result<Option<usize>, &'static str> {
         }
         b'*' => {
             let n = number(&buf[1..line_end])?;
+            if n > 0 && depth == 0 {
+                return Err("a reply nested deeper than distlock's replies ever are");
+            }
             let mut end = header;
             for _ in 0..n.max(0) {
-                match frame_len(&buf[end..])? {
+                match frame_len_within(&buf[end..], depth - 1)? {
                     Some(len) => end += len,
                     None => return Ok(None),
                 }
@@ -627,6 +638,9 @@ fn not_sent() -> RedisError {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod properties;
 
 #[cfg(test)]
 mod tests {
