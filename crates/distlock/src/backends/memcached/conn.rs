@@ -104,8 +104,18 @@ fn bad_reply(line: &str) -> Fault {
     Fault::Reply(line.to_string())
 }
 
+/// The longest value distlock reads back. Its own values are well under 1 KiB and memcached's
+/// default item limit is 1 MiB: a longer length is a corrupt reply, not a buffer to allocate.
+const MAX_VALUE_LEN: usize = 1 << 20;
+
+/// The length of the value block a `VA <len> …` line announces, if it is one distlock can hold.
+fn value_len(line: &str) -> Option<usize> {
+    let len = line.split(' ').nth(1)?.parse().ok()?;
+    (len <= MAX_VALUE_LEN).then_some(len)
+}
+
 /// The token of flag `flag` (`c123` → 123) in a reply's flags.
-fn flag(tokens: &[&str], flag: char) -> Option<i64> {
+fn flag<T: std::str::FromStr>(tokens: &[&str], flag: char) -> Option<T> {
     tokens
         .iter()
         .find_map(|t| t.strip_prefix(flag))
@@ -181,11 +191,7 @@ impl Conn {
 
     /// Reads the value block of a `VA <len> …` reply.
     async fn value(&mut self, line: &str) -> Result<String, Fault> {
-        let len: usize = line
-            .split(' ')
-            .nth(1)
-            .and_then(|l| l.parse().ok())
-            .ok_or_else(|| bad_reply(line))?;
+        let len = value_len(line).ok_or_else(|| bad_reply(line))?;
         let mut data = vec![0; len + 2];
         self.stream.read_exact(&mut data).await?;
         if !data.ends_with(b"\r\n") {
@@ -211,15 +217,12 @@ impl Conn {
             return Err(bad_reply(&line));
         }
         let tokens: Vec<&str> = line.split(' ').skip(2).collect();
-        let (Some(cas), Some(ttl)) = (flag(&tokens, 'c'), flag(&tokens, 't')) else {
+        // A CAS is a u64 (past i64::MAX too); a TTL is -1 for an item without expiry.
+        let (Some(cas), Some(ttl)) = (flag::<u64>(&tokens, 'c'), flag::<i64>(&tokens, 't')) else {
             return Err(bad_reply(&line));
         };
         let value = self.value(&line).await?;
-        Ok(Some(Item {
-            value,
-            cas: cas as u64,
-            ttl,
-        }))
+        Ok(Some(Item { value, cas, ttl }))
     }
 
     /// `add` (classic, not `ms … ME`: see the module's docs): stores `value` at `key` for `ttl`
@@ -487,3 +490,6 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod properties;
