@@ -252,13 +252,19 @@ impl SqlConfig {
                 "not a PostgreSQL or MySQL URL; expected {SHAPE}"
             )));
         }
+        let backend = if scheme.to_ascii_lowercase().starts_with("postgres") {
+            "postgres"
+        } else {
+            "mysql"
+        };
+        let bad = |why: String| bad(why).with_backend(backend);
         let parts = after_hosts(url).map_err(|why| bad(why.to_string()))?;
         let mut config = SqlConfig::new("");
         // An empty host (`postgres:///db`, a local socket) is the driver's default.
         let rest = &url[scheme.len() + 3..];
         let hosts = &rest[userinfo_end(rest).map_or(0, |at| at + 1)..];
         if !hosts.is_empty() && !hosts.starts_with(['/', '?']) {
-            let mut hosts = authority(url, "sql", SHAPE)?.hosts;
+            let mut hosts = authority(url, backend, SHAPE)?.hosts;
             if hosts.len() > 1 {
                 return Err(bad(
                     "one host only (the driver connects to one server)".into()
