@@ -60,7 +60,50 @@ fn main() -> std::process::ExitCode {
             "sqlite::a_lease_nearly_over_is_handed_over_in_a_write",
             nearly_over_is_written,
         )
+        .case("sqlite::config_in_code_locks", config_in_code_locks)
         .run()
+}
+
+/// A store opened from [`SqliteConfig`](distlock::backends::sqlite::SqliteConfig) alone (the
+/// suite's file, no URL), and (feature `serde`) from JSON, locks: the suite's client, opened by
+/// URL, finds the lock held, then free once released.
+async fn config_in_code_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::sqlite::{SqliteBackend, SqliteConfig};
+    let path = ctx
+        .url
+        .strip_prefix("sqlite:")
+        .ok_or_else(|| Failure(format!("{} is not sqlite:PATH", ctx.url)))?;
+    let mut configs = vec![SqliteConfig::new(path).busy_timeout(Duration::from_secs(5))];
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::json!({"path": path, "busy_timeout": "5s"}).to_string();
+        let read: SqliteConfig = serde_json::from_str(&json)
+            .map_err(|e| Failure(format!("the JSON configuration does not read: {e}")))?;
+        check!(read == configs[0], "JSON read as {read:?}");
+        configs.push(read);
+    }
+    for config in configs {
+        let backend = SqliteBackend::connect_config(config, &distlock::Options::default()).await?;
+        let client = distlock::Client::from_backend(Arc::new(backend));
+        let name = ctx.unique_name("config");
+        let guard = client.lock(&name).acquire().await?;
+        check!(
+            ctx.client.lock(&name).try_acquire().await?.is_none(),
+            "the URL client took a lock the configured client holds"
+        );
+        check!(guard.release().await?, "the release found nothing");
+        let after = ctx.client.lock(&name).try_acquire().await?;
+        check!(after.is_some(), "still held after the release");
+        after.expect("checked").release().await?;
+    }
+    let empty = SqliteBackend::connect_config(SqliteConfig::new(""), &distlock::Options::default())
+        .await
+        .err();
+    check!(
+        empty.as_ref().map(distlock::Error::kind) == Some(distlock::ErrorKind::InvalidInput),
+        "an empty path answered {empty:?}"
+    );
+    Ok(())
 }
 
 /// Eight processes open a file that does not exist yet at the same moment: all of them must

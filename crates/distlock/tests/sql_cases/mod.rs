@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod db;
+mod own;
 
 use std::time::Duration;
 
@@ -103,6 +104,7 @@ fn postgres_lease(suite: Suite) -> Suite {
             old_tables_migrate(ctx, Sql::Postgres)
         })
         .tokens_cases(Sql::Postgres)
+        .own_connection_cases(Sql::Postgres)
 }
 
 /// Waiters on another client are woken by the release's NOTIFY: with a 60 s lease, the core
@@ -224,6 +226,7 @@ fn mysql_lease(suite: Suite) -> Suite {
             old_tables_migrate(ctx, Sql::Mysql)
         })
         .tokens_cases(Sql::Mysql)
+        .own_connection_cases(Sql::Mysql)
 }
 
 /// Ends, from the server side (`KILL`), the MariaDB sessions of our connections from
@@ -386,6 +389,29 @@ impl Sql {
 /// The cases about where fencing tokens start, added to each SQL store's suite.
 trait TokensCases {
     fn tokens_cases(self, sql: Sql) -> Self;
+}
+
+/// The cases of a store built without a URL: from a configuration in code, from JSON, over the
+/// application's pool (`own.rs`).
+trait OwnConnectionCases {
+    fn own_connection_cases(self, sql: Sql) -> Self;
+}
+
+impl OwnConnectionCases for Suite {
+    fn own_connection_cases(self, sql: Sql) -> Self {
+        let suite = self
+            .case("config_in_code_locks", move |ctx| {
+                own::config_in_code_locks(ctx, sql)
+            })
+            .case("applications_pool_locks", move |ctx| {
+                own::applications_pool_locks(ctx, sql)
+            });
+        #[cfg(feature = "serde")]
+        let suite = suite.case("config_from_json_locks", move |ctx| {
+            own::config_from_json_locks(ctx, sql)
+        });
+        suite
+    }
 }
 
 impl TokensCases for Suite {

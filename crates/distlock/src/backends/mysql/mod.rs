@@ -38,6 +38,11 @@ use crate::error::Result;
 use crate::status::{ForcedRelease, Holder};
 use crate::types::FencingToken;
 
+/// How the store connects, in code or from serde: [`SqlConfig`](crate::backends::mysql::MySqlConfig)
+/// under this store's name (the PostgreSQL and MySQL stores read the same fields).
+pub use crate::backends::sql_family::SqlConfig as MySqlConfig;
+pub use crate::backends::sql_family::SslMode;
+
 const NAME: &str = "mysql";
 
 /// The take statement's "held" answers start here; smaller answers are fencing tokens.

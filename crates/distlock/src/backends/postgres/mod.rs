@@ -35,6 +35,11 @@ use crate::error::Result;
 use crate::status::{ForcedRelease, Holder};
 use crate::types::{FencingToken, LockName};
 
+/// How the store connects, in code or from serde: [`SqlConfig`](crate::backends::postgres::PostgresConfig)
+/// under this store's name (the PostgreSQL and MySQL stores read the same fields).
+pub use crate::backends::sql_family::SqlConfig as PostgresConfig;
+pub use crate::backends::sql_family::SslMode;
+
 const NAME: &str = "postgres";
 
 sql_store! {

@@ -41,6 +41,7 @@
 //! * **Migrations**: MySQL 8 has no `ADD COLUMN IF NOT EXISTS`, so older tables get their
 //!   holder columns by a step of its own.
 
+mod config;
 mod dialect;
 pub(crate) mod flavours;
 pub(crate) mod inspect;
@@ -56,6 +57,7 @@ use async_trait::async_trait;
 use sqlx::Pool;
 use sqlx::pool::PoolOptions;
 
+pub use self::config::{SqlConfig, SslMode};
 pub(crate) use self::dialect::{
     ConnectOptions, Dialect, Picked, Read, Runs, SqlResult, Statement, Wants, dialect_statements,
 };
@@ -121,8 +123,19 @@ pub(crate) struct SqlBackend<D: Dialect> {
 impl<D: FlavourSql + SyncSql> SqlBackend<D> {
     /// Connects to the database `url` names and creates distlock's tables if missing.
     pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
+        let config = SqlConfig::from_url(url).map_err(|e| e.with_backend(D::NAME))?;
+        Self::open(&config, Some(crate::url::redact(url)), options).await
+    }
+
+    /// Connects as `config` says and creates distlock's tables if missing.
+    pub(crate) async fn connect_config(config: &SqlConfig, options: &Options) -> Result<Self> {
+        Self::open(config, None, options).await
+    }
+
+    /// `shown`: the URL the configuration was read from, password masked, for messages.
+    async fn open(config: &SqlConfig, shown: Option<String>, options: &Options) -> Result<Self> {
         let acquire_timeout = options.connect_timeout.unwrap_or(ACQUIRE_TIMEOUT);
-        let cfg = url::parse_config::<ConnectOptions<D>>(url, D::NAME, D::NAME, D::PRODUCT)?;
+        let cfg = url::driver_config::<ConnectOptions<D>>(config, shown, D::NAME, D::PRODUCT)?;
         url::probe(D::NAME, &cfg).await?;
         // A dialect that notifies keeps its listening connection in the pool too.
         let listening = u32::from(D::NOTIFIES);
@@ -130,6 +143,30 @@ impl<D: FlavourSql + SyncSql> SqlBackend<D> {
             .max_connections(cfg.url.max_connections + listening)
             .acquire_timeout(acquire_timeout)
             .connect_lazy_with(cfg.options.clone());
+        let sessions = match cfg.url.mode {
+            LockMode::Lease => None,
+            LockMode::Session => {
+                let pool = PoolOptions::new()
+                    .max_connections(cfg.url.max_connections)
+                    .acquire_timeout(acquire_timeout);
+                Some(Sessions::new(D::sessions(pool, cfg.options), options))
+            }
+        };
+        Self::over(pool, cfg.url.redacted, sessions).await
+    }
+
+    /// Lease locks over the application's pool: distlock's statements run on its connections,
+    /// under its settings; the tables are created if missing, as `connect` does.
+    pub(crate) async fn from_pool(pool: Pool<D::Db>) -> Result<Self> {
+        Self::over(pool, "the application's pool".to_string(), None).await
+    }
+
+    /// The backend over `pool`, its tables made (or brought up to date) first.
+    async fn over(
+        pool: Pool<D::Db>,
+        shown: String,
+        sessions: Option<Sessions<D::Sessions>>,
+    ) -> Result<Self> {
         let made = [
             "creating the lock tables",
             "creating the election and latch tables",
@@ -141,21 +178,12 @@ impl<D: FlavourSql + SyncSql> SqlBackend<D> {
                 .map_err(err::<D>(what))?;
         }
         D::upgrade(&pool).await?;
-        let sessions = match cfg.url.mode {
-            LockMode::Lease => None,
-            LockMode::Session => {
-                let pool = PoolOptions::new()
-                    .max_connections(cfg.url.max_connections)
-                    .acquire_timeout(acquire_timeout);
-                Some(Sessions::new(D::sessions(pool, cfg.options), options))
-            }
-        };
         let dialect = Arc::new(D::new(&pool));
         Ok(SqlBackend {
             flavours: Arc::new(Flavours::new(pool.clone(), dialect.clone())),
             dialect,
             pool,
-            url: cfg.url.redacted,
+            url: shown,
             sessions,
         })
     }
@@ -402,6 +430,30 @@ macro_rules! sql_store {
             /// liveness ping.
             pub async fn connect_with(url: &str, options: &$crate::Options) -> $crate::Result<Self> {
                 let core = $crate::backends::sql_family::SqlBackend::connect(url, options).await?;
+                Ok($store { core })
+            }
+
+            /// Connects as `config` says (no URL: see the module's "Configuration in code")
+            /// and creates distlock's tables if missing. [`Options`](crate::Options) as for
+            /// [`connect_with`](Self::connect_with).
+            pub async fn connect_config(
+                config: $crate::backends::sql_family::SqlConfig,
+                options: &$crate::Options,
+            ) -> $crate::Result<Self> {
+                let core =
+                    $crate::backends::sql_family::SqlBackend::connect_config(&config, options)
+                        .await?;
+                Ok($store { core })
+            }
+
+            /// Lease locks over the application's own pool: distlock's statements run on its
+            /// connections, under its pool's size, timeouts and TLS. Creates distlock's tables
+            /// if missing, as [`connect`](Self::connect) does (the pool's user needs the right
+            /// to create tables the first time). Then
+            /// [`Client::from_backend`](crate::Client::from_backend). What distlock still
+            /// opens itself: see the module's "Your own pool".
+            pub async fn from_pool(pool: $pool) -> $crate::Result<Self> {
+                let core = $crate::backends::sql_family::SqlBackend::from_pool(pool).await?;
                 Ok($store { core })
             }
 

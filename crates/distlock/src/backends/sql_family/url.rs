@@ -1,9 +1,11 @@
-//! The query parameters distlock reads from a `postgres://` or `mysql://` URL before the rest goes
-//! to the driver: which lock technique (`lock=lease|session`) and the pool size
-//! (`max_connections=N`). Everything else (`sslmode`, `ssl-mode`, `options`, …) is the driver's.
+//! From a store's configuration ([`SqlConfig`], read from a `postgres://` or `mysql://` URL or
+//! built in code) to the driver's connect options, and the probe that reports a failed
+//! connection at once. distlock reads the lock technique (`lock=lease|session`) and the pool size
+//! (`max_connections=N`); everything else (`sslmode`, `ssl-mode`, `options`, …) is the driver's.
 
+use super::config::SqlConfig;
 use crate::error::{Error, ErrorKind, Result};
-use crate::url::{redact, split_parameters};
+use crate::url::redact;
 
 /// Which technique a client uses for its locks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -14,112 +16,59 @@ pub(crate) enum LockMode {
     Session,
 }
 
-/// A database URL split into what distlock reads and what the driver reads.
+/// A store's configuration as the connecting code uses it.
 pub(crate) struct SqlUrl {
-    /// The URL for the driver, without distlock's parameters. Contains the password: never show.
-    pub(crate) driver_url: String,
-    /// The URL as given, password masked: the only form that may appear in messages.
+    /// The URL, password masked: the only form that may appear in messages.
     pub(crate) redacted: String,
     pub(crate) mode: LockMode,
     pub(crate) max_connections: u32,
 }
 
-/// The pool size when the URL does not set one: enough for 16 busy tasks on one client.
-const DEFAULT_MAX_CONNECTIONS: u32 = 20;
-
-/// Splits `url`, rewriting its scheme to `driver_scheme` (`mariadb://` → `mysql://`).
-pub(crate) fn parse(url: &str, backend: &'static str, driver_scheme: &str) -> Result<SqlUrl> {
-    let redacted = redact(url);
-    let bad = |why: String| {
-        Error::new(ErrorKind::InvalidUrl, format!("{redacted:?}: {why}")).with_backend(backend)
-    };
-    if !url.contains("://") {
-        // Without "://" the password cannot be told apart from the rest: do not echo the URL.
-        return Err(Error::new(
-            ErrorKind::InvalidUrl,
-            format!("expected {driver_scheme}://user[:password]@host:port/database"),
-        )
-        .with_backend(backend));
-    }
-    let split = split_parameters(url);
-    let mut mode = LockMode::Lease;
-    let mut max_connections = DEFAULT_MAX_CONNECTIONS;
-    for (key, value) in split.own {
-        match key {
-            "lock" => {
-                mode = match value {
-                    "lease" => LockMode::Lease,
-                    "session" => LockMode::Session,
-                    other => {
-                        return Err(bad(format!(
-                            "lock={other:?} is not a lock technique; use lock=lease (default) or lock=session"
-                        )));
-                    }
-                }
-            }
-            "max_connections" => {
-                max_connections = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "max_connections={value:?} is not a number in 1..=1000"
-                        ))
-                    })?;
-            }
-            other => {
-                return Err(bad(format!(
-                    "{other}= is not a parameter of the {backend} backend"
-                )));
-            }
-        }
-    }
-    let after_scheme = split
-        .driver_url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest);
-    let driver_url = format!("{driver_scheme}://{after_scheme}");
-    Ok(SqlUrl {
-        driver_url,
-        redacted,
-        mode,
-        max_connections,
-    })
-}
-
-/// A parsed SQL URL and the driver's connect options for it.
+/// A configuration and the driver's connect options for it.
 pub(crate) struct Config<O> {
     pub(crate) url: SqlUrl,
     pub(crate) options: O,
 }
 
-/// Splits distlock's parameters off `url` and hands the rest to the driver (`sslmode=require`,
-/// `ssl-mode=REQUIRED`, …). `product` names the database in errors, which carry the URL with its
-/// password masked.
-pub(crate) fn parse_config<O>(
-    url: &str,
+/// The driver's connect options for `config` (written as the driver's URL, which it parses:
+/// `sslmode=require`, `ssl-mode=REQUIRED`, `options=…`). `shown` is how messages name the
+/// store: the URL it was read from, password masked, if any. `product` names the database in
+/// errors.
+pub(crate) fn driver_config<O>(
+    config: &SqlConfig,
+    shown: Option<String>,
     backend: &'static str,
-    driver_scheme: &str,
     product: &str,
 ) -> Result<Config<O>>
 where
     O: std::str::FromStr<Err = sqlx::Error>,
 {
-    let url = parse(url, backend, driver_scheme)?;
-    let options = O::from_str(&url.driver_url).map_err(|e| {
+    let driver_url = config.driver_url(backend, product)?;
+    let redacted = shown.unwrap_or_else(|| redact(&driver_url));
+    let options = O::from_str(&driver_url).map_err(|e| {
         // The driver's message may quote the URL; ours carries the masked one instead.
         Error::new(
             ErrorKind::InvalidUrl,
             format!(
-                "{:?} is not a usable {product} URL: {}",
-                url.redacted,
-                e.to_string().replace(&url.driver_url, "…")
+                "{redacted:?} is not a usable {product} configuration: {}",
+                e.to_string().replace(&driver_url, "…")
             ),
         )
         .with_backend(backend)
     })?;
-    Ok(Config { url, options })
+    let mode = if config.session_locks {
+        LockMode::Session
+    } else {
+        LockMode::Lease
+    };
+    Ok(Config {
+        url: SqlUrl {
+            redacted,
+            mode,
+            max_connections: config.max_connections,
+        },
+        options,
+    })
 }
 
 /// Opens and closes one plain connection. A pool retries until its timeout and then reports
@@ -144,44 +93,53 @@ where
 mod tests {
     use super::*;
 
+    /// The configuration of `url`, and the URL its driver gets.
+    fn read<O: std::str::FromStr<Err = sqlx::Error>>(
+        url: &str,
+        backend: &'static str,
+    ) -> Result<(Config<O>, String)> {
+        let config = SqlConfig::from_url(url)?;
+        let driver_url = config.driver_url(backend, "the database")?;
+        let read = driver_config(&config, Some(redact(url)), backend, "the database")?;
+        Ok((read, driver_url))
+    }
+
+    #[cfg(feature = "mysql")]
     #[test]
     fn distlock_parameters_are_taken_out() {
-        let u = parse(
+        let (c, driver_url) = read::<sqlx::mysql::MySqlConnectOptions>(
             "mariadb://root:pw@h:3306/db?lock=session&ssl-mode=REQUIRED&max_connections=5",
             "mysql",
-            "mysql",
         )
         .unwrap();
-        assert_eq!(u.driver_url, "mysql://root:pw@h:3306/db?ssl-mode=REQUIRED");
-        assert_eq!(u.mode, LockMode::Session);
-        assert_eq!(u.max_connections, 5);
-        assert!(!u.redacted.contains("pw"));
-
-        // A password with an unencoded '@', '/' and '?' goes to the driver %-encoded, so it
-        // reads the user-info as distlock does (to the last '@'), not host "p".
-        let u = parse(
-            "postgresql://u:p@s/s?w@h/db?lock=session",
-            "postgres",
-            "postgres",
-        )
-        .unwrap();
-        assert_eq!(u.driver_url, "postgres://u:p%40s%2Fs%3Fw@h/db");
-        assert_eq!(u.mode, LockMode::Session);
-        assert_eq!(u.redacted, "postgresql://***@h/db?lock=session");
-
-        let u = parse("postgres://u@h/db", "postgres", "postgres").unwrap();
-        assert_eq!(u.driver_url, "postgres://u@h/db");
-        assert_eq!(u.mode, LockMode::Lease);
+        assert_eq!(driver_url, "mysql://root:pw@h:3306/db?ssl-mode=REQUIRED");
+        assert_eq!(c.url.mode, LockMode::Session);
+        assert_eq!(c.url.max_connections, 5);
+        assert!(!c.url.redacted.contains("pw"));
     }
 
     #[cfg(feature = "postgres")]
     #[test]
     fn postgres_urls_reach_the_driver() {
-        let c: Config<sqlx::postgres::PgConnectOptions> = parse_config(
+        // A password with an unencoded '@', '/' and '?' goes to the driver %-encoded, so it
+        // reads the user-info as distlock does (to the last '@'), not host "p".
+        let (c, driver_url) = read::<sqlx::postgres::PgConnectOptions>(
+            "postgresql://u:p@s/s?w@h/db?lock=session",
+            "postgres",
+        )
+        .unwrap();
+        assert_eq!(driver_url, "postgres://u:p%40s%2Fs%3Fw@h/db");
+        assert_eq!(c.url.mode, LockMode::Session);
+        assert_eq!(c.url.redacted, "postgresql://***@h/db?lock=session");
+
+        let (c, driver_url) =
+            read::<sqlx::postgres::PgConnectOptions>("postgres://u@h/db", "postgres").unwrap();
+        assert_eq!(driver_url, "postgres://u@h/db");
+        assert_eq!(c.url.mode, LockMode::Lease);
+
+        let (c, _) = read::<sqlx::postgres::PgConnectOptions>(
             "postgresql://app:s3cret@db.example:6543/locks?sslmode=require&lock=session",
             "postgres",
-            "postgres",
-            "PostgreSQL",
         )
         .unwrap();
         assert_eq!(c.options.get_host(), "db.example");
@@ -189,14 +147,13 @@ mod tests {
         assert_eq!(c.options.get_database(), Some("locks"));
         assert_eq!(c.url.mode, LockMode::Session);
         assert!(!c.url.redacted.contains("s3cret"));
-        let url = "postgres://app:s3cret@h:notaport/db";
-        let err = parse_config::<sqlx::postgres::PgConnectOptions>(
-            url,
+        // A parameter the driver refuses: its error, without the password.
+        let err = read::<sqlx::postgres::PgConnectOptions>(
+            "postgres://app:s3cret@h/db?statement-cache-capacity=many",
             "postgres",
-            "postgres",
-            "PostgreSQL",
-        );
-        let err = err.err().unwrap();
+        )
+        .err()
+        .unwrap();
         assert_eq!(err.kind(), ErrorKind::InvalidUrl);
         assert!(!format!("{err} {err:?}").contains("s3cret"), "{err}");
     }
@@ -204,33 +161,13 @@ mod tests {
     #[cfg(feature = "mysql")]
     #[test]
     fn mysql_urls_reach_the_driver() {
-        let c: Config<sqlx::mysql::MySqlConnectOptions> = parse_config(
+        let (c, driver_url) = read::<sqlx::mysql::MySqlConnectOptions>(
             "mariadb://app:s3cret@db.example:3307/locks?ssl-mode=REQUIRED&lock=session",
             "mysql",
-            "mysql",
-            "MySQL",
         )
         .unwrap();
         assert_eq!(c.url.mode, LockMode::Session);
-        assert!(c.url.driver_url.starts_with("mysql://"));
+        assert!(driver_url.starts_with("mysql://"));
         assert!(!c.url.redacted.contains("s3cret"));
-        let url = "mysql://app:s3cret@h:notaport/db";
-        let err = parse_config::<sqlx::mysql::MySqlConnectOptions>(url, "mysql", "mysql", "MySQL");
-        let err = err.err().unwrap();
-        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
-        assert!(!format!("{err} {err:?}").contains("s3cret"), "{err}");
-    }
-
-    #[test]
-    fn bad_parameters_are_typed_errors_without_the_password() {
-        for url in [
-            "postgres://u:hunter2@h/db?lock=nope",
-            "postgres://u:hunter2@h/db?max_connections=0",
-            "postgres:u:hunter2@h/db",
-        ] {
-            let err = parse(url, "postgres", "postgres").err().unwrap();
-            assert_eq!(err.kind(), ErrorKind::InvalidUrl);
-            assert!(!err.to_string().contains("hunter2"), "{err}");
-        }
     }
 }

@@ -24,6 +24,7 @@
 #![doc = include_str!("docs.md")]
 
 mod clock;
+mod config;
 mod flavour_waiter;
 mod flavours;
 mod handover;
@@ -54,6 +55,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
+
+pub use self::config::SqliteConfig;
 
 const NAME: &str = "sqlite";
 
@@ -107,8 +110,25 @@ impl SqliteBackend {
     /// [`connect`](Self::connect) with [`Options`]: `response_timeout` is how long a take,
     /// extend or release waits for other processes' writes.
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let busy_timeout = options.response_timeout.unwrap_or(BUSY_TIMEOUT);
-        let path = crate::url::sqlite_path(url)?;
+        Self::connect_config(SqliteConfig::from_url(url)?, options).await
+    }
+
+    /// Opens (creating if needed) the file `config` names and its tables: no URL. The
+    /// configuration's `busy_timeout`, if set, wins over `options.response_timeout`.
+    pub async fn connect_config(config: SqliteConfig, options: &Options) -> Result<Self> {
+        let busy_timeout = config
+            .busy_timeout
+            .or(options.response_timeout)
+            .unwrap_or(BUSY_TIMEOUT);
+        let path = config.path;
+        if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "SqliteConfig needs a file path (processes share the locks through the file), \
+                 e.g. SqliteConfig::new(\"./distlock.db\")",
+            )
+            .with_backend(NAME));
+        }
         let opening = path.clone();
         let (sidecar, conn) = tokio::task::spawn_blocking(move || {
             let sidecar = Sidecar::open(&opening)?;
