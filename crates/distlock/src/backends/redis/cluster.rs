@@ -127,14 +127,7 @@ pub(super) async fn connect(
             let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
             let seeds: Vec<String> = nodes
                 .iter()
-                .map(|(host, port)| {
-                    // An IPv6 literal goes back into brackets.
-                    if host.contains(':') {
-                        format!("redis://[{host}]:{port}")
-                    } else {
-                        format!("redis://{host}:{port}")
-                    }
-                })
+                .map(|(host, port)| format!("redis://{}", super::config::host_port(host, *port)))
                 .collect();
             let builder = || {
                 let mut builder = ClusterClientBuilder::new(seeds.clone())

@@ -434,18 +434,17 @@ impl RedisConfig {
     }
 }
 
+/// `host:port`, an IPv6 literal back in brackets.
+pub(crate) fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 fn hosts(nodes: &[(String, u16)]) -> String {
-    let shown: Vec<String> = nodes
-        .iter()
-        .map(|(host, port)| {
-            // An IPv6 literal goes back into brackets.
-            if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            }
-        })
-        .collect();
+    let shown: Vec<String> = nodes.iter().map(|(h, p)| host_port(h, *p)).collect();
     shown.join(",")
 }
 

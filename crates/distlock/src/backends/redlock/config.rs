@@ -19,6 +19,7 @@ use ::redis::IntoConnectionInfo;
 
 use super::NAME;
 use crate::backends::redis::RedisConfig;
+use crate::backends::redis::config::host_port;
 use crate::backends::redis::keys::check_prefix;
 
 const SCHEME: &str = "redlock://";
@@ -187,13 +188,7 @@ impl RedlockConfig {
     fn shown_masters(&self) -> Vec<String> {
         self.masters
             .iter()
-            .map(|(host, port)| {
-                if host.contains(':') {
-                    format!("[{host}]:{port}")
-                } else {
-                    format!("{host}:{port}")
-                }
-            })
+            .map(|(host, port)| host_port(host, *port))
             .collect()
     }
 
