@@ -771,7 +771,8 @@ async fn held_then_handed(a: &Client, b: &Client, name: &str) -> Outcome {
 
 /// The application's own cluster client (`from_cluster_client`), RESP3 as sharded pub/sub
 /// needs: two distlock clients made from it lock, see each other's lock and hand it over; one
-/// from the URL sees it too. A RESP2 client locks as well (its waiters woken by their timer).
+/// from the URL sees it too. A RESP2 client, which cannot subscribe, locks as well, and its
+/// waiter asks again every 100 ms.
 async fn the_applications_cluster_client(ctx: Ctx) -> Outcome {
     use distlock::backends::redis::redis_rs::ProtocolVersion;
     use distlock::backends::redis::redis_rs::cluster::ClusterClientBuilder;
@@ -794,9 +795,24 @@ async fn the_applications_cluster_client(ctx: Ctx) -> Outcome {
     held_then_handed(&b, &ctx.client, &ctx.unique_name("byo-cluster-url")).await?;
     let resp2 = make(ClusterClientBuilder::new(seeds).build()?).await?;
     let name = ctx.unique_name("byo-cluster-resp2");
-    let held = resp2.lock(&name).acquire().await?;
-    check_taken(&a.lock(&name), "a RESP2 client's lock is not seen").await?;
+    // A RESP2 client cannot subscribe: its waiter asks again every 100 ms, so it gets the lock
+    // well before the holder's 30 s lease would have let its timer wake it (5 s: room for a
+    // loaded machine, and far below 30 s).
+    let held = a.lock(&name).acquire().await?;
+    let waiter = tokio::spawn({
+        let lock = resp2.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     held.release().await?;
+    let released = std::time::Instant::now();
+    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    let after = released.elapsed();
+    check!(
+        after < Duration::from_secs(5),
+        "the RESP2 waiter took {after:?}"
+    );
+    taken.release().await?;
     Ok(())
 }
 

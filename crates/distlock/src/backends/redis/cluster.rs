@@ -44,7 +44,7 @@ use ::redis::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::invoke::from_redis;
+use super::invoke::{POLL_WITHOUT_PUBSUB, from_redis};
 use super::replicas::ReplicaAck;
 use super::scripts::SHARDED;
 use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
@@ -400,6 +400,9 @@ pub(super) async fn subscribe_sharded(
     // Set once the connection was lost: open it again at this time, then wake everyone.
     let mut reconnect_at: Option<Instant> = None;
     let mut backoff = RECONNECT_MIN;
+    // Set when the client cannot subscribe at all (an application's RESP2 client): waiters are
+    // then woken every `POLL_WITHOUT_PUBSUB` to ask again, instead of by their timer alone.
+    let mut polling = false;
     loop {
         let sweep_at = idle.values().min().copied();
         let sweep = async move {
@@ -474,12 +477,28 @@ pub(super) async fn subscribe_sharded(
                     live = None;
                     continue;
                 }
+                if polling {
+                    subscriber::wake_all(&registry);
+                    reconnect_at = Some(Instant::now() + POLL_WITHOUT_PUBSUB);
+                    continue;
+                }
                 match Subscriptions::open(&shards, &wanted).await {
                     Ok(subs) => {
                         live = Some(subs);
                         reconnect_at = None;
                         backoff = RECONNECT_MIN;
                         subscriber::wake_all(&registry);
+                    }
+                    // redis-rs refuses `SSUBSCRIBE` on a RESP2 client before sending it.
+                    Err(e) if e.kind() == RedisKind::InvalidClientConfig => {
+                        tracing::warn!(
+                            "redis cluster: the client cannot subscribe ({e}); waiters ask again \
+                             every {POLL_WITHOUT_PUBSUB:?} (build the cluster client with RESP3 \
+                             for pub/sub)"
+                        );
+                        polling = true;
+                        subscriber::wake_all(&registry);
+                        reconnect_at = Some(Instant::now() + POLL_WITHOUT_PUBSUB);
                     }
                     Err(e) => {
                         tracing::debug!("redis cluster pub/sub connection failed: {e}");

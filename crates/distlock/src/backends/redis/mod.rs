@@ -148,7 +148,7 @@ impl RedisBackend {
     /// distlock's connections). distlock opens its own cluster connection from it, and one for
     /// sharded pub/sub at the first wait, which needs the client built with RESP3
     /// (`ClusterClientBuilder::use_protocol(ProtocolVersion::RESP3)`); on a RESP2 client,
-    /// waiters are woken by their timer only.
+    /// waiters ask again every 100 ms instead.
     pub async fn from_cluster_client(
         client: ::redis::cluster::ClusterClient,
         settings: RedisLockSettings,
