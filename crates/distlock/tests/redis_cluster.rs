@@ -763,7 +763,15 @@ async fn held_then_handed(a: &Client, b: &Client, name: &str) -> Outcome {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await?;
+    let released = std::time::Instant::now();
     let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    // Woken, not timed out: the holder's 30 s lease would have kept a waiter relying on its
+    // timer past 5 s.
+    let after = released.elapsed();
+    check!(
+        after < Duration::from_secs(5),
+        "the waiter took {after:?} after the release"
+    );
     check_taken(&a.lock(name), "the waiter's hold is not seen").await?;
     taken.release().await?;
     Ok(())
