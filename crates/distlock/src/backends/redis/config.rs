@@ -26,6 +26,23 @@ const DEFAULT_PORT: u16 = 6379;
 /// Sentinel's own port, for a host given without one.
 const SENTINEL_PORT: u16 = 26379;
 
+/// Builder setters written once: each `name(arg) -> Self` sets the field named before the
+/// `=` to the expression after it.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($arg:ident: $ty:ty) $field:ident = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$field = $value;
+                self
+            }
+        )*
+    };
+}
+// Redlock writes its setters with it too.
+#[cfg(feature = "redlock")]
+pub(crate) use setters;
+
 /// Where the Redis store is: one server, the master a set of Sentinels names, or a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -191,64 +208,31 @@ impl RedisConfig {
         }
     }
 
-    /// The data nodes' ACL user.
-    pub fn username(mut self, username: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self
-    }
-
-    /// The data nodes' password.
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// The database (one server or behind Sentinel).
-    pub fn db(mut self, db: u32) -> Self {
-        self.db = db;
-        self
-    }
-
-    /// TLS to the one server.
-    pub fn tls(mut self, tls: bool) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// With TLS, accept any certificate (for tests only).
-    pub fn tls_insecure(mut self, insecure: bool) -> Self {
-        self.tls_insecure = insecure;
-        self
-    }
-
-    /// RESP3 on the connections redis-rs opens.
-    pub fn resp3(mut self, resp3: bool) -> Self {
-        self.resp3 = resp3;
-        self
-    }
-
-    /// Put before every key and channel.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    setters! {
+        /// The data nodes' ACL user.
+        username(username: impl Into<String>) username = Some(username.into());
+        /// The data nodes' password.
+        password(password: impl Into<String>) password = Some(password.into());
+        /// The database (one server or behind Sentinel).
+        db(db: u32) db = db;
+        /// TLS to the one server.
+        tls(tls: bool) tls = tls;
+        /// With TLS, accept any certificate (for tests only).
+        tls_insecure(insecure: bool) tls_insecure = insecure;
+        /// RESP3 on the connections redis-rs opens.
+        resp3(resp3: bool) resp3 = resp3;
+        /// Put before every key and channel.
+        prefix(prefix: impl Into<String>) prefix = prefix.into();
+        /// The Sentinels' own ACL user.
+        sentinel_username(username: impl Into<String>) sentinel_username = Some(username.into());
+        /// The Sentinels' own password.
+        sentinel_password(password: impl Into<String>) sentinel_password = Some(password.into());
     }
 
     /// `replicas` must acknowledge each take and renewal within `timeout`.
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.wait_replicas = replicas;
         self.wait_timeout = Some(timeout);
-        self
-    }
-
-    /// The Sentinels' own ACL user.
-    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
-        self.sentinel_username = Some(username.into());
-        self
-    }
-
-    /// The Sentinels' own password.
-    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
-        self.sentinel_password = Some(password.into());
         self
     }
 
@@ -816,10 +800,9 @@ impl RedisLockSettings {
         Self::default()
     }
 
-    /// Put before every key and channel.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
+    setters! {
+        /// Put before every key and channel.
+        prefix(prefix: impl Into<String>) prefix = prefix.into();
     }
 
     /// `replicas` must acknowledge each take and renewal within `timeout`.

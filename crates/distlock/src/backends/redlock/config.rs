@@ -19,7 +19,7 @@ use ::redis::IntoConnectionInfo;
 
 use super::NAME;
 use crate::backends::redis::RedisConfig;
-use crate::backends::redis::config::host_port;
+use crate::backends::redis::config::{host_port, setters};
 use crate::backends::redis::keys::check_prefix;
 
 const SCHEME: &str = "redlock://";
@@ -116,40 +116,19 @@ impl RedlockConfig {
         Ok(config)
     }
 
-    /// Every master's ACL user.
-    pub fn username(mut self, username: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self
-    }
-
-    /// Every master's password.
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// The database on every master.
-    pub fn db(mut self, db: u32) -> Self {
-        self.db = db;
-        self
-    }
-
-    /// Put before every key and channel.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How long one master may take to accept a connection.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
-        self
-    }
-
-    /// How long one master may take to answer one request.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = Some(timeout);
-        self
+    setters! {
+        /// Every master's ACL user.
+        username(username: impl Into<String>) username = Some(username.into());
+        /// Every master's password.
+        password(password: impl Into<String>) password = Some(password.into());
+        /// The database on every master.
+        db(db: u32) db = db;
+        /// Put before every key and channel.
+        prefix(prefix: impl Into<String>) prefix = prefix.into();
+        /// How long one master may take to accept a connection.
+        connect_timeout(timeout: Duration) connect_timeout = Some(timeout);
+        /// How long one master may take to answer one request.
+        response_timeout(timeout: Duration) response_timeout = Some(timeout);
     }
 
     /// The configuration as a URL with its password masked: the only form messages show.
