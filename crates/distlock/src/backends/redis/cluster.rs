@@ -181,10 +181,13 @@ pub(super) async fn connect(
         )
     });
     // The subscriber's pushes come through the channel given (RESP3).
-    // No response timeout of redis-rs' there: the subscriber bounds each of its requests.
+    // The response timeout is set again: redis-rs' override replaces the client's with it.
+    let subscriber_timeout = response_timeout.unwrap_or(RESPONSE_TIMEOUT);
     let make = move |pushes| {
         let client = pushing.clone();
-        let config = ClusterConfig::new().set_push_sender(pushes);
+        let config = ClusterConfig::new()
+            .set_push_sender(pushes)
+            .set_response_timeout(subscriber_timeout);
         let opened: futures_util::future::BoxFuture<'static, _> =
             Box::pin(async move { client.get_async_connection_with_config(config).await });
         opened
