@@ -29,6 +29,10 @@ fn main() -> std::process::ExitCode {
         // As scripts/services.sh runs it: nothing on disk, a restart loses every item.
         .private_store(start_memcached)
         .case(
+            "memcached::typed_configuration_alone",
+            typed_configuration_alone,
+        )
+        .case(
             "memcached::awkward_names_never_collide_or_break_the_stream",
             names_never_collide,
         )
@@ -863,5 +867,46 @@ async fn full_memory_retake(ctx: Ctx) -> Outcome {
         "the release under full memory found no holding"
     );
     check!(raw.get(&key).await?.is_none(), "the release left the item");
+    Ok(())
+}
+
+/// A `MemcachedConfig` built in code from the URL's servers, no URL: it takes a lock the URL's
+/// client then finds held, and frees it for that client on release; one from JSON finds it held
+/// too. A setting in code the store cannot honour is refused, typed.
+async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
+    use distlock::backends::memcached::{MemcachedBackend, MemcachedConfig};
+    let servers = MemcachedConfig::from_url(&ctx.url)?.servers;
+    let options = distlock::Options::default();
+    let config = MemcachedConfig::new(servers.clone()).max_connections(2);
+    let typed = distlock::Client::from_backend(std::sync::Arc::new(
+        MemcachedBackend::connect_config(config, &options).await?,
+    ));
+    let name = ctx.unique_name("typed-memcached");
+    let held = typed.lock(&name).acquire().await?;
+    check_taken(&ctx.client.lock(&name), "the URL's client took it").await?;
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::json!({ "servers": servers, "max_connections": 3 });
+        let config: MemcachedConfig = serde_json::from_value(json)?;
+        let from_json = distlock::Client::from_backend(std::sync::Arc::new(
+            MemcachedBackend::connect_config(config, &options).await?,
+        ));
+        check_taken(&from_json.lock(&name), "the JSON client took it").await?;
+    }
+    held.release().await?;
+    let taken = ctx.client.lock(&name).try_acquire().await?;
+    check!(taken.is_some(), "released by the typed client, yet held");
+    if let Some(guard) = taken {
+        guard.release().await?;
+    }
+    let err = MemcachedBackend::connect_config(
+        MemcachedConfig::new(servers).max_connections(0),
+        &options,
+    )
+    .await
+    .map(drop)
+    .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
+    check!(err.to_string().contains("max_connections"), "{err}");
     Ok(())
 }

@@ -22,6 +22,14 @@ fn main() -> std::process::ExitCode {
         // every key, so a holder across it is told and tokens rely on the counter's clock start.
         .private_store(|| start_redis(Persistence::None))
         .case(
+            "redis::the_applications_client_and_manager",
+            the_applications_client_and_manager,
+        )
+        .case(
+            "redis::typed_configuration_alone",
+            typed_configuration_alone,
+        )
+        .case(
             "redis::readers_share_writers_exclude",
             cases::readers_share_writers_exclude,
         )
@@ -1145,5 +1153,143 @@ async fn default_server_gives_no_warning(ctx: Ctx) -> Outcome {
         "warn lines for the server: {:?}",
         logged("WARN", &at)
     );
+    Ok(())
+}
+
+/// `a` holds `name` now: `b` finds it held, and a waiter on `b` gets it once `a` lets go, well
+/// within its 10 s (woken by pub/sub or, without it, by asking every 100 ms; 10 s leaves a
+/// loaded machine room).
+async fn held_then_handed(a: &distlock::Client, b: &distlock::Client, name: &str) -> Outcome {
+    let held = a.lock(name).acquire().await?;
+    distlock_testkit::check_taken(&b.lock(name), "the second client took a held lock").await?;
+    let waiter = tokio::spawn({
+        let lock = b.lock(name);
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await?;
+    let released = std::time::Instant::now();
+    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    // Woken, not timed out: the holder's 30 s lease would have kept a waiter relying on its
+    // timer past 5 s.
+    let after = released.elapsed();
+    check!(
+        after < Duration::from_secs(5),
+        "the waiter took {after:?} after the release"
+    );
+    distlock_testkit::check_taken(&a.lock(name), "the waiter's hold is not seen").await?;
+    taken.release().await?;
+    Ok(())
+}
+
+/// The application's own `redis::Client` (`from_client`), and its `ConnectionManager`
+/// (`from_connection_manager`, with and without the client for pub/sub): each locks, and a
+/// client made from the same application connection sees the lock held and waits for it.
+async fn the_applications_client_and_manager(ctx: Ctx) -> Outcome {
+    use distlock::backends::redis::{RedisBackend, RedisConfig, RedisLockSettings, redis_rs};
+    let RedisConfig {
+        topology: distlock::backends::redis::RedisTopology::Server { host, port },
+        ..
+    } = RedisConfig::from_url(&ctx.url)?
+    else {
+        return Err(Failure(format!("{}: not one server", ctx.url)));
+    };
+    let app = redis_rs::Client::open(format!("redis://{host}:{port}/0"))?;
+    let options = distlock::Options::default();
+    let settings = RedisLockSettings::new().prefix("app1:");
+    let from_client = |settings: RedisLockSettings| {
+        let (app, options) = (app.clone(), options.clone());
+        async move {
+            let backend = RedisBackend::from_client(app, settings, &options).await?;
+            Ok::<_, Failure>(distlock::Client::from_backend(Arc::new(backend)))
+        }
+    };
+    let a = from_client(settings.clone()).await?;
+    let b = from_client(settings.clone()).await?;
+    held_then_handed(&a, &b, &ctx.unique_name("byo-client")).await?;
+    // The prefix keeps the keys apart: a client without it does not see the lock.
+    let name = ctx.unique_name("byo-prefix");
+    let held = a.lock(&name).acquire().await?;
+    let unprefixed = from_client(RedisLockSettings::new()).await?;
+    let other = unprefixed.lock(&name).try_acquire().await?;
+    check!(
+        other.is_some(),
+        "a client without the prefix found the lock held"
+    );
+    if let Some(guard) = other {
+        guard.release().await?;
+    }
+    held.release().await?;
+
+    let manager = app.get_connection_manager().await?;
+    let managed = |pubsub: Option<redis_rs::Client>| {
+        let backend = RedisBackend::from_connection_manager(
+            manager.clone(),
+            pubsub,
+            settings.clone(),
+            &options,
+        )?;
+        Ok::<_, Failure>(distlock::Client::from_backend(Arc::new(backend)))
+    };
+    let (c, polled) = (managed(Some(app.clone()))?, managed(None)?);
+    held_then_handed(&c, &polled, &ctx.unique_name("byo-manager")).await?;
+    held_then_handed(&polled, &a, &ctx.unique_name("byo-manager-polled")).await?;
+    // wait_replicas needs connections of the manager's client, which a manager alone lacks.
+    let err = RedisBackend::from_connection_manager(
+        manager.clone(),
+        None,
+        RedisLockSettings::new().wait_replicas(1, Duration::from_millis(100)),
+        &options,
+    )
+    .map(drop)
+    .unwrap_err();
+    check!(err.kind() == ErrorKind::Unsupported, "{err:?}");
+    check!(err.to_string().contains("redis::Client"), "{err}");
+    // A bad prefix is refused, typed.
+    let err = RedisBackend::from_client(
+        app.clone(),
+        RedisLockSettings::new().prefix("a b"),
+        &options,
+    )
+    .await
+    .map(drop)
+    .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
+    Ok(())
+}
+
+/// A `RedisConfig` built in code, no URL: it locks on the real server, and a client from the
+/// URL with the same prefix sees the lock held. One deserialized from JSON does too.
+async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
+    use distlock::backends::redis::{RedisBackend, RedisConfig, RedisTopology};
+    let RedisTopology::Server { host, port } = RedisConfig::from_url(&ctx.url)?.topology else {
+        return Err(Failure(format!("{}: not one server", ctx.url)));
+    };
+    let config = RedisConfig::new(host.clone(), port).db(0).prefix("typed:");
+    let backend = RedisBackend::connect_config(config, &distlock::Options::default()).await?;
+    let typed = distlock::Client::from_backend(Arc::new(backend));
+    let by_url = distlock::connect(&format!("redis://{host}:{port}/0?prefix=typed:")).await?;
+    held_then_handed(&typed, &by_url, &ctx.unique_name("typed")).await?;
+    #[cfg(feature = "serde")]
+    {
+        let json = format!(
+            r#"{{"topology": {{"server": {{"host": "{host}", "port": {port}}}}},
+                "prefix": "typed:", "db": 0}}"#
+        );
+        let config: RedisConfig = serde_json::from_str(&json)?;
+        let backend = RedisBackend::connect_config(config, &distlock::Options::default()).await?;
+        let from_json = distlock::Client::from_backend(Arc::new(backend));
+        held_then_handed(&from_json, &typed, &ctx.unique_name("typed-json")).await?;
+    }
+    // A setting one server cannot honour is refused before connecting.
+    let err = RedisBackend::connect_config(
+        RedisConfig::new(host, port).sentinel_password("hunter2"),
+        &distlock::Options::default(),
+    )
+    .await
+    .map(drop)
+    .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
+    check!(!err.to_string().contains("hunter2"), "{err}");
     Ok(())
 }

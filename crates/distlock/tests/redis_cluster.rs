@@ -27,6 +27,14 @@ fn main() -> std::process::ExitCode {
         .flavours(Flavour::every())
         .case("redis_cluster::bad_urls_are_typed", bad_urls)
         .case(
+            "redis_cluster::the_applications_cluster_client",
+            the_applications_cluster_client,
+        )
+        .case(
+            "redis_cluster::typed_configuration_alone",
+            typed_configuration_alone,
+        )
+        .case(
             "redis_cluster::locks_spread_over_every_master",
             locks_spread_over_every_master,
         )
@@ -732,5 +740,97 @@ async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
             && warnings[0].contains("allkeys-lfu"),
         "masters {masters:?}, {evicting} evicting: {warnings:?}"
     );
+    Ok(())
+}
+
+/// The cluster's nodes in `url`.
+fn nodes_of(url: &str) -> Result<Vec<(String, u16)>, Failure> {
+    use distlock::backends::redis::{RedisConfig, RedisTopology};
+    match RedisConfig::from_url(url)?.topology {
+        RedisTopology::Cluster { nodes } => Ok(nodes),
+        other => Err(Failure(format!("{url}: not a cluster but {other:?}"))),
+    }
+}
+
+/// `a` holds `name`: `b` finds it held, and a waiter on `b` gets it once `a` lets go, within
+/// its 10 s (woken by sharded pub/sub; 10 s leaves a loaded machine room).
+async fn held_then_handed(a: &Client, b: &Client, name: &str) -> Outcome {
+    let held = a.lock(name).acquire().await?;
+    check_taken(&b.lock(name), "the second client took a held lock").await?;
+    let waiter = tokio::spawn({
+        let lock = b.lock(name);
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await?;
+    let released = std::time::Instant::now();
+    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    // Woken, not timed out: the holder's 30 s lease would have kept a waiter relying on its
+    // timer past 5 s.
+    let after = released.elapsed();
+    check!(
+        after < Duration::from_secs(5),
+        "the waiter took {after:?} after the release"
+    );
+    check_taken(&a.lock(name), "the waiter's hold is not seen").await?;
+    taken.release().await?;
+    Ok(())
+}
+
+/// The application's own cluster client (`from_cluster_client`), RESP3 as sharded pub/sub
+/// needs: two distlock clients made from it lock, see each other's lock and hand it over; one
+/// from the URL sees it too. A RESP2 client, which cannot subscribe, locks as well, and its
+/// waiter asks again every 100 ms.
+async fn the_applications_cluster_client(ctx: Ctx) -> Outcome {
+    use distlock::backends::redis::redis_rs::ProtocolVersion;
+    use distlock::backends::redis::redis_rs::cluster::ClusterClientBuilder;
+    use distlock::backends::redis::{RedisBackend, RedisLockSettings};
+    let seeds: Vec<String> = nodes_of(&ctx.url)?
+        .iter()
+        .map(|(host, port)| format!("redis://{host}:{port}"))
+        .collect();
+    let app = ClusterClientBuilder::new(seeds.clone())
+        .use_protocol(ProtocolVersion::RESP3)
+        .build()?;
+    let options = distlock::Options::default();
+    let make = |app| async {
+        let backend =
+            RedisBackend::from_cluster_client(app, RedisLockSettings::new(), &options).await?;
+        Ok::<_, Failure>(Client::from_backend(std::sync::Arc::new(backend)))
+    };
+    let (a, b) = (make(app.clone()).await?, make(app.clone()).await?);
+    held_then_handed(&a, &b, &ctx.unique_name("byo-cluster")).await?;
+    held_then_handed(&b, &ctx.client, &ctx.unique_name("byo-cluster-url")).await?;
+    let resp2 = make(ClusterClientBuilder::new(seeds).build()?).await?;
+    let name = ctx.unique_name("byo-cluster-resp2");
+    // A RESP2 client cannot subscribe: its waiter asks again every 100 ms, so it is handed the
+    // lock within the helper's 5 s, well before the holder's 30 s lease would wake its timer.
+    held_then_handed(&a, &resp2, &name).await?;
+    Ok(())
+}
+
+/// A `RedisConfig::cluster` built in code, no URL: it locks on the real cluster and hands the
+/// lock to the URL's client; one from JSON does too.
+async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
+    use distlock::backends::redis::{RedisBackend, RedisConfig};
+    let nodes = nodes_of(&ctx.url)?;
+    let options = distlock::Options::default();
+    let backend =
+        RedisBackend::connect_config(RedisConfig::cluster(nodes.clone()), &options).await?;
+    let typed = Client::from_backend(std::sync::Arc::new(backend));
+    held_then_handed(&typed, &ctx.client, &ctx.unique_name("typed-cluster")).await?;
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::json!({ "topology": { "cluster": { "nodes": nodes } } });
+        let config: RedisConfig = serde_json::from_value(json)?;
+        let backend = RedisBackend::connect_config(config, &options).await?;
+        let from_json = Client::from_backend(std::sync::Arc::new(backend));
+        held_then_handed(&from_json, &typed, &ctx.unique_name("typed-cluster-json")).await?;
+    }
+    let err = RedisBackend::connect_config(RedisConfig::cluster(nodes).db(1), &options)
+        .await
+        .map(drop)
+        .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
     Ok(())
 }

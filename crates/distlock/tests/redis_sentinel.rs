@@ -24,6 +24,10 @@ fn main() -> std::process::ExitCode {
     Suite::new("redis-sentinel", "Redis behind Sentinel", url)
         .flavours(Flavour::every())
         .case(
+            "redis_sentinel::typed_configuration_alone",
+            typed_configuration_alone,
+        )
+        .case(
             "redis_sentinel::failover_asked_of_the_sentinels_is_followed",
             |ctx| failover_is_followed(ctx, How::Asked),
         )
@@ -679,5 +683,70 @@ async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
     )
     .await
     .map_err(|e| Failure(format!("after the failover to {promoted}: {e:?}")))?;
+    Ok(())
+}
+
+/// A `RedisConfig::sentinel` built in code from the URL's Sentinels and master name, no URL:
+/// it locks on the master they name, the URL's client finds the lock held, and a waiter there
+/// gets it once it is released (within 10 s: pub/sub wakes it at once; room for a loaded
+/// machine). One from JSON locks too; TLS behind Sentinel is refused, typed.
+async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
+    use distlock::backends::redis::{RedisBackend, RedisConfig, RedisTopology};
+    let RedisTopology::Sentinel {
+        sentinels,
+        master_name,
+    } = RedisConfig::from_url(&ctx.url)?.topology
+    else {
+        return Err(Failure(format!("{}: not behind Sentinel", ctx.url)));
+    };
+    let options = distlock::Options::default();
+    let config = RedisConfig::sentinel(sentinels.clone(), master_name.clone()).db(0);
+    let typed = Client::from_backend(std::sync::Arc::new(
+        RedisBackend::connect_config(config, &options).await?,
+    ));
+    let name = ctx.unique_name("typed-sentinel");
+    let held = typed.lock(&name).acquire().await?;
+    distlock_testkit::check_taken(
+        &ctx.client.lock(&name),
+        "the URL's client took the typed client's lock",
+    )
+    .await?;
+    let waiter = tokio::spawn({
+        let lock = ctx.client.lock(&name);
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await?;
+    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    distlock_testkit::check_taken(&typed.lock(&name), "the waiter's hold is not seen").await?;
+    taken.release().await?;
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::json!({
+            "topology": { "sentinel": { "sentinels": sentinels, "master_name": master_name } },
+            "prefix": "json:"
+        });
+        let config: RedisConfig = serde_json::from_value(json)?;
+        let from_json = Client::from_backend(std::sync::Arc::new(
+            RedisBackend::connect_config(config, &options).await?,
+        ));
+        let held = from_json.lock(&name).acquire().await?;
+        // Another prefix: other keys.
+        let other = ctx.client.lock(&name).try_acquire().await?;
+        check!(other.is_some(), "the prefix did not keep the keys apart");
+        if let Some(guard) = other {
+            guard.release().await?;
+        }
+        held.release().await?;
+    }
+    let err = RedisBackend::connect_config(
+        RedisConfig::sentinel(sentinels, master_name).tls(true),
+        &options,
+    )
+    .await
+    .map(drop)
+    .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
+    check!(err.to_string().contains("TLS"), "{err}");
     Ok(())
 }

@@ -24,6 +24,10 @@ fn main() -> std::process::ExitCode {
     Suite::new("redlock", "Redis masters (Redlock)", url)
         .private_store(|| start_redlock(5, Persistence::None))
         .case(
+            "redlock::typed_configuration_alone",
+            typed_configuration_alone,
+        )
+        .case(
             "redlock::two_of_five_masters_down_works_three_is_no_quorum",
             quorum_of_masters,
         )
@@ -892,5 +896,48 @@ async fn evicting_master_is_warned(ctx: Ctx) -> Outcome {
             && warnings[0].contains("volatile-ttl"),
         "masters {ports:?}, the first evicting: {warnings:?}"
     );
+    Ok(())
+}
+
+/// A `RedlockConfig` built in code from the URL's masters, no URL: it takes a lock the URL's
+/// client then finds held, and frees it for that client on release; one from JSON (another
+/// prefix, so other keys) takes the same name while it is held. Four masters are refused, typed.
+async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
+    use distlock::backends::redlock::{RedlockBackend, RedlockConfig};
+    let masters = RedlockConfig::from_url(&ctx.url)?.masters;
+    let options = distlock::Options::default();
+    let config = RedlockConfig::new(masters.clone()).response_timeout(Duration::from_secs(1));
+    let typed = distlock::Client::from_backend(std::sync::Arc::new(
+        RedlockBackend::connect_config(config, &options).await?,
+    ));
+    let name = ctx.unique_name("typed-redlock");
+    let held = typed.lock(&name).acquire().await?;
+    distlock_testkit::check_taken(&ctx.client.lock(&name), "the URL's client took it").await?;
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::json!({ "masters": masters, "prefix": "json:",
+                                       "connect_timeout": "1s" });
+        let config: RedlockConfig = serde_json::from_value(json)?;
+        let from_json = distlock::Client::from_backend(std::sync::Arc::new(
+            RedlockBackend::connect_config(config, &options).await?,
+        ));
+        let other = from_json.lock(&name).try_acquire().await?;
+        check!(other.is_some(), "the prefix did not keep the keys apart");
+        if let Some(guard) = other {
+            guard.release().await?;
+        }
+    }
+    held.release().await?;
+    let taken = ctx.client.lock(&name).try_acquire().await?;
+    check!(taken.is_some(), "released by the typed client, yet held");
+    if let Some(guard) = taken {
+        guard.release().await?;
+    }
+    let err = RedlockBackend::connect_config(RedlockConfig::new(masters[..4].to_vec()), &options)
+        .await
+        .map(drop)
+        .unwrap_err();
+    check!(err.kind() == ErrorKind::InvalidInput, "{err:?}");
+    check!(err.to_string().contains("4 masters"), "{err}");
     Ok(())
 }

@@ -32,6 +32,8 @@ use crate::options::Options;
 use crate::status::{ForcedRelease, Holding, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName, show_duration};
 
+use crate::url::redact;
+pub use config::MemcachedConfig;
 use conn::{Item, Server, Timeouts};
 use keys::{ElectionKeys, Keys};
 use ops::{Dump, Extend, ForceRelease, Inspect, Release, Take, Taken, value};
@@ -70,21 +72,39 @@ impl MemcachedBackend {
 
     /// [`connect`](Self::connect) with [`Options`] (each unset field keeps the default above).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let config = config::parse(url)?;
+        Ok(Self::open(
+            MemcachedConfig::from_url(url)?,
+            options,
+            redact(url),
+        ))
+    }
+
+    /// The servers `config` names, as [`connect_with`](Self::connect_with) for a URL;
+    /// connections open at the first request.
+    pub async fn connect_config(config: MemcachedConfig, options: &Options) -> Result<Self> {
+        let shown = config.shown();
+        config.check().map_err(|why| {
+            Error::new(ErrorKind::InvalidInput, format!("{shown}: {why}")).with_backend(NAME)
+        })?;
+        Ok(Self::open(config, options, shown))
+    }
+
+    /// The backend of a checked `config`, shown in messages as `shown`.
+    fn open(config: MemcachedConfig, options: &Options, shown: String) -> Self {
         let timeouts = Timeouts {
             connect: options.connect_timeout.unwrap_or(CONNECT_TIMEOUT),
             response: options.response_timeout.unwrap_or(RESPONSE_TIMEOUT),
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
         };
         let servers = config
-            .servers
+            .addresses()
             .into_iter()
             .map(|addr| Arc::new(Server::new(addr, config.max_connections, timeouts)))
             .collect();
-        Ok(MemcachedBackend {
+        MemcachedBackend {
             servers,
-            shown_url: config.redacted,
-        })
+            shown_url: shown,
+        }
     }
 
     fn server(&self, name: &LockName) -> &Server {

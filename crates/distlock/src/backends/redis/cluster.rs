@@ -32,8 +32,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{
@@ -43,24 +44,13 @@ use ::redis::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::invoke::from_redis;
-use super::keys::check_prefix;
-use super::replicas::{ReplicaAck, WAIT_REPLICAS, WAIT_TIMEOUT};
+use super::invoke::{POLL_WITHOUT_PUBSUB, from_redis};
+use super::replicas::ReplicaAck;
 use super::scripts::SHARDED;
 use super::subscriber::{self, Command, IDLE_GRACE, Registry, SUBSCRIBE_WAIT};
 use super::{CONNECT_TIMEOUT, NAME, RESPONSE_TIMEOUT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
-use crate::url::{AroundHosts, around_hosts, authority, for_driver, redact};
-
-/// The scheme of Redis Cluster.
-const SCHEME: &str = "redis-cluster://";
-
-const EXPECTED: &str = "redis-cluster://[user:password@]host:port[,host:port…]\
-                        [?prefix=app1:&wait_replicas=N&wait_timeout=100ms]";
-
-/// A node's port, for a host given without one.
-const DEFAULT_PORT: u16 = 6379;
 
 /// How many times redis-rs tries a request again itself (after `MOVED`, `ASK`, `TRYAGAIN`, a
 /// lost connection), waiting 10 ms to 400 ms between tries: a few tenths of a second in all.
@@ -69,97 +59,17 @@ const REDIRECT_RETRIES: u32 = 6;
 const RETRY_WAIT_MIN_MS: u64 = 10;
 const RETRY_WAIT_MAX_MS: u64 = 400;
 
-/// Whether `url` is a `redis-cluster://` URL (schemes are case-insensitive).
-pub(super) fn is_cluster(url: &str) -> bool {
-    url.get(..SCHEME.len())
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(SCHEME))
-}
-
-/// What `connect` needs from a `redis-cluster://` URL.
-pub(super) struct ClusterConfig {
-    /// The URL with its password masked: the only form ever shown.
-    pub(super) shown: String,
-    /// The nodes to learn the cluster from, in the URL's order (any nodes of it: the client
-    /// finds the others).
-    seeds: Vec<(String, u16)>,
-    username: Option<String>,
-    password: Option<String>,
-    /// Put before every key and channel (`?prefix=`), or empty.
-    pub(super) prefix: String,
-    /// Replicas of the lock's master that must acknowledge each take
-    /// (`?wait_replicas=N&wait_timeout=D`), if any.
-    pub(super) ack: Option<ReplicaAck>,
-}
-
-impl std::fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Not the password.
-        f.debug_struct("ClusterConfig")
-            .field("url", &self.shown)
-            .field("seeds", &self.seeds)
-            .field("prefix", &self.prefix)
-            .finish()
-    }
-}
-
-/// Checks a `redis-cluster://` URL.
-pub(super) fn parse(url: &str) -> Result<ClusterConfig> {
-    let bad = |why: &str| {
-        Error::new(
-            ErrorKind::InvalidUrl,
-            format!("{:?}: {why}; expected {EXPECTED}", redact(url)),
-        )
-        .with_backend(NAME)
-    };
-    if !is_cluster(url) {
-        return Err(bad("not a redis-cluster:// URL"));
-    }
-    let seeds = authority(url, NAME, EXPECTED)?.servers(DEFAULT_PORT);
-    let AroundHosts {
-        userinfo,
-        path,
-        query,
-    } = around_hosts(url).map_err(bad)?;
-    if !matches!(path.trim_start_matches('/'), "" | "0") {
-        return Err(bad(
-            "a database after the hosts: a Redis Cluster has database 0 only",
-        ));
-    }
-    let mut prefix = String::new();
-    let (mut wait_replicas, mut wait_timeout) = (None, None);
-    for pair in query {
-        match pair {
-            ("prefix", value) => {
-                check_prefix(value).map_err(bad)?;
-                prefix = value.to_string();
-            }
-            (WAIT_REPLICAS, value) => wait_replicas = Some(value),
-            (WAIT_TIMEOUT, value) => wait_timeout = Some(value),
-            _ => {
-                return Err(bad(
-                    "an unknown parameter (redis-cluster:// takes prefix, wait_replicas and \
-                     wait_timeout)",
-                ));
-            }
-        }
-    }
-    let ack = ReplicaAck::from_params(wait_replicas, wait_timeout).map_err(|why| bad(&why))?;
-    // redis-rs reads the user-info as it does for redis:// (%-escapes, a password alone).
-    let node_url = match userinfo {
-        Some(userinfo) => format!("redis://{userinfo}@127.0.0.1:6379/0"),
-        None => "redis://127.0.0.1:6379/0".to_string(),
-    };
-    let node = ::redis::IntoConnectionInfo::into_connection_info(for_driver(&node_url))
-        .map_err(|e| bad(&format!("rejected by the Redis client ({:?})", e.kind())))?;
-    let settings = node.redis_settings();
-    Ok(ClusterConfig {
-        shown: redact(url),
-        seeds,
-        username: settings.username().map(str::to_string),
-        password: settings.password().map(str::to_string),
-        prefix,
-        ack,
-    })
+/// Where the cluster connections come from.
+pub(super) enum ClusterSource {
+    /// Built by distlock from a [`RedisConfig`] (its nodes and login) and the options' timeouts.
+    Config {
+        nodes: Vec<(String, u16)>,
+        username: Option<String>,
+        password: Option<String>,
+    },
+    /// The application's own client (its TLS, login, timeouts and retries apply). Options'
+    /// timeouts, where set, replace its own for distlock's connections.
+    App(Box<ClusterClient>),
 }
 
 /// What the sharded subscriber works with: how to make a cluster client of its own (RESP3),
@@ -173,8 +83,11 @@ pub(super) struct Shards {
     make: Box<MakeClient>,
 }
 
-type MakeClient =
-    dyn Fn(mpsc::UnboundedSender<PushInfo>) -> RedisResult<ClusterClient> + Send + Sync;
+type MakeClient = dyn Fn(
+        mpsc::UnboundedSender<PushInfo>,
+    ) -> futures_util::future::BoxFuture<'static, RedisResult<ClusterConnection>>
+    + Send
+    + Sync;
 
 /// What [`connect`] makes.
 pub(super) struct ClusterParts {
@@ -182,72 +95,102 @@ pub(super) struct ClusterParts {
     pub(super) conn: ClusterConnection,
     /// The subscriber's clients.
     pub(super) shards: Shards,
-    /// With `?wait_replicas=`: the client of the acknowledged requests' connections, its
-    /// response timeout grown by the wait (a `WAIT` is answered only when it ends).
-    pub(super) acked: Option<ClusterClient>,
+    /// With `?wait_replicas=`: the client of the acknowledged requests' connections and their
+    /// response timeout, grown by the wait (a `WAIT` is answered only when it ends).
+    pub(super) acked: Option<(ClusterClient, Duration)>,
 }
 
-/// Connects to the cluster `config` names (learns its slots from the first seed that answers),
-/// and makes the subscriber's client, which connects at the first wait.
-pub(super) async fn connect(config: &ClusterConfig, options: &Options) -> Result<ClusterParts> {
-    let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
-    let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
-    let seeds: Vec<String> = config
-        .seeds
-        .iter()
-        .map(|(host, port)| {
-            // An IPv6 literal goes back into brackets.
-            if host.contains(':') {
-                format!("redis://[{host}]:{port}")
-            } else {
-                format!("redis://{host}:{port}")
-            }
-        })
-        .collect();
-    let (username, password) = (config.username.clone(), config.password.clone());
-    let builder = move |response_timeout| {
-        let mut builder = ClusterClientBuilder::new(seeds.clone())
-            .connection_timeout(connect_timeout)
-            .response_timeout(response_timeout)
-            .retries(REDIRECT_RETRIES)
-            .min_retry_wait(RETRY_WAIT_MIN_MS)
-            .max_retry_wait(RETRY_WAIT_MAX_MS);
-        if let Some(user) = &username {
-            builder = builder.username(user);
-        }
-        if let Some(password) = &password {
-            builder = builder.password(password);
-        }
-        builder
-    };
+/// Connects to the cluster `source` names (learns its slots from the first node that answers),
+/// and makes the subscriber's client, which connects at the first wait. `ack`: the replica
+/// acknowledgement asked; `shown`: the cluster as messages show it.
+pub(super) async fn connect(
+    source: ClusterSource,
+    ack: Option<ReplicaAck>,
+    options: &Options,
+    shown: &str,
+) -> Result<ClusterParts> {
     let rejected = |e: RedisError| {
         Error::new(
-            ErrorKind::InvalidUrl,
-            format!(
-                "{}: rejected by the Redis client ({:?})",
-                config.shown,
-                e.kind()
-            ),
+            ErrorKind::InvalidInput,
+            format!("{shown}: rejected by the Redis client ({:?})", e.kind()),
         )
         .with_backend(NAME)
     };
-    let conn = builder(response_timeout)
-        .build()
-        .map_err(rejected)?
-        .get_async_connection()
-        .await
-        .map_err(|e| from_redis(&format!("connecting to {}", config.shown), login_refused(e)))?;
-    let acked = config
-        .ack
-        .map(|ack| builder(response_timeout + ack.timeout).build())
-        .transpose()
-        .map_err(rejected)?;
-    // Sharded pub/sub needs RESP3, whose pushes come through the channel given.
+    let failed = |e| from_redis(&format!("connecting to {shown}"), login_refused(e));
+    let (client, pushing, response_timeout) = match source {
+        ClusterSource::Config {
+            nodes,
+            username,
+            password,
+        } => {
+            let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+            let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+            let seeds: Vec<String> = nodes
+                .iter()
+                .map(|(host, port)| format!("redis://{}", super::config::host_port(host, *port)))
+                .collect();
+            let builder = || {
+                let mut builder = ClusterClientBuilder::new(seeds.clone())
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(response_timeout)
+                    .retries(REDIRECT_RETRIES)
+                    .min_retry_wait(RETRY_WAIT_MIN_MS)
+                    .max_retry_wait(RETRY_WAIT_MAX_MS);
+                if let Some(user) = &username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &password {
+                    builder = builder.password(password);
+                }
+                builder
+            };
+            // Sharded pub/sub needs RESP3, on a client of its own (see `Shards`).
+            let pushing = builder()
+                .use_protocol(ProtocolVersion::RESP3)
+                .build()
+                .map_err(rejected)?;
+            let client = builder().build().map_err(rejected)?;
+            (client, pushing, Some(response_timeout))
+        }
+        // The application's protocol: sharded pub/sub works only if it chose RESP3.
+        ClusterSource::App(client) => ((*client).clone(), *client, options.response_timeout),
+    };
+    // Only what the options set replaces the client's own timeouts.
+    let own_timeouts = || {
+        let mut config = ClusterConfig::new();
+        if let Some(timeout) = options.connect_timeout {
+            config = config.set_connection_timeout(timeout);
+        }
+        if let Some(timeout) = response_timeout {
+            config = config.set_response_timeout(timeout);
+        }
+        config
+    };
+    let conn = if options.connect_timeout.is_some() || response_timeout.is_some() {
+        client
+            .get_async_connection_with_config(own_timeouts())
+            .await
+    } else {
+        client.get_async_connection().await
+    }
+    .map_err(failed)?;
+    let acked = ack.map(|ack| {
+        (
+            client.clone(),
+            response_timeout.unwrap_or(RESPONSE_TIMEOUT) + ack.timeout,
+        )
+    });
+    // The subscriber's pushes come through the channel given (RESP3).
+    // The response timeout is set again: redis-rs' override replaces the client's with it.
+    let subscriber_timeout = response_timeout.unwrap_or(RESPONSE_TIMEOUT);
     let make = move |pushes| {
-        builder(response_timeout)
-            .use_protocol(ProtocolVersion::RESP3)
-            .push_sender(pushes)
-            .build()
+        let client = pushing.clone();
+        let config = ClusterConfig::new()
+            .set_push_sender(pushes)
+            .set_response_timeout(subscriber_timeout);
+        let opened: futures_util::future::BoxFuture<'static, _> =
+            Box::pin(async move { client.get_async_connection_with_config(config).await });
+        opened
     };
     Ok(ClusterParts {
         conn,
@@ -394,8 +337,7 @@ impl Subscriptions {
     /// A new client and connection, subscribed to `channels`.
     async fn open(shards: &Shards, channels: &[String]) -> RedisResult<Self> {
         let (tx, pushes) = mpsc::unbounded_channel();
-        let client = (shards.make)(tx)?;
-        let conn = tokio::time::timeout(SUBSCRIBE_WAIT, client.get_async_connection())
+        let conn = tokio::time::timeout(SUBSCRIBE_WAIT, (shards.make)(tx))
             .await
             .map_err(|_| timed_out("opening the cluster's pub/sub connection timed out"))??;
         let mut subs = Subscriptions {
@@ -461,6 +403,9 @@ pub(super) async fn subscribe_sharded(
     // Set once the connection was lost: open it again at this time, then wake everyone.
     let mut reconnect_at: Option<Instant> = None;
     let mut backoff = RECONNECT_MIN;
+    // Set when the client cannot subscribe at all (an application's RESP2 client): waiters are
+    // then woken every `POLL_WITHOUT_PUBSUB` to ask again, instead of by their timer alone.
+    let mut polling = false;
     loop {
         let sweep_at = idle.values().min().copied();
         let sweep = async move {
@@ -535,12 +480,28 @@ pub(super) async fn subscribe_sharded(
                     live = None;
                     continue;
                 }
+                if polling {
+                    subscriber::wake_all(&registry);
+                    reconnect_at = Some(Instant::now() + POLL_WITHOUT_PUBSUB);
+                    continue;
+                }
                 match Subscriptions::open(&shards, &wanted).await {
                     Ok(subs) => {
                         live = Some(subs);
                         reconnect_at = None;
                         backoff = RECONNECT_MIN;
                         subscriber::wake_all(&registry);
+                    }
+                    // redis-rs refuses `SSUBSCRIBE` on a RESP2 client before sending it.
+                    Err(e) if e.kind() == RedisKind::InvalidClientConfig => {
+                        tracing::warn!(
+                            "redis cluster: the client cannot subscribe ({e}); waiters ask again \
+                             every {POLL_WITHOUT_PUBSUB:?} (build the cluster client with RESP3 \
+                             for pub/sub)"
+                        );
+                        polling = true;
+                        subscriber::wake_all(&registry);
+                        reconnect_at = Some(Instant::now() + POLL_WITHOUT_PUBSUB);
                     }
                     Err(e) => {
                         tracing::debug!("redis cluster pub/sub connection failed: {e}");
@@ -589,65 +550,6 @@ pub(super) async fn subscribe_sharded(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cluster_urls() {
-        let c = parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,h").unwrap();
-        assert_eq!(
-            c.seeds,
-            vec![
-                ("127.0.0.1".to_string(), 7000),
-                ("127.0.0.1".to_string(), 7001),
-                ("h".to_string(), 6379),
-            ]
-        );
-        assert_eq!((c.username.as_deref(), c.password.as_deref()), (None, None));
-        assert_eq!(c.prefix, "");
-        let c = parse("REDIS-CLUSTER://app:p@s/s?w#rd@[::1]:7000/0?prefix=app1:").unwrap();
-        assert_eq!(c.seeds, vec![("::1".to_string(), 7000)]);
-        assert_eq!(c.username.as_deref(), Some("app"));
-        assert_eq!(c.password.as_deref(), Some("p@s/s?w#rd"));
-        assert_eq!(c.prefix, "app1:");
-        assert_eq!(c.shown, "REDIS-CLUSTER://***@[::1]:7000/0?prefix=app1:");
-        let c = parse("redis-cluster://:hunter2@h:1").unwrap();
-        assert_eq!(c.password.as_deref(), Some("hunter2"));
-        assert!(!format!("{c:?}").contains("hunter2"));
-        assert!(c.ack.is_none());
-        let c = parse("redis-cluster://h:1?wait_replicas=1&wait_timeout=200ms&prefix=a:").unwrap();
-        let ack = c.ack.unwrap();
-        assert_eq!(
-            (ack.replicas, ack.timeout, c.prefix.as_str()),
-            (1, std::time::Duration::from_millis(200), "a:")
-        );
-    }
-
-    #[test]
-    fn bad_cluster_urls_name_the_fault_and_hide_the_password() {
-        for (url, fault) in [
-            ("redis-cluster://u:hunter2@h:1/2", "database 0 only"),
-            ("redis-cluster://u:hunter2@h:1?db=2", "unknown parameter"),
-            ("redis-cluster://u:hunter2@h:0", "port"),
-            ("redis-cluster://u:hunter2@", "no host"),
-            ("redis-cluster://u:hunter2@h:1,,h:2", "no host"),
-            ("redis-cluster://u:hunter2@h:1#x", "fragment"),
-            ("redis-cluster://u:hunter2@h:1?prefix=a{b}", "prefix"),
-            (
-                "redis-cluster://u:hunter2@h:1?wait_replicas=1",
-                "wait_timeout",
-            ),
-            (
-                "redis-cluster://u:hunter2@h:1?wait_replicas=1&wait_timeout=0",
-                "wait forever",
-            ),
-            ("redis://u:hunter2@h:1", "not a redis-cluster"),
-        ] {
-            let err = parse(url).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::InvalidUrl, "{url}");
-            let shown = err.to_string();
-            assert!(shown.contains(fault), "{url}: {shown}");
-            assert!(!shown.contains("hunter2"), "{url}: {shown}");
-        }
-    }
 
     #[test]
     fn masters_are_read_from_cluster_slots() {

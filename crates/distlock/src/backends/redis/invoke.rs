@@ -12,7 +12,7 @@ use ::redis::{
 };
 
 use super::cluster;
-use super::config;
+use super::config::{Checked, RedisConfig, RedisLockSettings, RedisTopology};
 use super::eviction;
 use super::pipelined::{Pipelined, Target};
 use super::replicas::ReplicaAck;
@@ -45,6 +45,23 @@ fn tls_provider_installed(shown_url: &str) -> Result<()> {
         ),
     )
     .with_backend(NAME))
+}
+
+/// How often a waiter asks again on a server without pub/sub (made from the application's
+/// `ConnectionManager` alone).
+pub(crate) const POLL_WITHOUT_PUBSUB: Duration = Duration::from_millis(100);
+
+/// How messages name a server made from the application's client: its address, never its login.
+fn shown_client(info: &::redis::ConnectionInfo) -> String {
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => {
+            format!("redis://{host}:{port} (the application's client)")
+        }
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{host}:{port} (the application's client)")
+        }
+        _ => "the application's Redis client".to_string(),
+    }
 }
 
 /// One server, shared by a client's backend and its waiters.
@@ -85,7 +102,7 @@ enum OpenConn {
     Managed(Box<::redis::Client>, ConnectionManagerConfig),
     /// A cluster client (its response timeout grown by the wait): each connection of it
     /// reaches every master, and the take's pipeline goes to the lock's.
-    Cluster(Box<::redis::cluster::ClusterClient>),
+    Cluster(Box<::redis::cluster::ClusterClient>, Duration),
 }
 
 /// At most this many idle connections are kept for acknowledged requests.
@@ -121,7 +138,11 @@ impl AckedConns {
                     .get_connection_manager_with_config(config.clone())
                     .await?,
             ),
-            OpenConn::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            OpenConn::Cluster(client, response_timeout) => {
+                let config =
+                    ::redis::cluster::ClusterConfig::new().set_response_timeout(*response_timeout);
+                Conn::Cluster(client.get_async_connection_with_config(config).await?)
+            }
         })
     }
 
@@ -142,16 +163,38 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// Connects to the server `url` names, and warns if it may evict lock keys (see
+    /// Connects to the store `config` describes, and warns if it may evict lock keys (see
     /// `eviction.rs`). The pub/sub connection opens at the first wait.
-    pub(crate) async fn connect(url: &str, options: &Options) -> Result<Self> {
-        let server = Self::open(url, options).await?;
-        // Asked in the background: its answer only decides a log line, and a slow one must not
-        // slow the connect (Redlock counts each master's connect against its connect timeout).
-        let (conn, shown_url) = (server.conn.clone(), server.shown_url.clone());
-        let behind_sentinel = server.follower.is_some();
+    pub(crate) async fn connect_config(config: RedisConfig, options: &Options) -> Result<Self> {
+        let shown = config.shown();
+        let checked = config.check().map_err(|why| {
+            Error::new(ErrorKind::InvalidInput, format!("{shown}: {why}")).with_backend(NAME)
+        })?;
+        let server = match &config.topology {
+            RedisTopology::Server { .. } => Self::open(config, checked, options).await?,
+            RedisTopology::Sentinel { .. } => {
+                Self::connect_sentinel(config, checked, options).await?
+            }
+            RedisTopology::Cluster { nodes } => {
+                let source = cluster::ClusterSource::Config {
+                    nodes: nodes.clone(),
+                    username: config.username.clone(),
+                    password: config.password.clone(),
+                };
+                Self::connect_cluster(source, checked.ack, &config.prefix, shown, options).await?
+            }
+        };
+        Ok(server.warn_in_background())
+    }
+
+    /// Asks in the background whether the server may evict lock keys: its answer only decides
+    /// a log line, and a slow one must not slow the connect (Redlock counts each master's
+    /// connect against its connect timeout).
+    fn warn_in_background(self) -> Self {
+        let (conn, shown_url) = (self.conn.clone(), self.shown_url.clone());
+        let behind_sentinel = self.follower.is_some();
         tokio::spawn(async move { warnings(conn, &shown_url, behind_sentinel).await });
-        Ok(server)
+        self
     }
 
     /// What this store's configuration puts at risk, asked of its server (behind Sentinel, the
@@ -161,30 +204,129 @@ impl Server {
         warnings(self.conn.clone(), &self.shown_url, self.follower.is_some()).await
     }
 
-    /// Opens the connection to the server `url` names.
-    async fn open(url: &str, options: &Options) -> Result<Self> {
-        if config::is_sentinel(url) {
-            return Self::connect_sentinel(url, options).await;
-        }
-        if cluster::is_cluster(url) {
-            return Self::connect_cluster(url, options).await;
-        }
-        let config = config::parse(url)?;
-        if config.tls {
-            tls_provider_installed(&config.shown)?;
-        }
-        let client = ::redis::Client::open(config.info).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidUrl,
-                format!("{}: {:?}", config.shown, e.kind()),
+    /// The settings of a `ConnectionManager` distlock opens: the options' timeouts, or its
+    /// defaults.
+    fn manager_config(options: &Options) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout.unwrap_or(CONNECT_TIMEOUT)))
+            .set_response_timeout(Some(options.response_timeout.unwrap_or(RESPONSE_TIMEOUT)))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
+    /// The acknowledged requests' connections of a managed server: from `client`, their
+    /// response timeout grown by the wait, which the server answers only when it ends.
+    fn managed_acks(
+        ack: Option<ReplicaAck>,
+        client: &::redis::Client,
+        options: &Options,
+    ) -> Option<AckedConns> {
+        ack.map(|ack| {
+            let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
+            let waiting = Self::manager_config(options)
+                .set_response_timeout(Some(response_timeout + ack.timeout));
+            AckedConns::new(ack, OpenConn::Managed(Box::new(client.clone()), waiting))
+        })
+    }
+
+    /// A server over the application's own `client` (its address, TLS, login, database and
+    /// protocol): a `ConnectionManager` and the subscriber's pub/sub connection, both opened
+    /// from it. `shown`: how messages name it.
+    pub(crate) async fn from_client(
+        client: ::redis::Client,
+        settings: &RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        let shown = shown_client(client.get_connection_info());
+        let ack = settings.check(&shown)?;
+        let conn = client
+            .get_connection_manager_with_config(Self::manager_config(options))
+            .await
+            .map_err(|e| from_redis(&format!("connecting to {shown}"), e))?;
+        let server = Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
+            conn: Conn::Managed(conn),
+            acked: Self::managed_acks(ack, &client, options),
+            subscriber: Subscriber::start(Source::Fixed(Box::new(client))),
+            shown_url: shown,
+            prefix: settings.prefix.clone(),
+            follower: None,
+        };
+        Ok(server.warn_in_background())
+    }
+
+    /// A server over the application's `ConnectionManager` (its reconnection, timeouts and
+    /// login), with pub/sub and acknowledged requests from `client` when given; without it,
+    /// waiters ask again every [`POLL_WITHOUT_PUBSUB`], and `wait_replicas` is refused.
+    pub(crate) fn from_connection_manager(
+        manager: ConnectionManager,
+        client: Option<::redis::Client>,
+        settings: &RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        let shown = match &client {
+            Some(client) => shown_client(client.get_connection_info()),
+            None => "the application's ConnectionManager".to_string(),
+        };
+        let ack = settings.check(&shown)?;
+        if ack.is_some() && client.is_none() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{shown}: wait_replicas needs connections of its own (WAIT blocks the \
+                     connection it is sent on): pass the redis::Client the manager was made from"
+                ),
             )
-            .with_backend(NAME)
+            .with_backend(NAME));
+        }
+        let (acked, subscriber) = match client {
+            Some(client) => (
+                Self::managed_acks(ack, &client, options),
+                Subscriber::start(Source::Fixed(Box::new(client))),
+            ),
+            None => (None, Subscriber::polling(POLL_WITHOUT_PUBSUB)),
+        };
+        let server = Server {
+            retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
+            conn: Conn::Managed(manager),
+            acked,
+            subscriber,
+            shown_url: shown,
+            prefix: settings.prefix.clone(),
+            follower: None,
+        };
+        Ok(server.warn_in_background())
+    }
+
+    /// A server over the application's cluster client (its TLS, login, timeouts, retries and
+    /// protocol): sharded pub/sub only when it speaks RESP3.
+    pub(crate) async fn from_cluster_client(
+        client: ::redis::cluster::ClusterClient,
+        settings: &RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        let shown = "the application's Redis Cluster client".to_string();
+        let ack = settings.check(&shown)?;
+        let source = cluster::ClusterSource::App(Box::new(client));
+        let server = Self::connect_cluster(source, ack, &settings.prefix, shown, options).await?;
+        Ok(server.warn_in_background())
+    }
+
+    /// Opens the connection to the one server `config` names.
+    async fn open(config: RedisConfig, checked: Checked, options: &Options) -> Result<Self> {
+        let shown = config.shown();
+        if config.tls {
+            tls_provider_installed(&shown)?;
+        }
+        let client = ::redis::Client::open(checked.info).map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, format!("{shown}: {:?}", e.kind()))
+                .with_backend(NAME)
         })?;
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
         let mut acked = None;
         let failed = |e| {
-            from_redis(&format!("connecting to {}", config.shown), e)
+            from_redis(&format!("connecting to {shown}"), e)
                 .with_hint("is redis-server running and listening on that address?")
         };
         let conn = match client.get_connection_info().addr() {
@@ -200,7 +342,7 @@ impl Server {
                     response_timeout,
                     sentinels: None,
                 };
-                if let Some(ack) = config.ack {
+                if let Some(ack) = checked.ack {
                     acked = Some(AckedConns::new(ack, OpenConn::Pipelined(target.clone())));
                 }
                 let conn = Pipelined::new(target);
@@ -208,21 +350,9 @@ impl Server {
                 Conn::Pipelined(conn)
             }
             _ => {
-                let manager = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(Some(response_timeout))
-                    .set_number_of_retries(3)
-                    .set_max_delay(Duration::from_millis(500));
-                if let Some(ack) = config.ack {
-                    // The server answers a `WAIT` only when it ends.
-                    let waiting = manager
-                        .clone()
-                        .set_response_timeout(Some(response_timeout + ack.timeout));
-                    let open = OpenConn::Managed(Box::new(client.clone()), waiting);
-                    acked = Some(AckedConns::new(ack, open));
-                }
+                acked = Self::managed_acks(checked.ack, &client, options);
                 let conn = client
-                    .get_connection_manager_with_config(manager)
+                    .get_connection_manager_with_config(Self::manager_config(options))
                     .await
                     .map_err(failed)?;
                 Conn::Managed(conn)
@@ -232,20 +362,31 @@ impl Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn,
             subscriber: Subscriber::start(Source::Fixed(Box::new(client))),
-            shown_url: config.shown,
+            shown_url: shown,
             prefix: config.prefix,
             follower: None,
             acked,
         })
     }
 
-    /// [`connect`](Self::connect) for `redis-sentinel://`: the master the Sentinels name, and a
-    /// task that follows it when a failover moves it (see `sentinel.rs`).
-    async fn connect_sentinel(url: &str, options: &Options) -> Result<Self> {
-        let config = config::parse_sentinel(url)?;
+    /// [`connect_config`](Self::connect_config) behind Sentinel: the master the Sentinels name, and a task
+    /// that follows it when a failover moves it (see `sentinel.rs`).
+    async fn connect_sentinel(
+        config: RedisConfig,
+        checked: Checked,
+        options: &Options,
+    ) -> Result<Self> {
+        let RedisTopology::Sentinel {
+            sentinels,
+            master_name,
+        } = config.topology.clone()
+        else {
+            unreachable!("connect_config sends only Sentinel configurations here");
+        };
+        let shown = config.shown();
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
-        let settings = config.node.redis_settings();
+        let settings = checked.info.redis_settings();
         let target = Target {
             host: String::new(),
             port: 0,
@@ -257,10 +398,10 @@ impl Server {
             sentinels: None,
         };
         let sentinels = Arc::new(Sentinels::new(
-            config.sentinels,
-            config.master_name,
-            config.node,
-            config.sentinel_login,
+            sentinels,
+            master_name,
+            checked.info,
+            checked.sentinel_login,
             connect_timeout,
             response_timeout,
         ));
@@ -271,12 +412,12 @@ impl Server {
         // The acknowledged requests' connections are not moved by the follower: one left on a
         // demoted master is refused (`READONLY`) and moves then, and one on a master cut off
         // from its replicas gets too few acknowledgements, so nothing is taken there.
-        let acked = config
+        let acked = checked
             .ack
             .map(|ack| AckedConns::new(ack, OpenConn::Pipelined(target.clone())));
         let conn = Pipelined::new(target);
         conn.open().await.map_err(|e| {
-            from_redis(&format!("connecting to {}", config.shown), e).with_hint(
+            from_redis(&format!("connecting to {shown}"), e).with_hint(
                 "are the Sentinels running, do they monitor a master of that name, and is it up?",
             )
         })?;
@@ -291,30 +432,38 @@ impl Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn: Conn::Pipelined(conn),
             subscriber,
-            shown_url: config.shown,
+            shown_url: shown,
             prefix: config.prefix,
             follower: Some(follower),
             acked,
         })
     }
 
-    /// [`connect`](Self::connect) for `redis-cluster://`: redis-rs' cluster client, which
-    /// routes each script to its slot's master, and sharded pub/sub (see `cluster.rs`).
-    async fn connect_cluster(url: &str, options: &Options) -> Result<Self> {
-        let config = cluster::parse(url)?;
-        let parts = cluster::connect(&config, options).await.map_err(|e| {
-            e.with_hint("are the cluster's nodes running, and is one of them in the URL?")
-        })?;
-        let acked = config
-            .ack
+    /// [`connect_config`](Self::connect_config) to a Redis Cluster: redis-rs' cluster client, which routes
+    /// each script to its slot's master, and sharded pub/sub (see `cluster.rs`).
+    async fn connect_cluster(
+        source: cluster::ClusterSource,
+        ack: Option<ReplicaAck>,
+        prefix: &str,
+        shown: String,
+        options: &Options,
+    ) -> Result<Self> {
+        let parts = cluster::connect(source, ack, options, &shown)
+            .await
+            .map_err(|e| {
+                e.with_hint("are the cluster's nodes running, and is one of them in the URL?")
+            })?;
+        let acked = ack
             .zip(parts.acked)
-            .map(|(ack, client)| AckedConns::new(ack, OpenConn::Cluster(Box::new(client))));
+            .map(|(ack, (client, response_timeout))| {
+                AckedConns::new(ack, OpenConn::Cluster(Box::new(client), response_timeout))
+            });
         Ok(Server {
             retry_for: options.retry_for.unwrap_or(NOT_SENT_RETRY_FOR),
             conn: Conn::Cluster(parts.conn),
             subscriber: Subscriber::start_sharded(parts.shards),
-            shown_url: config.shown,
-            prefix: config.prefix,
+            shown_url: shown,
+            prefix: prefix.to_string(),
             follower: None,
             acked,
         })

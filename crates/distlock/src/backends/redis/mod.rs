@@ -21,7 +21,7 @@
 #![doc = include_str!("docs.md")]
 
 mod cluster;
-mod config;
+pub(crate) mod config;
 mod election;
 mod eviction;
 mod fair;
@@ -50,6 +50,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
+
+/// The redis-rs distlock is built with (1.x): the application's `redis::Client`,
+/// `ConnectionManager` and `ClusterClient` passed to the `from_…` constructors must come from
+/// this same major version.
+pub use ::redis as redis_rs;
+pub use config::{RedisConfig, RedisLockSettings, RedisTopology};
 
 use flavours::{Answer, Flavour, Release};
 use invoke::Server;
@@ -95,8 +101,61 @@ impl RedisBackend {
 
     /// [`connect`](Self::connect) with [`Options`] (each unset field keeps the default above).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
+        Self::connect_config(RedisConfig::from_url(url)?, options).await
+    }
+
+    /// Connects to the store `config` describes (one server, behind Sentinel, or a cluster),
+    /// as [`connect_with`](Self::connect_with) does for a URL.
+    pub async fn connect_config(config: RedisConfig, options: &Options) -> Result<Self> {
         Ok(RedisBackend {
-            server: Arc::new(Server::connect(url, options).await?),
+            server: Arc::new(Server::connect_config(config, options).await?),
+        })
+    }
+
+    /// Locks through the application's own `redis::Client`: its address, TLS, login, database
+    /// and protocol apply. distlock opens from it one `ConnectionManager` (with `options`'
+    /// timeouts) for its commands and, at the first wait, one pub/sub connection.
+    pub async fn from_client(
+        client: ::redis::Client,
+        settings: RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        Ok(RedisBackend {
+            server: Arc::new(Server::from_client(client, &settings, options).await?),
+        })
+    }
+
+    /// Locks through the application's `ConnectionManager`, shared with it (its reconnection,
+    /// timeouts and login apply). A manager cannot open other connections, so give the
+    /// `redis::Client` it was made from as `pubsub` for waiters woken by pub/sub (and for
+    /// `wait_replicas`, which is refused without it); with `None`, waiters ask again every
+    /// 100 ms.
+    pub fn from_connection_manager(
+        manager: ::redis::aio::ConnectionManager,
+        pubsub: Option<::redis::Client>,
+        settings: RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        Ok(RedisBackend {
+            server: Arc::new(Server::from_connection_manager(
+                manager, pubsub, &settings, options,
+            )?),
+        })
+    }
+
+    /// Locks on a Redis Cluster through the application's own cluster client: its TLS, login,
+    /// timeouts, retries and protocol apply (`options`' timeouts, where set, replace its own on
+    /// distlock's connections). distlock opens its own cluster connection from it, and one for
+    /// sharded pub/sub at the first wait, which needs the client built with RESP3
+    /// (`ClusterClientBuilder::use_protocol(ProtocolVersion::RESP3)`); on a RESP2 client,
+    /// waiters ask again every 100 ms instead.
+    pub async fn from_cluster_client(
+        client: ::redis::cluster::ClusterClient,
+        settings: RedisLockSettings,
+        options: &Options,
+    ) -> Result<Self> {
+        Ok(RedisBackend {
+            server: Arc::new(Server::from_cluster_client(client, &settings, options).await?),
         })
     }
 }

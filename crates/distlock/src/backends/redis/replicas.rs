@@ -38,13 +38,12 @@ pub(crate) struct ReplicaAck {
 }
 
 impl ReplicaAck {
-    /// The acknowledgement the URL's `wait_replicas` and `wait_timeout` values ask for, `None`
-    /// for none (`wait_replicas` absent or 0). The error says what is wrong, for an
-    /// `InvalidUrl`.
-    pub(crate) fn from_params(
+    /// The URL's `wait_replicas` and `wait_timeout` values read (absent: 0 and none), not yet
+    /// judged together ([`ReplicaAck::new`] does). The error says what is wrong.
+    pub(crate) fn parse(
         replicas: Option<&str>,
         timeout: Option<&str>,
-    ) -> std::result::Result<Option<Self>, String> {
+    ) -> std::result::Result<(u32, Option<Duration>), String> {
         let replicas = match replicas {
             None => 0,
             Some(n) => n.parse::<u32>().map_err(|_| {
@@ -57,6 +56,15 @@ impl ReplicaAck {
                     .ok_or_else(|| format!("{WAIT_TIMEOUT} is not a duration (e.g. 100ms, 1s)"))
             })
             .transpose()?;
+        Ok((replicas, timeout))
+    }
+
+    /// The acknowledgement `replicas` and `timeout` ask for, `None` for none (`replicas` 0).
+    /// The error says what is wrong.
+    pub(crate) fn new(
+        replicas: u32,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<Option<Self>, String> {
         match (replicas, timeout) {
             (0, None) => Ok(None),
             (0, Some(_)) => Err(format!(
@@ -128,7 +136,7 @@ mod tests {
     use super::*;
 
     fn parse(n: Option<&str>, t: Option<&str>) -> std::result::Result<Option<ReplicaAck>, String> {
-        ReplicaAck::from_params(n, t)
+        ReplicaAck::parse(n, t).and_then(|(n, t)| ReplicaAck::new(n, t))
     }
 
     #[test]

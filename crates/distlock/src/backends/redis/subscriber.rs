@@ -44,6 +44,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) struct Subscriber {
     commands: mpsc::UnboundedSender<Command>,
     registry: Arc<Mutex<Registry>>,
+    /// Without a pub/sub connection (a backend made from the application's
+    /// `ConnectionManager` alone): every waiter is woken this often to ask again.
+    poll_every: Option<Duration>,
 }
 
 pub(super) enum Command {
@@ -93,7 +96,22 @@ impl Subscriber {
         let (commands, rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Mutex::new(Registry::default()));
         tokio::spawn(run(source, registry.clone(), rx));
-        Subscriber { commands, registry }
+        Subscriber {
+            commands,
+            registry,
+            poll_every: None,
+        }
+    }
+
+    /// No pub/sub connection: each waiter is woken every `every` and asks again.
+    pub(super) fn polling(every: Duration) -> Self {
+        // No task reads the commands: each `Subscribe` is dropped, its confirmation with it.
+        let (commands, _) = mpsc::unbounded_channel();
+        Subscriber {
+            commands,
+            registry: Arc::new(Mutex::new(Registry::default())),
+            poll_every: Some(every),
+        }
     }
 
     /// The subscriber of a Redis Cluster client: sharded pub/sub on the cluster connection
@@ -106,7 +124,11 @@ impl Subscriber {
             registry.clone(),
             rx,
         ));
-        Subscriber { commands, registry }
+        Subscriber {
+            commands,
+            registry,
+            poll_every: None,
+        }
     }
 
     /// A handle that tells it the master moved.
@@ -131,6 +153,14 @@ impl Subscriber {
         channel: String,
         wake_key: Option<String>,
     ) -> (Wakeups, oneshot::Receiver<()>) {
+        if let Some(every) = self.poll_every {
+            let (_, confirmed) = oneshot::channel();
+            let ticks = futures_util::stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                Some(((), ()))
+            });
+            return (Box::pin(ticks), confirmed);
+        }
         let notify = Arc::new(Notify::new());
         let id = {
             let mut registry = lock(&self.registry);

@@ -17,7 +17,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
 
 use super::NAME;
-use super::config::RedlockConfig;
+use super::config::Settings;
+use crate::backends::redis::RedisConfig;
 
 /// One script call, the same on every master.
 #[derive(Clone, Copy)]
@@ -47,8 +48,8 @@ impl<'a> Call<'a> {
 
 /// One independent Redis master.
 pub(super) struct Master {
-    /// `redis://…` with the password: never shown.
-    url: String,
+    /// The master's settings, password included: never shown.
+    config: RedisConfig,
     /// `host:port`, for messages.
     pub(super) shown: String,
     options: Options,
@@ -65,7 +66,7 @@ const REST: Duration = Duration::from_millis(500);
 
 impl Master {
     /// The masters `config` names, none connected yet.
-    pub(super) fn all(config: &RedlockConfig) -> Vec<Master> {
+    pub(super) fn all(config: &Settings) -> Vec<Master> {
         // A refused request is not retried on the same master: the quorum is the retry. Each
         // request is bounded by the response timeout here (`run`), so the connection itself
         // gives up on a master only after twice that: a take given up on keeps its place on the
@@ -78,8 +79,8 @@ impl Master {
             .masters
             .iter()
             .zip(&config.shown_masters)
-            .map(|(url, shown)| Master {
-                url: url.clone(),
+            .map(|(master, shown)| Master {
+                config: master.clone(),
                 shown: shown.clone(),
                 options: options.clone(),
                 connect_timeout: config.connect_timeout,
@@ -93,7 +94,7 @@ impl Master {
     pub(super) async fn server(&self) -> Result<&Server> {
         let connect = self
             .server
-            .get_or_try_init(|| Server::connect(&self.url, &self.options));
+            .get_or_try_init(|| Server::connect_config(self.config.clone(), &self.options));
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(server)) => Ok(server),
             Ok(Err(e)) => Err(self.failed(e)),

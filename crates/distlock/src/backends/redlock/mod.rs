@@ -37,6 +37,7 @@ use crate::options::Options;
 use crate::status::{ForcedRelease, Holder, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName, show_duration};
 
+pub use config::RedlockConfig;
 use masters::{Call, Master, connect_all, no_quorum};
 
 const NAME: &str = "redlock";
@@ -100,7 +101,21 @@ impl RedlockBackend {
     /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` and `response_timeout`
     /// apply to each master (a URL's `?connect_timeout=` / `?response_timeout=` win).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let config = config::parse(url, options)?;
+        let config = RedlockConfig::from_url(url)?;
+        Self::connect_config(config, options).await
+    }
+
+    /// Connects to the masters `config` names (at least a majority must answer), as
+    /// [`connect_with`](Self::connect_with) does for a URL: `options`' timeouts apply to each
+    /// master where `config` leaves them out.
+    pub async fn connect_config(config: RedlockConfig, options: &Options) -> Result<Self> {
+        let config = config.check(options).map_err(|why| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: {why}", config.shown()),
+            )
+            .with_backend(NAME)
+        })?;
         config::check_distinct(&config).await?;
         let masters = Master::all(&config);
         let quorum = quorum::majority(masters.len());
