@@ -7,6 +7,7 @@
 mod bad_input;
 mod cancel;
 mod crash;
+mod current_thread;
 mod election;
 mod exclusion;
 mod exit;
@@ -353,6 +354,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             Each,
             ANY,
             case(exit::dropped_guard_freed_before_exit),
+        ),
+        (
+            "current_thread_dropped_guard_frees_at_once",
+            Each,
+            LEASES,
+            case(current_thread::dropped_guard_frees_at_once),
+        ),
+        (
+            "current_thread_main_frees_before_exit",
+            Each,
+            LEASES,
+            case(current_thread::current_thread_main_frees_before_exit),
         ),
         (
             "run_holds_then_frees",

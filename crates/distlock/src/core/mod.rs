@@ -7,6 +7,7 @@ pub(crate) mod changes;
 pub(crate) mod deadline;
 pub(crate) mod lease;
 pub(crate) mod reentrancy;
+mod release_thread;
 pub(crate) mod renewals;
 pub(crate) mod wait;
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, LockRequest};
+use crate::backend::{Backend, LeaseModel, LockRequest};
 use crate::error::Result;
 use lease::HeldLease;
 use reentrancy::LeaseTable;
@@ -43,7 +44,23 @@ pub(crate) struct Engine {
     /// How long the end of the last client waits for background work (the backend's response
     /// timeout: a release that takes longer has failed anyway, and its lease frees the lock).
     exit_wait: Duration,
+    /// Opens another handle on the same store, for the release thread ([`release_thread`]);
+    /// `None` for a backend built by hand, whose dropped guards release on the caller's runtime.
+    reopen: Option<Reopen>,
+    /// That handle, opened on the release thread by the first release sent there.
+    twin: tokio::sync::OnceCell<Arc<dyn Backend>>,
+    /// Releases running on the release thread.
+    aside: Arc<Background>,
 }
+
+/// Opens another handle on a client's store (the same URL and options), run on the release
+/// thread so that its connections belong to the runtime there.
+pub(crate) type Reopen = Arc<
+    dyn Fn()
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Arc<dyn Backend>>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Counts background tasks, so that [`Engine::flush`] (awaiting) and
 /// [`Engine::wait_background`] (blocking) can wait for them.
@@ -65,9 +82,16 @@ impl Background {
 pub(crate) const DEFAULT_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 impl Engine {
-    pub(crate) fn new(backend: Arc<dyn Backend>, exit_wait: Duration) -> Self {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        exit_wait: Duration,
+        reopen: Option<Reopen>,
+    ) -> Self {
         let runtime = tokio::runtime::Handle::try_current().ok();
         Engine {
+            reopen,
+            twin: tokio::sync::OnceCell::new(),
+            aside: Arc::default(),
             renewals: Renewals::new(backend.clone(), runtime.clone()),
             backend,
             leases: LeaseTable::default(),
@@ -87,7 +111,43 @@ impl Engine {
     /// that outlives its client) is waited for by whoever queues it.
     pub(crate) fn last_client_dropped(&self) {
         self.abandoned.store(true, Ordering::Release);
+        self.wait_aside();
         self.wait_background(|| *self.background.running() == 0);
+    }
+
+    /// Blocks the calling thread until the releases sent to the release thread so far have
+    /// finished, at most `exit_wait`. Safe on any runtime: that thread never needs this one.
+    fn wait_aside(&self) {
+        if *self.aside.running() == 0 {
+            return;
+        }
+        let wait = || {
+            let deadline = std::time::Instant::now() + self.exit_wait;
+            let mut running = self.aside.running();
+            while *running > 0 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        backend = self.backend.name(),
+                        "releases of dropped guards did not finish within {:?}; their leases \
+                         will free the locks",
+                        self.exit_wait
+                    );
+                    return;
+                }
+                running = self
+                    .aside
+                    .idle_blocking
+                    .wait_timeout(running, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) | Err(_) => wait(),
+            // A worker of a multi-thread runtime hands its other tasks on meanwhile.
+            Ok(_) => tokio::task::block_in_place(wait),
+        }
     }
 
     /// Blocks the calling thread until `done` (checked under the background count's lock), at
@@ -155,14 +215,16 @@ impl Engine {
     /// Waits until every release and leave queued in the background so far (dropped guards,
     /// cancelled or timed-out acquisitions) has finished.
     pub(crate) async fn flush(&self) {
-        loop {
-            let idle = self.background.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if *self.background.running() == 0 {
-                return;
+        for background in [&self.background, &self.aside] {
+            loop {
+                let idle = background.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if *background.running() == 0 {
+                    break;
+                }
+                idle.await;
             }
-            idle.await;
         }
     }
 
@@ -174,6 +236,113 @@ impl Engine {
 
     /// Releases one hold of `lease`; `Ok(true)` if the holding was still ours.
     pub(crate) async fn release(&self, lease: &Arc<HeldLease>) -> Result<bool> {
+        self.release_through(&*self.backend, lease).await
+    }
+
+    /// Releases the hold of a dropped guard: on the caller's runtime, or on the release thread
+    /// where that runtime may stop before it runs the release (see [`release_thread`]).
+    pub(crate) fn release_dropped(self: &Arc<Self>, lease: Arc<HeldLease>) {
+        let lease = match self.release_aside(lease) {
+            Ok(()) => return,
+            Err(lease) => lease,
+        };
+        let engine = self.clone();
+        // The task keeps the lease (and its watchdog) alive until the release is done.
+        self.spawn_detached(async move {
+            if let Err(e) = engine.release(&lease).await {
+                tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
+            }
+        });
+    }
+
+    /// Sends the release of `lease` to the release thread, through the twin, when the caller's
+    /// runtime is a current-thread one (or there is none): it stops when its `block_on` returns,
+    /// as at the end of a `#[tokio::test]`, and the dropping thread cannot wait for it. A
+    /// multi-thread runtime's workers go on while a drop waits, so there nothing changes. Hands
+    /// `lease` back where the release thread cannot do it: a client without a twin (built from
+    /// a backend by hand) or a store whose holdings are sessions (the session belongs to the
+    /// caller's connection, which a twin does not have; those end with it or with their expiry).
+    fn release_aside(
+        self: &Arc<Self>,
+        lease: Arc<HeldLease>,
+    ) -> std::result::Result<(), Arc<HeldLease>> {
+        let flavour = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => Some(handle.runtime_flavor()),
+            Err(_) => self.runtime.as_ref().map(|h| h.runtime_flavor()),
+        };
+        let Some(reopen) = self.reopen.clone() else {
+            return Err(lease);
+        };
+        if matches!(flavour, Some(f) if f != tokio::runtime::RuntimeFlavor::CurrentThread)
+            || !matches!(
+                self.backend.capabilities().lease,
+                LeaseModel::PerLock { .. }
+            )
+        {
+            return Err(lease);
+        }
+        *self.aside.running() += 1;
+        let done = Finished(self.aside.clone());
+        let (engine, handed) = (self.clone(), lease.clone());
+        let job: release_thread::Job = Box::pin(async move {
+            let outcome = match engine.twin.get_or_try_init(|| reopen()).await {
+                Ok(twin) => engine.release_through(&**twin, &handed).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                tracing::warn!(lock = %handed.req.name, "background release failed: {e}");
+            }
+            drop(done);
+        });
+        if let Err(unsent) = release_thread::run(job) {
+            // Dropping the job counts it finished.
+            drop(unsent);
+            return Err(lease);
+        }
+        if self.abandoned.load(Ordering::Acquire) {
+            // No client is left to wait for this at the end: wait for it here.
+            self.wait_aside();
+        }
+        Ok(())
+    }
+
+    /// On a current-thread runtime, opens the twin on the release thread now, in the
+    /// background, so that the first dropped guard's release does not wait for a connection
+    /// (and the tables' check) first: hundreds of milliseconds on a busy PostgreSQL.
+    pub(crate) fn open_twin_early(self: &Arc<Self>) {
+        let on_current_thread = matches!(
+            self.runtime.as_ref().map(|h| h.runtime_flavor()),
+            Some(tokio::runtime::RuntimeFlavor::CurrentThread)
+        );
+        let Some(reopen) = self.reopen.clone() else {
+            return;
+        };
+        if !on_current_thread
+            || !matches!(
+                self.backend.capabilities().lease,
+                LeaseModel::PerLock { .. }
+            )
+        {
+            return;
+        }
+        // Not counted as background work: nobody waits for a twin no release needs, and a
+        // client dropped meanwhile is not kept alive for it.
+        let engine = Arc::downgrade(self);
+        let _ = release_thread::run(Box::pin(async move {
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            if let Err(e) = engine.twin.get_or_try_init(|| reopen()).await {
+                tracing::debug!(
+                    backend = engine.backend.name(),
+                    "the release thread's connection is not open yet: {e}"
+                );
+            }
+        }));
+    }
+
+    /// [`release`](Engine::release) through `backend`: this client's, or its twin.
+    async fn release_through(&self, backend: &dyn Backend, lease: &Arc<HeldLease>) -> Result<bool> {
         use tracing::Instrument;
         let span = tracing::debug_span!(
             "distlock.release",
@@ -181,9 +350,7 @@ impl Engine {
             lock = %lease.req.name,
             token = lease.token.get(),
         );
-        let outcome = reentrancy::release(&*self.backend, lease)
-            .instrument(span)
-            .await?;
+        let outcome = reentrancy::release(backend, lease).instrument(span).await?;
         if outcome.freed {
             self.local.released(&lease.req.name);
         }
@@ -225,6 +392,15 @@ impl Engine {
         if self.abandoned.load(Ordering::Acquire) {
             // No client is left to wait for this at the end: wait for it here.
             self.wait_background(|| task.is_finished());
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The twin's connections belong to the release thread's runtime: closed there.
+        if let Some(twin) = self.twin.take() {
+            let _ = release_thread::run(Box::pin(async move { drop(twin) }));
         }
     }
 }
