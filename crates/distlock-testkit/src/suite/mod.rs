@@ -23,6 +23,7 @@ mod restart;
 mod scoped;
 mod semaphore_size;
 mod session_end;
+mod startup_check;
 mod support;
 mod timeouts;
 mod waiting;
@@ -494,6 +495,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(bad_input::unsupported_flavours_are_typed),
         ),
         ("bad_input_is_typed", Once, ANY, case(bad_input::is_typed)),
+        (
+            "check_answers_as_acquisition",
+            Once,
+            ANY,
+            case(startup_check::check_answers_as_acquisition),
+        ),
         (
             "awkward_names_round_trip",
             Each,
