@@ -19,11 +19,11 @@ use crate::types::{FencingToken, LockKind, LockName};
 /// clock ([`is_lost`](Guard::is_lost), [`lost`](Guard::lost)).
 ///
 /// Release it with [`release`](Guard::release) to learn whether it was still held. Dropping it
-/// releases in the background instead: the release is queued, not immediate. On a
-/// multi-thread runtime it runs there; on a current-thread runtime (`#[tokio::test]`,
-/// `flavor = "current_thread"`), which may stop as soon as the guard's task returns, it runs on
-/// distlock's own release thread through a second connection to the store, so the lock is freed
-/// all the same (the end of the last [`crate::Client`] waits for it). Session holdings (SQL
+/// releases in the background instead: the release is queued on the runtime, not immediate.
+/// On a current-thread runtime (`#[tokio::test]`, `flavor = "current_thread"`), which may stop
+/// as soon as the guard's task returns and drop the queued release unrun, distlock's own
+/// release thread does it then, through a second connection to the store, before the runtime
+/// has finished stopping: the lock is freed all the same. Session holdings (SQL
 /// `?lock=session`, etcd, ZooKeeper) are freed on the caller's runtime only; if that runtime
 /// stops first, they end with their connection or session.
 ///

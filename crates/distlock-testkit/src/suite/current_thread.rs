@@ -32,8 +32,11 @@ enum Ending {
     /// The client is dropped first, the guard after it, both inside the runtime.
     ClientDroppedFirst,
     /// The guard is dropped inside the runtime, which then ends while the client lives on (held
-    /// by a longer-lived part of the program): nothing waits for the release at the end.
+    /// by a longer-lived part of the program): no client's end waits for the release.
     ClientOutlivesRuntime,
+    /// The runtime goes on after the drop (a long-running current-thread server): the release
+    /// runs there, and the same client takes the lock again before the runtime ends.
+    RuntimeGoesOn,
 }
 
 /// What the holding thread reports: the holding's token, when the guard was dropped, when the
@@ -45,6 +48,7 @@ pub(super) async fn dropped_guard_frees_at_once(ctx: Ctx) -> Outcome {
         Ending::TestReturns,
         Ending::ClientDroppedFirst,
         Ending::ClientOutlivesRuntime,
+        Ending::RuntimeGoesOn,
     ] {
         let name = ctx.unique_name(&format!("{ending:?}"));
         let (url, flavour, lease) = (ctx.url.clone(), ctx.flavour.clone(), ctx.lease(LEASE));
@@ -77,13 +81,11 @@ pub(super) async fn dropped_guard_frees_at_once(ctx: Ctx) -> Outcome {
              {tries} (lease {lease:?})",
             ctx.flavour.name
         );
-        if !matches!(ending, Ending::ClientOutlivesRuntime) {
-            // The end of the last client waits for the release: free at the first try.
-            check!(
-                tries == 1,
-                "{ending:?}: the lock was still held at the first try after the client ended"
-            );
-        }
+        // The runtime's end (or the client's) waits for the release: free at the first try.
+        check!(
+            tries == 1,
+            "{ending:?}: the lock was still held at the first try after the runtime ended"
+        );
         check_above(
             &format!("{ending:?}: the next holder's token"),
             next.fencing_token().get(),
@@ -125,6 +127,27 @@ fn hold_and_drop(
             Ending::ClientOutlivesRuntime => {
                 drop(guard);
                 (token, dropped, Some(client))
+            }
+            Ending::RuntimeGoesOn => {
+                drop(guard);
+                let again = (flavour.make)(&client, name)
+                    .lease(lease)
+                    .acquire_timeout(FREED_WITHIN)
+                    .await
+                    .map_err(|e| {
+                        Failure(format!(
+                            "the same client could not take the lock again within \
+                             {FREED_WITHIN:?} of dropping its guard on a current-thread \
+                             runtime that goes on: {e}"
+                        ))
+                    })?;
+                let retaken = again.fencing_token().get();
+                check!(
+                    retaken > token,
+                    "the token after the dropped guard's: {retaken} is not above {token}"
+                );
+                check!(again.release().await?, "the retaken lock was lost");
+                (retaken, dropped, None)
             }
         })
     })?;

@@ -51,6 +51,9 @@ pub(crate) struct Engine {
     twin: tokio::sync::OnceCell<Arc<dyn Backend>>,
     /// Releases running on the release thread.
     aside: Arc<Background>,
+    /// Background releases that the release thread does if their runtime drops them unrun
+    /// ([`ReleaseElsewhere`]): nothing to warn about when a current-thread runtime cannot wait.
+    armed: std::sync::atomic::AtomicUsize,
 }
 
 /// Opens another handle on a client's store (the same URL and options), run on the release
@@ -92,6 +95,7 @@ impl Engine {
             reopen,
             twin: tokio::sync::OnceCell::new(),
             aside: Arc::default(),
+            armed: std::sync::atomic::AtomicUsize::new(0),
             renewals: Renewals::new(backend.clone(), runtime.clone()),
             backend,
             leases: LeaseTable::default(),
@@ -201,6 +205,9 @@ impl Engine {
             }
         };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            // The releases the release thread takes over if the runtime stops are no loss.
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
+                if *self.background.running() <= self.armed.load(Ordering::Acquire) => {}
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => tracing::warn!(
                 backend = self.backend.name(),
                 "the last client was dropped on a current-thread runtime with releases still \
@@ -239,71 +246,90 @@ impl Engine {
         self.release_through(&*self.backend, lease).await
     }
 
-    /// Releases the hold of a dropped guard: on the caller's runtime, or on the release thread
-    /// where that runtime may stop before it runs the release (see [`release_thread`]).
+    /// Releases the hold of a dropped guard, in the background on the caller's runtime. Where
+    /// that runtime may stop before it runs the release — a current-thread one (or none), which
+    /// stops as soon as its `block_on` returns, as at the end of a `#[tokio::test]`, and drops
+    /// the task unrun — the task carries a [`ReleaseElsewhere`]: dropped unrun, it has the
+    /// release thread do the release and waits for it. A multi-thread runtime runs the task as
+    /// before, with nothing added.
     pub(crate) fn release_dropped(self: &Arc<Self>, lease: Arc<HeldLease>) {
-        let lease = match self.release_aside(lease) {
-            Ok(()) => return,
-            Err(lease) => lease,
-        };
+        let fallback = self
+            .runtime_may_stop_first()
+            .then(|| ReleaseElsewhere::arm(self.clone(), lease.clone()));
         let engine = self.clone();
         // The task keeps the lease (and its watchdog) alive until the release is done.
         self.spawn_detached(async move {
+            // Running: this runtime does the release, through this client's own connections;
+            // cut short by the runtime's end, the fallback finishes it.
+            let mut fallback = fallback;
+            if let Some(fallback) = fallback.as_mut() {
+                fallback.started = true;
+            }
             if let Err(e) = engine.release(&lease).await {
                 tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
+            }
+            if let Some(fallback) = fallback {
+                fallback.disarm();
             }
         });
     }
 
-    /// Sends the release of `lease` to the release thread, through the twin, when the caller's
-    /// runtime is a current-thread one (or there is none): it stops when its `block_on` returns,
-    /// as at the end of a `#[tokio::test]`, and the dropping thread cannot wait for it. A
-    /// multi-thread runtime's workers go on while a drop waits, so there nothing changes. Hands
-    /// `lease` back where the release thread cannot do it: a client without a twin (built from
-    /// a backend by hand) or a store whose holdings are sessions (the session belongs to the
-    /// caller's connection, which a twin does not have; those end with it or with their expiry).
-    fn release_aside(
-        self: &Arc<Self>,
-        lease: Arc<HeldLease>,
-    ) -> std::result::Result<(), Arc<HeldLease>> {
+    /// Whether a dropped guard's release needs the release thread as a fallback: the caller's
+    /// runtime is a current-thread one (or there is none), and the release thread can do it —
+    /// the client has a twin (it was not built from a backend by hand) and the store's holdings
+    /// are leases (a session belongs to the caller's connection, which a twin does not have;
+    /// sessions end with it or with their expiry).
+    fn runtime_may_stop_first(&self) -> bool {
         let flavour = match tokio::runtime::Handle::try_current() {
             Ok(handle) => Some(handle.runtime_flavor()),
             Err(_) => self.runtime.as_ref().map(|h| h.runtime_flavor()),
         };
-        let Some(reopen) = self.reopen.clone() else {
-            return Err(lease);
-        };
-        if matches!(flavour, Some(f) if f != tokio::runtime::RuntimeFlavor::CurrentThread)
-            || !matches!(
+        !matches!(flavour, Some(f) if f != tokio::runtime::RuntimeFlavor::CurrentThread)
+            && self.reopen.is_some()
+            && matches!(
                 self.backend.capabilities().lease,
                 LeaseModel::PerLock { .. }
             )
-        {
-            return Err(lease);
-        }
+    }
+
+    /// Releases `lease` on the release thread, through the twin, and waits for it (at most
+    /// `exit_wait`): called as the caller's runtime drops the release it never ran, most often
+    /// while it shuts down right before the program or test ends. The wait never needs the
+    /// caller's runtime: the release thread has its own, and the twin its own connections.
+    ///
+    /// `store_step_only`: the release had begun on the caller's runtime and this guard's hold is
+    /// already counted off (no guard holds the lease): only the store's step is left, freeing
+    /// the holding by its token (which frees nothing if it had already been freed).
+    fn release_on_thread(self: &Arc<Self>, lease: Arc<HeldLease>, store_step_only: bool) {
+        let Some(reopen) = self.reopen.clone() else {
+            return;
+        };
         *self.aside.running() += 1;
         let done = Finished(self.aside.clone());
-        let (engine, handed) = (self.clone(), lease.clone());
+        let engine = self.clone();
         let job: release_thread::Job = Box::pin(async move {
             let outcome = match engine.twin.get_or_try_init(|| reopen()).await {
-                Ok(twin) => engine.release_through(&**twin, &handed).await,
+                Ok(twin) if store_step_only => twin
+                    .release(&lease.req, Some(lease.token))
+                    .await
+                    .inspect(|&freed| {
+                        if freed {
+                            engine.local.released(&lease.req.name);
+                        }
+                    }),
+                Ok(twin) => engine.release_through(&**twin, &lease).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = outcome {
-                tracing::warn!(lock = %handed.req.name, "background release failed: {e}");
+                tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
             }
             drop(done);
         });
-        if let Err(unsent) = release_thread::run(job) {
-            // Dropping the job counts it finished.
-            drop(unsent);
-            return Err(lease);
+        if release_thread::run(job).is_err() {
+            // Dropping the unsent job counts it finished; the lease frees the lock.
+            return;
         }
-        if self.abandoned.load(Ordering::Acquire) {
-            // No client is left to wait for this at the end: wait for it here.
-            self.wait_aside();
-        }
-        Ok(())
+        self.wait_aside();
     }
 
     /// On a current-thread runtime, opens the twin on the release thread now, in the
@@ -401,6 +427,49 @@ impl Drop for Engine {
         // The twin's connections belong to the release thread's runtime: closed there.
         if let Some(twin) = self.twin.take() {
             let _ = release_thread::run(Box::pin(async move { drop(twin) }));
+        }
+    }
+}
+
+/// Carried by the task of a dropped guard's release on a runtime that may stop first
+/// ([`Engine::release_dropped`]): disarmed when the task runs; dropped armed (the runtime
+/// dropped the task unrun, shutting down), it has the release thread do the release instead.
+struct ReleaseElsewhere {
+    engine: Arc<Engine>,
+    lease: Option<Arc<HeldLease>>,
+    /// The task began the release: dropped now, only what is left of it is done.
+    started: bool,
+}
+
+impl ReleaseElsewhere {
+    fn arm(engine: Arc<Engine>, lease: Arc<HeldLease>) -> Self {
+        engine.armed.fetch_add(1, Ordering::AcqRel);
+        ReleaseElsewhere {
+            engine,
+            lease: Some(lease),
+            started: false,
+        }
+    }
+
+    fn disarm(mut self) {
+        if self.lease.take().is_some() {
+            self.engine.armed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for ReleaseElsewhere {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.engine.armed.fetch_sub(1, Ordering::AcqRel);
+            if !self.started {
+                self.engine.release_on_thread(lease, false);
+            } else if lease.holds() == 0 {
+                // Cut short at the store's step (the long wait of a release): that step again.
+                self.engine.release_on_thread(lease, true);
+            }
+            // Cut short before its hold was counted off, while other guards share the holding:
+            // which of the two is unknown here, and the lease frees the lock.
         }
     }
 }

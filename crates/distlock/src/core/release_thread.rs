@@ -5,9 +5,10 @@
 //! guard dropped as a `#[tokio::test]` returns, or as `main` returns under
 //! `flavor = "current_thread"`, queues its release there just before the runtime stops and
 //! drops every task it has: the lock stayed held for its whole lease. And the dropping thread
-//! cannot wait for that runtime (it is the thread that would have to run it). This thread is
-//! always running, so a release sent here finishes whatever the caller's runtime does next, and
-//! waiting for it (the end of the last client) never waits for the caller's own runtime.
+//! cannot wait for that runtime (it is the thread that would have to run it). So such a
+//! release, dropped unrun (or cut short) by its runtime, is sent here instead
+//! (`ReleaseElsewhere` in [`super`]), and the runtime's shutdown waits for it: this thread is
+//! always running, and waiting for it never waits for the caller's own runtime.
 //!
 //! Tokio I/O belongs to the runtime that opened it: the caller's store connections stop with
 //! the caller's runtime. Releases here go through a second handle on the store opened on this
