@@ -128,14 +128,15 @@ where
     /// Which flavour of lock: [`LockKind::Mutex`] (the default), [`LockKind::Fair`] (waiters
     /// served in order), [`LockKind::Read`] / [`LockKind::Write`] (the sides of a read-write
     /// lock: readers share it), or [`LockKind::Permit`] (one of N permits of a semaphore). A
-    /// store without the flavour answers every request 503 (`Unsupported`, logged): check
-    /// [`Client::supports`] up front.
+    /// store without the flavour answers every request 503 (`Unsupported`, logged): end the
+    /// builder with [`checked`](Self::checked) to fail when the router is built instead.
     pub fn kind(self, kind: LockKind) -> Self {
         self.with(|s| s.kind = kind)
     }
 
     /// The lease (see [`Lock::lease`]): how long a crashed or paused instance blocks the key.
-    /// Renewed while the handler runs. An invalid lease answers every request 500 and is logged.
+    /// Renewed while the handler runs. An invalid lease answers every request 500 and is logged:
+    /// [`checked`](Self::checked) refuses it when the router is built instead.
     pub fn lease(self, lease: Duration) -> Self {
         self.with(|s| s.lease = Some(lease))
     }
@@ -168,7 +169,40 @@ where
     pub fn on_lost(self, on_lost: OnLost) -> Self {
         self.with(|s| s.on_lost = on_lost)
     }
+    /// Whether `client`'s store can serve this layer's lock as it is set up (flavour, lease,
+    /// `max_hold`): `Ok(())`, or the typed error every request would otherwise be answered
+    /// with (500 or 503), for example [`ErrorKind::Unsupported`] for a flavour the store lacks
+    /// or [`ErrorKind::InvalidLease`] for a lease it cannot keep. Asked of the client, with
+    /// nothing sent to the store ([`Lock::check`]): whether the store can be reached is still
+    /// learned request by request.
+    pub fn check(&self) -> Result<(), distlock::Error> {
+        self.shared.lock(CHECKED_NAME).check()
+    }
+
+    /// The layer, once [`check`](Self::check) found that the store can serve it: the last call
+    /// of the builder, so that a misconfigured layer fails when the router is built, with the
+    /// reason, instead of answering every request 500 or 503. Use it rather than a bare
+    /// [`new`](Self::new) chain.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: distlock::Client) -> Result<(), distlock::Error> {
+    /// use std::time::Duration;
+    /// use distlock_axum::{KeyRequest, LockLayer};
+    /// let by_sku = |req: &KeyRequest| Some(format!("stock:{}", req.path_param("sku")?));
+    /// let layer = LockLayer::new(client, by_sku)
+    ///     .kind(distlock::LockKind::Fair)
+    ///     .lease(Duration::from_secs(5))
+    ///     .checked()?; // Unsupported on a store without fair locks
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn checked(self) -> Result<Self, distlock::Error> {
+        self.check().map(|()| self)
+    }
 }
+
+/// The name [`LockLayer::check`] checks the settings with: any valid name, as requests' names
+/// are checked request by request.
+const CHECKED_NAME: &str = "distlock-axum/check";
 
 impl<S, K> Layer<S> for LockLayer<K> {
     type Service = LockService<S, K>;

@@ -29,7 +29,8 @@
 //!         })
 //!         .lease(Duration::from_secs(10))   // a crashed instance blocks the SKU this long
 //!         .wait(Duration::from_millis(500)) // then answer…
-//!         .when_held(StatusCode::LOCKED),   // …423 (the default)
+//!         .when_held(StatusCode::LOCKED)    // …423 (the default)
+//!         .checked()?,                      // a setting the store cannot serve fails here
 //!     );
 //!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //!     axum::serve(listener, app).await?;

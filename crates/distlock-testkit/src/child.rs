@@ -140,6 +140,9 @@ pub enum DropPath {
     PanickedTask,
     /// A plain thread outside the runtime, which the guard was moved to.
     PlainThread,
+    /// An early return in a program whose runtime is a current-thread one
+    /// (`#[tokio::main(flavor = "current_thread")]`).
+    CurrentThreadMain,
 }
 
 /// A running child, seen from the test.
@@ -281,11 +284,24 @@ pub fn run_if_child(flavours: &[Flavour]) {
 /// Runs the role in `spec` (called in the child process). Every failure is reported as an
 /// `error` event and a non-zero exit.
 pub fn child_main(spec: Spec, flavours: &[Flavour]) -> std::process::ExitCode {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("child runtime");
+    let current_thread = matches!(
+        spec.role,
+        Role::DropAndExit {
+            how: DropPath::CurrentThreadMain,
+            ..
+        }
+    );
+    let runtime = if current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    }
+    .expect("child runtime");
     let outcome = runtime.block_on(async {
         let flavour = flavours
             .iter()
@@ -376,7 +392,7 @@ async fn run_role(client: &distlock::Client, flavour: &Flavour, role: Role) -> R
             let guard = lock.acquire().await?;
             say(json!({"event": "acquired", "token": guard.fencing_token().get()}));
             match how {
-                DropPath::EarlyReturn => return Ok(()),
+                DropPath::EarlyReturn | DropPath::CurrentThreadMain => return Ok(()),
                 DropPath::PanickedTask => {
                     let task = tokio::spawn(async move {
                         let _held = guard;

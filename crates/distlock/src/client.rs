@@ -72,7 +72,34 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
 }
 
 /// The client of `url`, whose scheme is `scheme`.
-// A build without any backend never reads `url`: every scheme is refused.
+async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
+    let backend = backend_of(url, scheme, options).await?;
+    let exit_wait = options
+        .response_timeout
+        .unwrap_or(crate::core::DEFAULT_EXIT_WAIT);
+    // The release thread's handle on the same store (see `Engine::release_dropped`): the
+    // memory store has no connections, so its own handle works on any runtime.
+    let reopen: crate::core::Reopen = if scheme == Scheme::Memory {
+        let same = backend.clone();
+        Arc::new(move || {
+            let same = same.clone();
+            Box::pin(async move { Ok(same) })
+        })
+    } else {
+        let (url, options) = (url.to_string(), options.clone());
+        Arc::new(move || {
+            let (url, options) = (url.clone(), options.clone());
+            Box::pin(async move { backend_of(&url, scheme, &options).await })
+        })
+    };
+    let client = Client::with_engine(backend, exit_wait, Some(reopen));
+    client.engine.open_twin_early();
+    Ok(client)
+}
+
+/// The backend of `url`, whose scheme is `scheme`.
+// A build without any backend never reads `url`: every scheme is refused; the memory store
+// alone reads no options.
 #[cfg_attr(
     not(any(
         feature = "sqlite",
@@ -81,13 +108,12 @@ pub async fn connect_with(url: &str, options: &Options) -> Result<Client> {
         feature = "mysql",
         feature = "etcd",
         feature = "zookeeper",
-        feature = "memcached",
-        feature = "memory"
+        feature = "memcached"
     )),
     allow(unused_variables)
 )]
-async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
-    let backend: Result<Arc<dyn Backend>> = match scheme {
+async fn backend_of(url: &str, scheme: Scheme, options: &Options) -> Result<Arc<dyn Backend>> {
+    match scheme {
         #[cfg(feature = "sqlite")]
         Scheme::Sqlite => Ok(Arc::new(
             crate::backends::sqlite::SqliteBackend::connect_with(url, options).await?,
@@ -127,11 +153,7 @@ async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
         // With every backend built in, this arm matches nothing.
         #[allow(unreachable_patterns)]
         other => Err(not_built(other)),
-    };
-    let exit_wait = options
-        .response_timeout
-        .unwrap_or(crate::core::DEFAULT_EXIT_WAIT);
-    Ok(Client::with_exit_wait(backend?, exit_wait))
+    }
 }
 
 /// The error for a URL whose store this build lacks: it names the cargo feature to enable.
@@ -192,13 +214,17 @@ impl Client {
     /// (see the crate's Stability section).
     #[doc(hidden)]
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
-        Client::with_exit_wait(backend, crate::core::DEFAULT_EXIT_WAIT)
+        Client::with_engine(backend, crate::core::DEFAULT_EXIT_WAIT, None)
     }
 
-    fn with_exit_wait(backend: Arc<dyn Backend>, exit_wait: std::time::Duration) -> Self {
+    fn with_engine(
+        backend: Arc<dyn Backend>,
+        exit_wait: std::time::Duration,
+        reopen: Option<crate::core::Reopen>,
+    ) -> Self {
         // Described to the recorder installed now, for exporters that show help and units.
         crate::metrics::describe();
-        let engine = Arc::new(Engine::new(backend, exit_wait));
+        let engine = Arc::new(Engine::new(backend, exit_wait, reopen));
         Client {
             _last: Arc::new(LastClient(engine.clone())),
             engine,

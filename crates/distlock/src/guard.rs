@@ -19,8 +19,13 @@ use crate::types::{FencingToken, LockKind, LockName};
 /// clock ([`is_lost`](Guard::is_lost), [`lost`](Guard::lost)).
 ///
 /// Release it with [`release`](Guard::release) to learn whether it was still held. Dropping it
-/// releases in the background instead: the release is queued on the runtime, not immediate, and
-/// if the runtime is gone the store frees the lock when the lease ends.
+/// releases in the background instead: the release is queued on the runtime, not immediate.
+/// On a current-thread runtime (`#[tokio::test]`, `flavor = "current_thread"`), which may stop
+/// as soon as the guard's task returns and drop the queued release unrun, distlock's own
+/// release thread does it then, through a second connection to the store, before the runtime
+/// has finished stopping: the lock is freed all the same. Session holdings (SQL
+/// `?lock=session`, etcd, ZooKeeper) are freed on the caller's runtime only; if that runtime
+/// stops first, they end with their connection or session.
 ///
 /// ```
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -162,14 +167,7 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        let engine = self.engine.clone();
-        // The task keeps the lease (and its watchdog) alive until the release is done.
-        let lease = self.lease.clone();
-        self.engine.spawn_detached(async move {
-            if let Err(e) = engine.release(&lease).await {
-                tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
-            }
-        });
+        self.engine.release_dropped(self.lease.clone());
     }
 }
 

@@ -154,6 +154,40 @@ impl Lock {
         ))
     }
 
+    /// Whether the store will accept this lock as it is set up, asked before the first
+    /// acquisition (at startup): `Ok(())`, or the typed error that acquisition would answer
+    /// for its settings — [`ErrorKind::Unsupported`] for a flavour the store lacks
+    /// ([`Client::supports`]), [`ErrorKind::InvalidLease`] for a lease it cannot keep (see
+    /// [`Client::keepable_lease`]) or that [`no_watchdog`](Lock::no_watchdog) cannot bound,
+    /// [`ErrorKind::InvalidName`] for the name, [`ErrorKind::InvalidInput`] for a zero
+    /// [`max_hold`](Lock::max_hold) or a semaphore of zero permits. Nothing is sent to the
+    /// store: it answers from what the client knows of it. What only the store knows at the
+    /// take is not checked: whether it can be reached, and whether a semaphore's size matches
+    /// the one the store keeps ([`Client::semaphore`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> distlock::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let client = distlock::connect(&format!("sqlite:{}", dir.path().join("locks.db").display())).await?;
+    /// use std::time::Duration;
+    /// let lock = client.lock("nightly-report").lease(Duration::from_secs(5));
+    /// lock.check()?; // at startup: a setting the store cannot serve fails here
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        let mut req = self.request()?;
+        wait::admit(&*self.client.engine.backend, &mut req, self.terms()).map(drop)
+    }
+
+    fn terms(&self) -> Terms {
+        Terms {
+            renew: self.renew,
+            lease_set: self.lease_set,
+            max_hold: self.max_hold,
+        }
+    }
+
     async fn take(&self, req: LockRequest, deadline: Deadline) -> Result<Option<Guard>> {
         let engine = &self.client.engine;
         let labels = Labels::of(engine.backend.name(), &req.name);
@@ -172,12 +206,7 @@ impl Lock {
         let contended = matches!(deadline, Deadline::Now);
         let started = Instant::now();
         let waiting = labels.waiting();
-        let terms = Terms {
-            renew: self.renew,
-            lease_set: self.lease_set,
-            max_hold: self.max_hold,
-        };
-        let taken = wait::acquire(engine, req, terms, deadline)
+        let taken = wait::acquire(engine, req, self.terms(), deadline)
             .instrument(span.clone())
             .await;
         drop(waiting);
@@ -482,6 +511,13 @@ impl MultiLock {
                 Ok(lock)
             })
             .collect()
+    }
+
+    /// Whether the store will accept every lock of this multi-lock as it is set up (see
+    /// [`Lock::check`]): `Ok(())` or the error the first acquisition would answer. Nothing is
+    /// sent to the store.
+    pub fn check(&self) -> Result<()> {
+        self.locks()?.iter().try_for_each(Lock::check)
     }
 
     /// Waits for all the locks.

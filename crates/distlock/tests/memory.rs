@@ -32,6 +32,7 @@ fn main() -> std::process::ExitCode {
         "fencing_tokens_increase_across_processes",
         "crashed_holder_frees_within_lease",
         "dropped_guard_freed_before_exit",
+        "current_thread_main_frees_before_exit",
         "paused_holder_is_fenced",
         "resumed_holder_knows_at_once",
         "election_one_leader_across_processes",

@@ -7,6 +7,7 @@
 mod bad_input;
 mod cancel;
 mod crash;
+mod current_thread;
 mod election;
 mod exclusion;
 mod exit;
@@ -22,6 +23,7 @@ mod restart;
 mod scoped;
 mod semaphore_size;
 mod session_end;
+mod startup_check;
 mod support;
 mod timeouts;
 mod waiting;
@@ -355,6 +357,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(exit::dropped_guard_freed_before_exit),
         ),
         (
+            "current_thread_dropped_guard_frees_at_once",
+            Each,
+            LEASES,
+            case(current_thread::dropped_guard_frees_at_once),
+        ),
+        (
+            "current_thread_main_frees_before_exit",
+            Each,
+            LEASES,
+            case(current_thread::current_thread_main_frees_before_exit),
+        ),
+        (
             "run_holds_then_frees",
             Each,
             ANY,
@@ -481,6 +495,12 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(bad_input::unsupported_flavours_are_typed),
         ),
         ("bad_input_is_typed", Once, ANY, case(bad_input::is_typed)),
+        (
+            "check_answers_as_acquisition",
+            Once,
+            ANY,
+            case(startup_check::check_answers_as_acquisition),
+        ),
         (
             "awkward_names_round_trip",
             Each,

@@ -347,6 +347,11 @@ impl HeldLease {
         self.drop_hold();
     }
 
+    /// How many guards hold it now.
+    pub(crate) fn holds(&self) -> u32 {
+        self.holds.load(Ordering::Acquire)
+    }
+
     /// One guard less; returns the guards left. At zero renewal stops.
     pub(crate) fn drop_hold(&self) -> u32 {
         let left = self.holds.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);

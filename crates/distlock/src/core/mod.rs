@@ -7,6 +7,7 @@ pub(crate) mod changes;
 pub(crate) mod deadline;
 pub(crate) mod lease;
 pub(crate) mod reentrancy;
+mod release_thread;
 pub(crate) mod renewals;
 pub(crate) mod wait;
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, LockRequest};
+use crate::backend::{Backend, LeaseModel, LockRequest};
 use crate::error::Result;
 use lease::HeldLease;
 use reentrancy::LeaseTable;
@@ -43,7 +44,26 @@ pub(crate) struct Engine {
     /// How long the end of the last client waits for background work (the backend's response
     /// timeout: a release that takes longer has failed anyway, and its lease frees the lock).
     exit_wait: Duration,
+    /// Opens another handle on the same store, for the release thread ([`release_thread`]);
+    /// `None` for a backend built by hand, whose dropped guards release on the caller's runtime.
+    reopen: Option<Reopen>,
+    /// That handle, opened on the release thread by the first release sent there.
+    twin: tokio::sync::OnceCell<Arc<dyn Backend>>,
+    /// Releases running on the release thread.
+    aside: Arc<Background>,
+    /// Background releases that the release thread does if their runtime drops them unrun
+    /// ([`ReleaseElsewhere`]): nothing to warn about when a current-thread runtime cannot wait.
+    armed: std::sync::atomic::AtomicUsize,
 }
+
+/// Opens another handle on a client's store (the same URL and options), run on the release
+/// thread so that its connections belong to the runtime there.
+pub(crate) type Reopen = Arc<
+    dyn Fn()
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Arc<dyn Backend>>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Counts background tasks, so that [`Engine::flush`] (awaiting) and
 /// [`Engine::wait_background`] (blocking) can wait for them.
@@ -65,9 +85,17 @@ impl Background {
 pub(crate) const DEFAULT_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 impl Engine {
-    pub(crate) fn new(backend: Arc<dyn Backend>, exit_wait: Duration) -> Self {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        exit_wait: Duration,
+        reopen: Option<Reopen>,
+    ) -> Self {
         let runtime = tokio::runtime::Handle::try_current().ok();
         Engine {
+            reopen,
+            twin: tokio::sync::OnceCell::new(),
+            aside: Arc::default(),
+            armed: std::sync::atomic::AtomicUsize::new(0),
             renewals: Renewals::new(backend.clone(), runtime.clone()),
             backend,
             leases: LeaseTable::default(),
@@ -87,7 +115,43 @@ impl Engine {
     /// that outlives its client) is waited for by whoever queues it.
     pub(crate) fn last_client_dropped(&self) {
         self.abandoned.store(true, Ordering::Release);
+        self.wait_aside();
         self.wait_background(|| *self.background.running() == 0);
+    }
+
+    /// Blocks the calling thread until the releases sent to the release thread so far have
+    /// finished, at most `exit_wait`. Safe on any runtime: that thread never needs this one.
+    fn wait_aside(&self) {
+        if *self.aside.running() == 0 {
+            return;
+        }
+        let wait = || {
+            let deadline = std::time::Instant::now() + self.exit_wait;
+            let mut running = self.aside.running();
+            while *running > 0 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        backend = self.backend.name(),
+                        "releases of dropped guards did not finish within {:?}; their leases \
+                         will free the locks",
+                        self.exit_wait
+                    );
+                    return;
+                }
+                running = self
+                    .aside
+                    .idle_blocking
+                    .wait_timeout(running, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) | Err(_) => wait(),
+            // A worker of a multi-thread runtime hands its other tasks on meanwhile.
+            Ok(_) => tokio::task::block_in_place(wait),
+        }
     }
 
     /// Blocks the calling thread until `done` (checked under the background count's lock), at
@@ -141,6 +205,9 @@ impl Engine {
             }
         };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            // The releases the release thread takes over if the runtime stops are no loss.
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
+                if *self.background.running() <= self.armed.load(Ordering::Acquire) => {}
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => tracing::warn!(
                 backend = self.backend.name(),
                 "the last client was dropped on a current-thread runtime with releases still \
@@ -155,14 +222,16 @@ impl Engine {
     /// Waits until every release and leave queued in the background so far (dropped guards,
     /// cancelled or timed-out acquisitions) has finished.
     pub(crate) async fn flush(&self) {
-        loop {
-            let idle = self.background.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if *self.background.running() == 0 {
-                return;
+        for background in [&self.background, &self.aside] {
+            loop {
+                let idle = background.idle.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if *background.running() == 0 {
+                    break;
+                }
+                idle.await;
             }
-            idle.await;
         }
     }
 
@@ -174,6 +243,132 @@ impl Engine {
 
     /// Releases one hold of `lease`; `Ok(true)` if the holding was still ours.
     pub(crate) async fn release(&self, lease: &Arc<HeldLease>) -> Result<bool> {
+        self.release_through(&*self.backend, lease).await
+    }
+
+    /// Releases the hold of a dropped guard, in the background on the caller's runtime. Where
+    /// that runtime may stop before it runs the release — a current-thread one (or none), which
+    /// stops as soon as its `block_on` returns, as at the end of a `#[tokio::test]`, and drops
+    /// the task unrun — the task carries a [`ReleaseElsewhere`]: dropped unrun, it has the
+    /// release thread do the release and waits for it. A multi-thread runtime runs the task as
+    /// before, with nothing added.
+    pub(crate) fn release_dropped(self: &Arc<Self>, lease: Arc<HeldLease>) {
+        let fallback = self
+            .runtime_may_stop_first()
+            .then(|| ReleaseElsewhere::arm(self.clone(), lease.clone()));
+        let engine = self.clone();
+        // The task keeps the lease (and its watchdog) alive until the release is done.
+        self.spawn_detached(async move {
+            // Running: this runtime does the release, through this client's own connections;
+            // cut short by the runtime's end, the fallback finishes it.
+            let mut fallback = fallback;
+            if let Some(fallback) = fallback.as_mut() {
+                fallback.started = true;
+            }
+            if let Err(e) = engine.release(&lease).await {
+                tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
+            }
+            if let Some(fallback) = fallback {
+                fallback.disarm();
+            }
+        });
+    }
+
+    /// Whether a dropped guard's release needs the release thread as a fallback: the caller's
+    /// runtime is a current-thread one (or there is none), and the release thread can do it —
+    /// the client has a twin (it was not built from a backend by hand) and the store's holdings
+    /// are leases (a session belongs to the caller's connection, which a twin does not have;
+    /// sessions end with it or with their expiry).
+    fn runtime_may_stop_first(&self) -> bool {
+        let flavour = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => Some(handle.runtime_flavor()),
+            Err(_) => self.runtime.as_ref().map(|h| h.runtime_flavor()),
+        };
+        !matches!(flavour, Some(f) if f != tokio::runtime::RuntimeFlavor::CurrentThread)
+            && self.reopen.is_some()
+            && matches!(
+                self.backend.capabilities().lease,
+                LeaseModel::PerLock { .. }
+            )
+    }
+
+    /// Releases `lease` on the release thread, through the twin, and waits for it (at most
+    /// `exit_wait`): called as the caller's runtime drops the release it never ran, most often
+    /// while it shuts down right before the program or test ends. The wait never needs the
+    /// caller's runtime: the release thread has its own, and the twin its own connections.
+    ///
+    /// `store_step_only`: the release had begun on the caller's runtime and this guard's hold is
+    /// already counted off (no guard holds the lease): only the store's step is left, freeing
+    /// the holding by its token (which frees nothing if it had already been freed).
+    fn release_on_thread(self: &Arc<Self>, lease: Arc<HeldLease>, store_step_only: bool) {
+        let Some(reopen) = self.reopen.clone() else {
+            return;
+        };
+        *self.aside.running() += 1;
+        let done = Finished(self.aside.clone());
+        let engine = self.clone();
+        let job: release_thread::Job = Box::pin(async move {
+            let outcome = match engine.twin.get_or_try_init(|| reopen()).await {
+                Ok(twin) if store_step_only => twin
+                    .release(&lease.req, Some(lease.token))
+                    .await
+                    .inspect(|&freed| {
+                        if freed {
+                            engine.local.released(&lease.req.name);
+                        }
+                    }),
+                Ok(twin) => engine.release_through(&**twin, &lease).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                tracing::warn!(lock = %lease.req.name, "background release failed: {e}");
+            }
+            drop(done);
+        });
+        if release_thread::run(job).is_err() {
+            // Dropping the unsent job counts it finished; the lease frees the lock.
+            return;
+        }
+        self.wait_aside();
+    }
+
+    /// On a current-thread runtime, opens the twin on the release thread now, in the
+    /// background, so that the first dropped guard's release does not wait for a connection
+    /// (and the tables' check) first: hundreds of milliseconds on a busy PostgreSQL.
+    pub(crate) fn open_twin_early(self: &Arc<Self>) {
+        let on_current_thread = matches!(
+            self.runtime.as_ref().map(|h| h.runtime_flavor()),
+            Some(tokio::runtime::RuntimeFlavor::CurrentThread)
+        );
+        let Some(reopen) = self.reopen.clone() else {
+            return;
+        };
+        if !on_current_thread
+            || !matches!(
+                self.backend.capabilities().lease,
+                LeaseModel::PerLock { .. }
+            )
+        {
+            return;
+        }
+        // Not counted as background work: nobody waits for a twin no release needs, and a
+        // client dropped meanwhile is not kept alive for it.
+        let engine = Arc::downgrade(self);
+        let _ = release_thread::run(Box::pin(async move {
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            if let Err(e) = engine.twin.get_or_try_init(|| reopen()).await {
+                tracing::debug!(
+                    backend = engine.backend.name(),
+                    "the release thread's connection is not open yet: {e}"
+                );
+            }
+        }));
+    }
+
+    /// [`release`](Engine::release) through `backend`: this client's, or its twin.
+    async fn release_through(&self, backend: &dyn Backend, lease: &Arc<HeldLease>) -> Result<bool> {
         use tracing::Instrument;
         let span = tracing::debug_span!(
             "distlock.release",
@@ -181,9 +376,7 @@ impl Engine {
             lock = %lease.req.name,
             token = lease.token.get(),
         );
-        let outcome = reentrancy::release(&*self.backend, lease)
-            .instrument(span)
-            .await?;
+        let outcome = reentrancy::release(backend, lease).instrument(span).await?;
         if outcome.freed {
             self.local.released(&lease.req.name);
         }
@@ -225,6 +418,58 @@ impl Engine {
         if self.abandoned.load(Ordering::Acquire) {
             // No client is left to wait for this at the end: wait for it here.
             self.wait_background(|| task.is_finished());
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The twin's connections belong to the release thread's runtime: closed there.
+        if let Some(twin) = self.twin.take() {
+            let _ = release_thread::run(Box::pin(async move { drop(twin) }));
+        }
+    }
+}
+
+/// Carried by the task of a dropped guard's release on a runtime that may stop first
+/// ([`Engine::release_dropped`]): disarmed when the task runs; dropped armed (the runtime
+/// dropped the task unrun, shutting down), it has the release thread do the release instead.
+struct ReleaseElsewhere {
+    engine: Arc<Engine>,
+    lease: Option<Arc<HeldLease>>,
+    /// The task began the release: dropped now, only what is left of it is done.
+    started: bool,
+}
+
+impl ReleaseElsewhere {
+    fn arm(engine: Arc<Engine>, lease: Arc<HeldLease>) -> Self {
+        engine.armed.fetch_add(1, Ordering::AcqRel);
+        ReleaseElsewhere {
+            engine,
+            lease: Some(lease),
+            started: false,
+        }
+    }
+
+    fn disarm(mut self) {
+        if self.lease.take().is_some() {
+            self.engine.armed.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for ReleaseElsewhere {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.engine.armed.fetch_sub(1, Ordering::AcqRel);
+            if !self.started {
+                self.engine.release_on_thread(lease, false);
+            } else if lease.holds() == 0 {
+                // Cut short at the store's step (the long wait of a release): that step again.
+                self.engine.release_on_thread(lease, true);
+            }
+            // Cut short before its hold was counted off, while other guards share the holding:
+            // which of the two is unknown here, and the lease frees the lock.
         }
     }
 }

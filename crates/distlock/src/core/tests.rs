@@ -154,7 +154,7 @@ fn engine_with(setup: impl FnOnce(&FakeBackend)) -> (Arc<Engine>, Arc<FakeBacken
     setup(&backend);
     let backend = Arc::new(backend);
     (
-        Arc::new(Engine::new(backend.clone(), super::DEFAULT_EXIT_WAIT)),
+        Arc::new(Engine::new(backend.clone(), super::DEFAULT_EXIT_WAIT, None)),
         backend,
     )
 }

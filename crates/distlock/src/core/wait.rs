@@ -26,13 +26,29 @@ use std::pin::Pin;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LockRequest, Waiter, Wakeups, next_notice};
+use crate::backend::{Attempt, Backend, Capabilities, LockRequest, Waiter, Wakeups, next_notice};
 use crate::core::Engine;
 pub(crate) use crate::core::deadline::Deadline;
 use crate::core::lease::{self, HeldLease, Terms};
 use crate::core::reentrancy::Taken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::LockName;
+
+/// What the store decides before any attempt, known in this client: whether it keeps `req`'s
+/// flavour ([`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)) and the lease it takes
+/// for it ([`lease::settle`]: [`ErrorKind::InvalidLease`](crate::ErrorKind::InvalidLease)).
+/// The one check behind every acquisition and [`crate::Lock::check`]. Answers the store's
+/// capabilities.
+pub(crate) fn admit(
+    backend: &dyn Backend,
+    req: &mut LockRequest,
+    terms: Terms,
+) -> Result<Capabilities> {
+    let caps = backend.capabilities();
+    caps.admit(backend.name(), req.kind)?;
+    lease::settle(&caps, backend.name(), req, terms)?;
+    Ok(caps)
+}
 
 /// Takes the lock described by `req`, waiting up to `deadline`. `Ok(None)` when the deadline
 /// passed with the lock still held by someone else; [`unanswered`] when it passed before the
@@ -49,9 +65,7 @@ pub(crate) async fn acquire(
     deadline: Deadline,
 ) -> Result<Option<Arc<HeldLease>>> {
     let backend = &engine.backend;
-    let caps = backend.capabilities();
-    caps.admit(backend.name(), req.kind)?;
-    lease::settle(&caps, backend.name(), &mut req, terms)?;
+    let caps = admit(&**backend, &mut req, terms)?;
     let waiter: Box<dyn Waiter> = backend.waiter(&req).unwrap_or_else(|| {
         Box::new(PollingWaiter {
             backend: backend.clone(),
