@@ -105,6 +105,24 @@ pub struct Capabilities {
     /// support fair locks", where another configuration of the store has it (e.g. "with
     /// ?lock=session (…); use ?lock=lease, …"); empty when none does.
     pub refusal_hint: &'static str,
+    /// On a session store ([`LeaseModel::Session`] with an expiry): a lease shorter than the
+    /// sessions' expiry is held under a session (or store lease) of its own that ends that
+    /// long after its holder stops, instead of being refused. `None`: such a lease is refused.
+    pub short_leases: Option<ShortLeases>,
+}
+
+/// How a session store keeps a lease shorter than its sessions' expiry: under a session (or
+/// store lease) of its own, whose expiry is the lease ([`Capabilities::short_leases`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShortLeases {
+    /// The step such a session's expiry is rounded up to (etcd: whole seconds).
+    pub granularity: Duration,
+    /// The shortest the server keeps (it raises a shorter expiry to it): shorter leases are
+    /// refused, naming it and `why`.
+    pub minimum: Duration,
+    /// For that refusal: what sets the server's minimum and how to lower it (one clause).
+    pub why: &'static str,
 }
 
 impl Capabilities {
@@ -120,6 +138,7 @@ impl Capabilities {
             hands_over: false,
             kinds: Kinds::MUTEX,
             refusal_hint: "",
+            short_leases: None,
         }
     }
 
@@ -164,6 +183,25 @@ impl Capabilities {
     pub fn granularity(self, granularity: Duration) -> Self {
         Capabilities {
             lease: LeaseModel::PerLock { granularity },
+            ..self
+        }
+    }
+
+    /// The same, holding a lease shorter than the sessions' expiry under a session of its own
+    /// (see [`short_leases`](Capabilities::short_leases)): in steps of `granularity`, from the
+    /// server's `minimum`, which `why` explains.
+    pub fn keeping_short_leases(
+        self,
+        granularity: Duration,
+        minimum: Duration,
+        why: &'static str,
+    ) -> Self {
+        Capabilities {
+            short_leases: Some(ShortLeases {
+                granularity,
+                minimum,
+                why,
+            }),
             ..self
         }
     }

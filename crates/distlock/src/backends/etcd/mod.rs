@@ -46,6 +46,11 @@ use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
 
+/// What sets etcd's shortest lease and how to lower it, for a refusal of a shorter one.
+pub(super) const MINIMUM_TTL_WHY: &str = "etcd raises a shorter TTL to 1.5 times its \
+     --election-timeout, rounded up to a second; lower the servers' --election-timeout to keep \
+     shorter leases";
+
 /// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take, unless [`Options::response_timeout`] says otherwise.
@@ -193,6 +198,11 @@ impl EtcdBackend {
             .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))?
             .map_err(|e| unreachable(e.to_string()))?;
         let sessions = Sessions::new(client.clone(), config.ttl);
+        // So that `Capabilities` (and `Client::keepable_lease`) state the shortest lease etcd
+        // keeps before a lock asks for one.
+        tokio::time::timeout(connect_timeout, sessions.probe_minimum())
+            .await
+            .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))??;
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 client,
@@ -403,6 +413,21 @@ impl Inner {
             .await
     }
 
+    /// The live session for a lock of `req`'s lease: the client's own, or, for a lease shorter
+    /// than its TTL, the session of that lease's TTL ([`Sessions::get_for`]). Granted as
+    /// [`session`](Self::session) grants.
+    async fn session_for(&self, req: &LockRequest) -> Result<Arc<Session>> {
+        self.sessions
+            .get_for(req.lease.duration(), req.name.as_str(), |ttl| {
+                self.retrying(
+                    "starting a session (granting its lease)",
+                    false,
+                    move |client| async move { client.lease_client().grant(ttl, None).await },
+                )
+            })
+            .await
+    }
+
     async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
         self.retrying(what, true, |client| {
             let txn = txn.clone();
@@ -461,6 +486,12 @@ impl Backend for EtcdBackend {
             Some(self.inner.sessions.ttl()),
             "the TTL of the session's lease; the URL's ?ttl= sets it, in whole seconds, from \
              etcd's minimum: 2s with its default election timeout",
+        )
+        // A shorter lease is held under an etcd lease of its own TTL, in whole seconds.
+        .keeping_short_leases(
+            Duration::from_secs(1),
+            self.inner.sessions.short_minimum(),
+            MINIMUM_TTL_WHY,
         )
         .notifying()
         .queueing()

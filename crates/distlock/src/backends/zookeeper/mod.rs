@@ -40,6 +40,12 @@ use crate::types::{FencingToken, LockKind, LockName};
 
 pub(crate) const NAME: &str = "zk";
 
+/// What sets the ensemble's shortest session and how to lower it, for a refusal of a shorter
+/// lease.
+pub(super) const MINIMUM_TIMEOUT_WHY: &str = "the servers' minSessionTimeout, two ticks \
+     (tickTime) unless zoo.cfg sets it; lower minSessionTimeout or tickTime to keep shorter \
+     leases";
+
 /// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request that failed with a connection fault is tried again, unless
@@ -124,6 +130,9 @@ impl ZooKeeperBackend {
         );
         // Connect now, so a server that is down fails here, naming it.
         sessions.get().await?;
+        // So that `Capabilities` (and `Client::keepable_lease`) state the shortest lease the
+        // ensemble keeps before a lock asks for one.
+        sessions.probe_minimum().await?;
         Ok(ZooKeeperBackend {
             inner: Arc::new(Inner {
                 sessions,
@@ -244,6 +253,12 @@ impl Backend for ZooKeeperBackend {
             Some(self.inner.sessions.timeout()),
             "the session timeout the ensemble granted; the URL's ?timeout= asks for another, \
              which the servers bound by their minSessionTimeout, two ticks by default",
+        )
+        // A shorter lease is held under a session of its own whose timeout is the lease.
+        .keeping_short_leases(
+            session::SHORT_STEP,
+            self.inner.sessions.short_minimum(),
+            MINIMUM_TIMEOUT_WHY,
         )
         .notifying()
         .queueing()
