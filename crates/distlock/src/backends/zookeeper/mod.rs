@@ -21,6 +21,8 @@ mod session;
 mod size;
 mod waiter;
 
+pub use self::config::ZooKeeperConfig;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,10 +125,44 @@ impl ZooKeeperBackend {
     /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds connecting,
     /// `retry_for` how long a request is tried again across connection faults.
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let config = Arc::new(config::parse(url)?);
+        Self::connect_checked(config::parse(url)?, options).await
+    }
+
+    /// Connects to the ensemble `config` describes (everything a URL says, in code; see
+    /// [`ZooKeeperConfig`]), with `options` as [`connect_with`](Self::connect_with) takes them.
+    pub async fn connect_config(config: ZooKeeperConfig, options: &Options) -> Result<Self> {
+        Self::connect_checked(config.check(None)?, options).await
+    }
+
+    /// Locks through sessions opened with the application's own `connector` (its TLS, SASL,
+    /// authentication, read-only setting): every session distlock opens — the client's, one per
+    /// timeout for leases shorter than it, and one at connect that learns the ensemble's minimum
+    /// — is a clone of `connector` with its session timeout set, connected to `config`'s
+    /// servers. `config` gives the servers, the chroot and the session timeout; its credentials,
+    /// if any, are added with the `digest` scheme. `zookeeper_client` has no way to open another
+    /// session from a `Client`, which is one session: hence a connector, not a client.
+    pub async fn from_connector(
+        connector: zookeeper_client::Connector,
+        config: ZooKeeperConfig,
+        options: &Options,
+    ) -> Result<Self> {
+        Self::start(config.check(None)?, options, Some(connector)).await
+    }
+
+    async fn connect_checked(config: config::Config, options: &Options) -> Result<Self> {
+        Self::start(config, options, None).await
+    }
+
+    async fn start(
+        config: config::Config,
+        options: &Options,
+        connector: Option<zookeeper_client::Connector>,
+    ) -> Result<Self> {
+        let config = Arc::new(config);
         let sessions = Sessions::new(
             config.clone(),
             options.connect_timeout.unwrap_or(CONNECT_TIMEOUT),
+            connector,
         );
         // Connect now, so a server that is down fails here, naming it.
         sessions.get().await?;

@@ -124,6 +124,8 @@ pub(super) fn session_over() -> Error {
 /// sessions of locks whose lease is shorter than its timeout, one per timeout.
 pub(super) struct Sessions {
     config: Arc<Config>,
+    /// The application's connector, if it gave one: every session starts from it.
+    connector: Option<zookeeper_client::Connector>,
     connect_timeout: Duration,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The session timeout the ensemble granted the last session, in milliseconds (the one asked
@@ -144,8 +146,15 @@ pub(super) struct Sessions {
 pub(super) const SHORT_STEP: Duration = Duration::from_millis(100);
 
 impl Sessions {
-    pub(super) fn new(config: Arc<Config>, connect_timeout: Duration) -> Self {
+    /// `connector`: the application's, which every session is opened with (its TLS, SASL,
+    /// authentication); `None`: a default one.
+    pub(super) fn new(
+        config: Arc<Config>,
+        connect_timeout: Duration,
+        connector: Option<zookeeper_client::Connector>,
+    ) -> Self {
         Sessions {
+            connector,
             granted_ms: AtomicU64::new(config.timeout.as_millis() as u64),
             config,
             connect_timeout,
@@ -226,6 +235,11 @@ impl Sessions {
         Ok(session)
     }
 
+    /// A connector for a new session: the application's, or a default one.
+    fn connector(&self) -> zookeeper_client::Connector {
+        self.connector.clone().unwrap_or_else(Client::connector)
+    }
+
     /// The shortest session the ensemble grants ([`SHORT_STEP`] until a session showed more).
     pub(super) fn short_minimum(&self) -> Duration {
         Duration::from_millis(self.server_min_ms.load(Ordering::Relaxed)).max(SHORT_STEP)
@@ -239,7 +253,8 @@ impl Sessions {
         // Not shorter: the client gives up connecting after the session timeout it asks for,
         // which a loaded machine outlasted at 100 ms.
         const PROBE: Duration = Duration::from_secs(1);
-        let probe = Client::connector()
+        let probe = self
+            .connector()
             .with_session_timeout(PROBE)
             .with_fail_eagerly()
             .connect(&self.config.servers);
@@ -274,7 +289,8 @@ impl Sessions {
             )
             .with_backend(NAME)
         };
-        let mut connector = Client::connector()
+        let mut connector = self
+            .connector()
             .with_session_timeout(timeout)
             .with_fail_eagerly();
         if let Some((user, password)) = &config.user {
