@@ -22,8 +22,9 @@ pub enum LeaseModel {
     /// A holding lasts as long as the client's session with the store; nothing is renewed per
     /// lock. The core keeps a lease meaning what it means on every store — a holder that stops
     /// (crashed, paused, no watchdog) blocks others at most that long — by refusing
-    /// ([`crate::ErrorKind::InvalidLease`]) a lease set shorter than `expires_after`, and every
-    /// lease set (and [`crate::Lock::no_watchdog`]) when there is no `expires_after`.
+    /// ([`crate::ErrorKind::InvalidLease`]) a lease set shorter than `expires_after` (unless the
+    /// store holds such a lease under a session of its own: [`Capabilities::short_leases`]), and
+    /// every lease set (and [`crate::Lock::no_watchdog`]) when there is no `expires_after`.
     Session {
         /// How long after its holder's last contact the store ends a session (a ZooKeeper
         /// session timeout, an etcd lease's TTL): how long a crashed or paused holder keeps its

@@ -786,3 +786,67 @@ fn renewal_end(
         None => lost("renewal got no answer before the lease ended".into()),
     }
 }
+
+#[cfg(test)]
+mod short_lease_tests {
+    use super::*;
+    use crate::types::{LockKind, LockName, OwnerToken};
+
+    /// A session store of 10 s sessions that keeps shorter leases in whole seconds from a 2 s
+    /// server minimum (etcd's defaults).
+    fn caps() -> Capabilities {
+        Capabilities::sessions(Some(Duration::from_secs(10)), "?ttl= sets it").keeping_short_leases(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            "the why",
+        )
+    }
+
+    fn settled(lease: Duration) -> Result<()> {
+        let mut req = LockRequest::new(
+            LockName::new("n")?,
+            LockKind::Mutex,
+            OwnerToken::random(),
+            Lease::new(lease)?,
+        );
+        let terms = Terms {
+            renew: true,
+            lease_set: true,
+            max_hold: None,
+        };
+        settle(&caps(), "etcd", &mut req, terms)
+    }
+
+    #[test]
+    fn a_short_lease_is_taken_from_the_servers_minimum() {
+        assert!(settled(Duration::from_secs(5)).is_ok());
+        assert!(settled(Duration::from_secs(2)).is_ok());
+        assert!(settled(Duration::from_secs(30)).is_ok());
+        let below = settled(Duration::from_millis(1500)).unwrap_err();
+        assert_eq!(below.kind(), ErrorKind::InvalidLease);
+        let text = below.to_string();
+        assert!(
+            text.contains("1500ms") && text.contains("2s") && text.contains("the why"),
+            "{text}"
+        );
+        let grain = settled(Duration::from_millis(500)).unwrap_err();
+        assert!(grain.to_string().contains("1s"), "{grain}");
+    }
+
+    #[test]
+    fn keepable_rounds_up_from_the_minimum() {
+        let caps = caps();
+        assert_eq!(
+            keepable(&caps, Duration::from_millis(1)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            keepable(&caps, Duration::from_millis(4500)),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            keepable(&caps, Duration::from_secs(12)),
+            Some(Duration::from_secs(12))
+        );
+    }
+}
