@@ -385,8 +385,9 @@ impl Client {
 
     /// The lease closest to `wanted` that this store keeps, for a lock that should hold at
     /// least that long: rounded up to the store's lease step (whole seconds on memcached); on
-    /// ZooKeeper and etcd at least the session timeout (a stopped holder keeps its locks that
-    /// long, so [`Lock::lease`] refuses anything shorter). `None` for SQL session locks
+    /// ZooKeeper and etcd at least the server's minimum session (2 s by default: a lease shorter
+    /// than the client's session is held under one of its own, and [`Lock::lease`] refuses one
+    /// below that minimum). `None` for SQL session locks
     /// (`?lock=session`), which end with their connection and refuse every lease: leave the
     /// default.
     ///

@@ -19,7 +19,7 @@ use tokio::process::{Child, Command};
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_ETCD_URL")
         .unwrap_or_else(|_| "etcd://127.0.0.1:2379?ttl=3".to_string());
-    Suite::new("etcd", "etcd", url)
+    let suite = Suite::new("etcd", "etcd", url)
         .flavours(Flavour::every())
         // The session TTL of the URL above: a stopped or killed holder's lease ends by then.
         .session_expiry(Duration::from_secs(3))
@@ -63,7 +63,91 @@ fn main() -> std::process::ExitCode {
             "etcd::tls_with_a_client_certificate",
             tls_with_a_client_certificate,
         )
-        .run()
+        .case("etcd::config_in_code_locks", config_in_code_locks)
+        .case(
+            "etcd::the_applications_own_client_locks",
+            the_applications_own_client_locks,
+        );
+    // From JSON needs the serde feature (every CI run has it).
+    #[cfg(feature = "serde")]
+    let suite = suite.case("etcd::config_from_json_locks", config_from_json_locks);
+    suite.run()
+}
+
+/// A lock taken through `backend` (built without a URL, under `prefix`) excludes a contender
+/// connected by URL to the same prefix, and its release frees it for that contender.
+async fn locks_with_url_client(
+    ctx: &Ctx,
+    backend: distlock::backends::etcd::EtcdBackend,
+    prefix: &str,
+) -> Outcome {
+    let client = distlock::Client::from_backend(std::sync::Arc::new(backend));
+    let by_url = distlock::connect(&format!("etcd://{}/{prefix}", endpoints(ctx))).await?;
+    let name = ctx.unique_name("typed");
+    let guard = client
+        .lock(&name)
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await?;
+    check_taken(
+        &by_url.lock(&name),
+        "a URL client under the same prefix took the lock held through the typed configuration",
+    )
+    .await?;
+    check!(guard.release().await?, "the holding was lost");
+    let next = by_url.lock(&name).try_acquire().await?;
+    check!(next.is_some(), "the lock was not free after the release");
+    client.shutdown().await;
+    Ok(())
+}
+
+/// `EtcdConfig` built in code, no URL: `connect_config` connects and locks (issue #40).
+async fn config_in_code_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::etcd::{EtcdBackend, EtcdConfig};
+    let prefix = format!("typed-{}", &OwnerToken::random().as_str()[..8]);
+    let config = EtcdConfig::new([endpoints(&ctx)])
+        .prefix(prefix.clone())
+        .ttl(Duration::from_secs(3));
+    let backend = EtcdBackend::connect_config(config, &distlock::Options::default()).await?;
+    locks_with_url_client(&ctx, backend, &prefix).await
+}
+
+/// `EtcdConfig` from JSON (the `serde` feature), then as in code.
+#[cfg(feature = "serde")]
+async fn config_from_json_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::etcd::{EtcdBackend, EtcdConfig};
+    let prefix = format!("json-{}", &OwnerToken::random().as_str()[..8]);
+    let json = serde_json::json!({
+        "endpoints": [endpoints(&ctx)],
+        "prefix": format!("{prefix}/"),
+        "ttl": "3s",
+    });
+    let config: EtcdConfig = serde_json::from_value(json)
+        .map_err(|e| Failure(format!("the JSON configuration was refused: {e}")))?;
+    let backend = EtcdBackend::connect_config(config, &distlock::Options::default()).await?;
+    locks_with_url_client(&ctx, backend, &prefix).await
+}
+
+/// The application's own `etcd_client::Client` (issue #40): `from_client` locks through it,
+/// with the prefix and TTL of the configuration (its endpoints unused).
+async fn the_applications_own_client_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::etcd::{EtcdBackend, EtcdConfig};
+    let apps = etcd_client::Client::connect([format!("http://{}", endpoints(&ctx))], None)
+        .await
+        .map_err(|e| Failure(format!("the application's client did not connect: {e}")))?;
+    let prefix = format!("own-{}", &OwnerToken::random().as_str()[..8]);
+    let config = EtcdConfig::new(Vec::<String>::new()).prefix(prefix.clone());
+    let backend = EtcdBackend::from_client(apps.clone(), config).await?;
+    locks_with_url_client(&ctx, backend, &prefix).await?;
+    // The application's client is still its own, and works.
+    let mut kv = apps.kv_client();
+    kv.put(format!("{prefix}-app-key"), "v", None)
+        .await
+        .map_err(|e| Failure(format!("the application's client stopped working: {e}")))?;
+    kv.delete(format!("{prefix}-app-key"), None)
+        .await
+        .map_err(|e| Failure(e.to_string()))?;
+    Ok(())
 }
 
 /// `host:port,…` of the suite's URL, for etcdctl.

@@ -18,7 +18,7 @@ use zookeeper_client::Client as Zk;
 fn main() -> std::process::ExitCode {
     let url = std::env::var("DISTLOCK_ZK_URL")
         .unwrap_or_else(|_| "zk://127.0.0.1:2181/distlock-test?timeout=4s".to_string());
-    Suite::new("zk", "ZooKeeper", url)
+    let suite = Suite::new("zk", "ZooKeeper", url)
         .flavours(Flavour::every())
         // The session timeout of the URL above: a stopped or killed holder's session ends by
         // then (ZooKeeper expires sessions in ticks: allow one more).
@@ -60,7 +60,81 @@ fn main() -> std::process::ExitCode {
             cases::semaphore_counts_permits,
         )
         .case("zk::password_never_shown", password_never_shown)
-        .run()
+        .case("zk::config_in_code_locks", config_in_code_locks)
+        .case(
+            "zk::the_applications_own_connector_locks",
+            the_applications_own_connector_locks,
+        );
+    // From JSON needs the serde feature (every CI run has it).
+    #[cfg(feature = "serde")]
+    let suite = suite.case("zk::config_from_json_locks", config_from_json_locks);
+    suite.run()
+}
+
+/// A lock taken through `backend` (built without a URL, in `chroot`) excludes a contender
+/// connected by URL to the same chroot, and its release frees it for that contender.
+async fn locks_with_url_client(
+    ctx: &Ctx,
+    backend: distlock::backends::zookeeper::ZooKeeperBackend,
+    chroot: &str,
+) -> Outcome {
+    let (servers, _) = servers_and_chroot(ctx);
+    let client = distlock::Client::from_backend(std::sync::Arc::new(backend));
+    let by_url = distlock::connect(&format!("zk://{servers}{chroot}?timeout=4s")).await?;
+    let name = ctx.unique_name("typed");
+    // Shorter than the 10 s default session: held under a session of its own.
+    let guard = client
+        .lock(&name)
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await?;
+    distlock_testkit::check_taken(
+        &by_url.lock(&name),
+        "a URL client in the same chroot took the lock held through the typed configuration",
+    )
+    .await?;
+    check!(guard.release().await?, "the holding was lost");
+    let next = by_url.lock(&name).try_acquire().await?;
+    check!(next.is_some(), "the lock was not free after the release");
+    client.shutdown().await;
+    Ok(())
+}
+
+/// `ZooKeeperConfig` built in code, no URL: `connect_config` connects and locks (issue #40).
+async fn config_in_code_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+    let (servers, chroot) = servers_and_chroot(&ctx);
+    let config = ZooKeeperConfig::new(servers.split(',')).chroot(chroot.clone());
+    let backend = ZooKeeperBackend::connect_config(config, &distlock::Options::default()).await?;
+    locks_with_url_client(&ctx, backend, &chroot).await
+}
+
+/// `ZooKeeperConfig` from JSON (the `serde` feature), then as in code.
+#[cfg(feature = "serde")]
+async fn config_from_json_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+    let (servers, chroot) = servers_and_chroot(&ctx);
+    let json = serde_json::json!({
+        "servers": servers.split(',').collect::<Vec<_>>(),
+        "chroot": chroot,
+        "timeout": "10s",
+    });
+    let config: ZooKeeperConfig = serde_json::from_value(json)
+        .map_err(|e| Failure(format!("the JSON configuration was refused: {e}")))?;
+    let backend = ZooKeeperBackend::connect_config(config, &distlock::Options::default()).await?;
+    locks_with_url_client(&ctx, backend, &chroot).await
+}
+
+/// The application's own `zookeeper_client::Connector` (issue #40): `from_connector` opens
+/// every session with it (here with a digest identity the application adds itself) and locks.
+async fn the_applications_own_connector_locks(ctx: Ctx) -> Outcome {
+    use distlock::backends::zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+    let (servers, chroot) = servers_and_chroot(&ctx);
+    let connector = Zk::connector().with_auth("digest", b"app-own:pw");
+    let config = ZooKeeperConfig::new(servers.split(',')).chroot(chroot.clone());
+    let backend =
+        ZooKeeperBackend::from_connector(connector, config, &distlock::Options::default()).await?;
+    locks_with_url_client(&ctx, backend, &chroot).await
 }
 
 /// `host:port,…` and the chroot of the suite's URL.

@@ -23,6 +23,7 @@ mod restart;
 mod scoped;
 mod semaphore_size;
 mod session_end;
+mod short_lease;
 mod startup_check;
 mod support;
 mod timeouts;
@@ -229,6 +230,11 @@ enum Need {
     Inspects,
     /// A store without them (the case checks the typed `Unsupported` errors).
     LacksInspection,
+    /// A session store that holds a lease shorter than its sessions under a session of its own
+    /// ([`distlock::Capabilities::short_leases`]).
+    ShortLeases,
+    /// A store that does not (it refuses such a lease).
+    NoShortLeases,
 }
 
 impl Need {
@@ -276,6 +282,15 @@ impl Need {
             ),
             Need::LacksInspection if store.is_some_and(|s| s.inspection) => {
                 Some("it has lock status and forced release")
+            }
+            Need::ShortLeases if store.is_some_and(|s| s.capabilities.short_leases.is_none()) => {
+                Some("it keeps no lease shorter than its sessions under a session of its own")
+            }
+            Need::NoShortLeases if store.is_some_and(|s| s.capabilities.short_leases.is_some()) => {
+                Some(
+                    "it holds a lease shorter than its sessions under a session of its own \
+                     (short_lease_* check it)",
+                )
             }
             _ => None,
         }
@@ -387,6 +402,18 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
             case(crash::killed_holder_frees_within_lease),
         ),
         (
+            "short_lease_killed_holder_frees_within_it",
+            Once,
+            &[Need::Expires],
+            case(short_lease::killed_holder_frees_within_short_lease),
+        ),
+        (
+            "short_lease_below_server_minimum_is_refused",
+            Once,
+            &[Need::ShortLeases],
+            case(short_lease::below_server_minimum_is_refused),
+        ),
+        (
             "watchdog_keeps_lock_past_lease",
             Each,
             ANY,
@@ -401,7 +428,7 @@ fn cases() -> Vec<(&'static str, Runs, &'static [Need], CaseFn)> {
         (
             "lease_shorter_than_session_is_refused",
             Each,
-            &[Need::Sessions],
+            &[Need::Sessions, Need::NoShortLeases],
             case(watchdog::lease_shorter_than_session_is_refused),
         ),
         (

@@ -22,8 +22,9 @@ pub enum LeaseModel {
     /// A holding lasts as long as the client's session with the store; nothing is renewed per
     /// lock. The core keeps a lease meaning what it means on every store — a holder that stops
     /// (crashed, paused, no watchdog) blocks others at most that long — by refusing
-    /// ([`crate::ErrorKind::InvalidLease`]) a lease set shorter than `expires_after`, and every
-    /// lease set (and [`crate::Lock::no_watchdog`]) when there is no `expires_after`.
+    /// ([`crate::ErrorKind::InvalidLease`]) a lease set shorter than `expires_after` (unless the
+    /// store holds such a lease under a session of its own: [`Capabilities::short_leases`]), and
+    /// every lease set (and [`crate::Lock::no_watchdog`]) when there is no `expires_after`.
     Session {
         /// How long after its holder's last contact the store ends a session (a ZooKeeper
         /// session timeout, an etcd lease's TTL): how long a crashed or paused holder keeps its
@@ -105,6 +106,24 @@ pub struct Capabilities {
     /// support fair locks", where another configuration of the store has it (e.g. "with
     /// ?lock=session (…); use ?lock=lease, …"); empty when none does.
     pub refusal_hint: &'static str,
+    /// On a session store ([`LeaseModel::Session`] with an expiry): a lease shorter than the
+    /// sessions' expiry is held under a session (or store lease) of its own that ends that
+    /// long after its holder stops, instead of being refused. `None`: such a lease is refused.
+    pub short_leases: Option<ShortLeases>,
+}
+
+/// How a session store keeps a lease shorter than its sessions' expiry: under a session (or
+/// store lease) of its own, whose expiry is the lease ([`Capabilities::short_leases`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShortLeases {
+    /// The step such a session's expiry is rounded up to (etcd: whole seconds).
+    pub granularity: Duration,
+    /// The shortest the server keeps (it raises a shorter expiry to it): shorter leases are
+    /// refused, naming it and `why`.
+    pub minimum: Duration,
+    /// For that refusal: what sets the server's minimum and how to lower it (one clause).
+    pub why: &'static str,
 }
 
 impl Capabilities {
@@ -120,6 +139,7 @@ impl Capabilities {
             hands_over: false,
             kinds: Kinds::MUTEX,
             refusal_hint: "",
+            short_leases: None,
         }
     }
 
@@ -164,6 +184,25 @@ impl Capabilities {
     pub fn granularity(self, granularity: Duration) -> Self {
         Capabilities {
             lease: LeaseModel::PerLock { granularity },
+            ..self
+        }
+    }
+
+    /// The same, holding a lease shorter than the sessions' expiry under a session of its own
+    /// (see [`short_leases`](Capabilities::short_leases)): in steps of `granularity`, from the
+    /// server's `minimum`, which `why` explains.
+    pub fn keeping_short_leases(
+        self,
+        granularity: Duration,
+        minimum: Duration,
+        why: &'static str,
+    ) -> Self {
+        Capabilities {
+            short_leases: Some(ShortLeases {
+                granularity,
+                minimum,
+                why,
+            }),
             ..self
         }
     }

@@ -31,7 +31,7 @@ mod inspection;
 mod latches;
 mod semaphores;
 
-pub use self::capabilities::{Capabilities, Kinds, LeaseModel};
+pub use self::capabilities::{Capabilities, Kinds, LeaseModel, ShortLeases};
 pub use self::elections::{ELECTION_LOG_KEEP, ElectionEntry, ElectionWrite, Elections};
 pub use self::inspection::Inspection;
 pub use self::latches::Latches;

@@ -52,7 +52,10 @@ pub(crate) struct Terms {
 /// to ignore it.
 ///
 /// * A per-lock lease shorter than the store's granularity is refused.
-/// * On a session store a stopped holder keeps its locks until its session ends. A lease set
+/// * On a session store a stopped holder keeps its locks until its session ends. Where the
+///   store keeps short leases ([`Capabilities::short_leases`]) a lease shorter than the
+///   session's expiry is held under a session of its own, refused only below the store's
+///   granularity or its server's minimum (naming it). Otherwise a lease set
 ///   shorter than the session's expiry is refused (naming the expiry and what sets it); the
 ///   default lease is raised to the expiry when that is longer. Where the session is the
 ///   connection (no expiry: a paused holder keeps it open) a lease set and `no_watchdog` are
@@ -77,6 +80,32 @@ pub(crate) fn settle(
             show_duration(lease),
             show_duration(granularity),
         )),
+        // Held under a session of its own that ends as the lease does, from the server's
+        // minimum.
+        LeaseModel::Session {
+            expires_after: Some(expiry),
+            ..
+        } if lease < expiry && caps.short_leases.is_some() => {
+            let short = caps.short_leases.expect("checked");
+            if lease < short.granularity {
+                refuse(format!(
+                    "a lease of {} is shorter than the {} the {backend} store can keep",
+                    show_duration(lease),
+                    show_duration(short.granularity),
+                ))
+            } else if lease < short.minimum {
+                refuse(format!(
+                    "a lease of {} is shorter than the {} the {backend} server keeps at least \
+                     ({}): ask for a lease of {} or more",
+                    show_duration(lease),
+                    show_duration(short.minimum),
+                    short.why,
+                    show_duration(short.minimum),
+                ))
+            } else {
+                Ok(())
+            }
+        }
         LeaseModel::Session {
             expires_after: Some(expiry),
             explain,
@@ -118,22 +147,33 @@ pub(crate) fn settle(
 pub(crate) fn keepable(caps: &Capabilities, wanted: Duration) -> Option<Duration> {
     match caps.lease {
         LeaseModel::PerLock { granularity } if !granularity.is_zero() => {
-            let step = granularity.as_nanos();
-            let rounded = wanted.as_nanos().div_ceil(step) * step;
-            Some(Duration::from_nanos(
-                u64::try_from(rounded).unwrap_or(u64::MAX),
-            ))
+            Some(round_up(wanted, granularity))
         }
         LeaseModel::Session {
             expires_after: Some(expiry),
             ..
-        } => Some(wanted.max(expiry)),
+        } => match caps.short_leases {
+            Some(short) if wanted < expiry => {
+                Some(round_up(wanted.max(short.minimum), short.granularity))
+            }
+            _ => Some(wanted.max(expiry)),
+        },
         LeaseModel::Session {
             expires_after: None,
             ..
         } => None,
         LeaseModel::PerLock { .. } => Some(wanted),
     }
+}
+
+/// `wanted` rounded up to a whole number of `step`s.
+fn round_up(wanted: Duration, step: Duration) -> Duration {
+    if step.is_zero() {
+        return wanted;
+    }
+    let step = step.as_nanos();
+    let rounded = wanted.as_nanos().div_ceil(step) * step;
+    Duration::from_nanos(u64::try_from(rounded).unwrap_or(u64::MAX))
 }
 
 /// What a holding's guards can see of it.
@@ -749,5 +789,69 @@ fn renewal_end(
             crate::error::chain(&e)
         )),
         None => lost("renewal got no answer before the lease ended".into()),
+    }
+}
+
+#[cfg(test)]
+mod short_lease_tests {
+    use super::*;
+    use crate::types::{LockKind, LockName, OwnerToken};
+
+    /// A session store of 10 s sessions that keeps shorter leases in whole seconds from a 2 s
+    /// server minimum (etcd's defaults).
+    fn caps() -> Capabilities {
+        Capabilities::sessions(Some(Duration::from_secs(10)), "?ttl= sets it").keeping_short_leases(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            "the why",
+        )
+    }
+
+    fn settled(lease: Duration) -> Result<()> {
+        let mut req = LockRequest::new(
+            LockName::new("n")?,
+            LockKind::Mutex,
+            OwnerToken::random(),
+            Lease::new(lease)?,
+        );
+        let terms = Terms {
+            renew: true,
+            lease_set: true,
+            max_hold: None,
+        };
+        settle(&caps(), "etcd", &mut req, terms)
+    }
+
+    #[test]
+    fn a_short_lease_is_taken_from_the_servers_minimum() {
+        assert!(settled(Duration::from_secs(5)).is_ok());
+        assert!(settled(Duration::from_secs(2)).is_ok());
+        assert!(settled(Duration::from_secs(30)).is_ok());
+        let below = settled(Duration::from_millis(1500)).unwrap_err();
+        assert_eq!(below.kind(), ErrorKind::InvalidLease);
+        let text = below.to_string();
+        assert!(
+            text.contains("1500ms") && text.contains("2s") && text.contains("the why"),
+            "{text}"
+        );
+        let grain = settled(Duration::from_millis(500)).unwrap_err();
+        assert!(grain.to_string().contains("1s"), "{grain}");
+    }
+
+    #[test]
+    fn keepable_rounds_up_from_the_minimum() {
+        let caps = caps();
+        assert_eq!(
+            keepable(&caps, Duration::from_millis(1)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            keepable(&caps, Duration::from_millis(4500)),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            keepable(&caps, Duration::from_secs(12)),
+            Some(Duration::from_secs(12))
+        );
     }
 }

@@ -20,6 +20,8 @@ mod latch;
 mod session;
 mod waiter;
 
+pub use self::config::{EtcdConfig, EtcdTls};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -45,6 +47,11 @@ use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName, OwnerToken};
 
 pub(crate) const NAME: &str = "etcd";
+
+/// What sets etcd's shortest lease and how to lower it, for a refusal of a shorter one.
+pub(super) const MINIMUM_TTL_WHY: &str = "etcd raises a shorter TTL to 1.5 times its \
+     --election-timeout, rounded up to a second; lower the servers' --election-timeout to keep \
+     shorter leases";
 
 /// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -157,7 +164,34 @@ impl EtcdBackend {
     /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds connecting,
     /// `response_timeout` each request.
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let config = config::parse(url)?;
+        Self::connect_checked(config::parse(url)?, options).await
+    }
+
+    /// Connects to the cluster `config` describes (everything a URL says, in code; see
+    /// [`EtcdConfig`]), with `options` as [`connect_with`](Self::connect_with) takes them.
+    pub async fn connect_config(config: EtcdConfig, options: &Options) -> Result<Self> {
+        Self::connect_checked(config.check()?, options).await
+    }
+
+    /// Locks through the application's own `client` (its TLS, its authentication, its
+    /// channel): `config` gives the key prefix and the session TTL; its endpoints, credentials
+    /// and TLS are not used (the client has its own). `client`'s own timeouts apply to every
+    /// request; distlock still grants its session lease (and one per TTL of leases shorter than
+    /// it) and keeps them alive on that client, and opens its watches on it. Fails if the
+    /// cluster does not answer through `client`.
+    pub async fn from_client(client: Client, config: EtcdConfig) -> Result<Self> {
+        let mut config = config;
+        if config.endpoints.is_empty() {
+            // Not used: only so the check (and errors) have something to show.
+            config.endpoints = vec!["(the application's client)".into()];
+        }
+        let config = config.check()?;
+        let options = Options::default();
+        let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+        Self::start(client, config, &options, connect_timeout).await
+    }
+
+    async fn connect_checked(config: config::Config, options: &Options) -> Result<Self> {
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
@@ -167,8 +201,9 @@ impl EtcdBackend {
             // once with "no leader", before proposing anything, instead of holding it until
             // the request times out: the request is then tried again, on another member.
             .with_require_leader(true);
-        if let Some((user, password)) = &config.user {
-            connect = connect.with_user(user.clone(), password.clone());
+        if let Some(user) = &config.user {
+            let password = config.password.clone().unwrap_or_default();
+            connect = connect.with_user(user.clone(), password);
         }
         if let Some(files) = &config.tls {
             connect = connect.with_tls(tls_options(files)?);
@@ -182,17 +217,39 @@ impl EtcdBackend {
         };
         let client = tokio::time::timeout(
             connect_timeout,
-            Client::connect(&config.endpoints, Some(connect)),
+            Client::connect(config.urls(), Some(connect)),
         )
         .await
         .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))?
         .map_err(|e| unreachable(e.to_string()))?;
+        Self::start(client, config, options, connect_timeout).await
+    }
+
+    /// The backend over `client`, once the cluster answered through it.
+    async fn start(
+        client: Client,
+        config: config::Config,
+        options: &Options,
+        connect_timeout: Duration,
+    ) -> Result<Self> {
+        let unreachable = |why: String| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("cannot reach etcd at {}: {why}", config.redacted),
+            )
+            .with_backend(NAME)
+        };
         // The connection is made lazily: ask once, so a server that is down fails here.
         tokio::time::timeout(connect_timeout, client.maintenance_client().status())
             .await
             .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))?
             .map_err(|e| unreachable(e.to_string()))?;
         let sessions = Sessions::new(client.clone(), config.ttl);
+        // So that `Capabilities` (and `Client::keepable_lease`) state the shortest lease etcd
+        // keeps before a lock asks for one.
+        tokio::time::timeout(connect_timeout, sessions.probe_minimum())
+            .await
+            .map_err(|_| unreachable(format!("no answer within {connect_timeout:?}")))??;
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 client,
@@ -215,7 +272,7 @@ impl EtcdBackend {
     }
 }
 
-fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
+fn tls_options(files: &EtcdTls) -> Result<TlsOptions> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             Error::new(
@@ -226,7 +283,7 @@ fn tls_options(files: &config::Tls) -> Result<TlsOptions> {
         })
     };
     let mut tls = TlsOptions::new();
-    if let Some(ca) = &files.ca {
+    if let Some(ca) = &files.ca_cert {
         tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
     }
     if let (Some(cert), Some(key)) = (&files.cert, &files.key) {
@@ -403,6 +460,21 @@ impl Inner {
             .await
     }
 
+    /// The live session for a lock of `req`'s lease: the client's own, or, for a lease shorter
+    /// than its TTL, the session of that lease's TTL ([`Sessions::get_for`]). Granted as
+    /// [`session`](Self::session) grants.
+    async fn session_for(&self, req: &LockRequest) -> Result<Arc<Session>> {
+        self.sessions
+            .get_for(req.lease.duration(), req.name.as_str(), |ttl| {
+                self.retrying(
+                    "starting a session (granting its lease)",
+                    false,
+                    move |client| async move { client.lease_client().grant(ttl, None).await },
+                )
+            })
+            .await
+    }
+
     async fn txn(&self, what: &'static str, txn: Txn) -> Result<TxnResponse> {
         self.retrying(what, true, |client| {
             let txn = txn.clone();
@@ -461,6 +533,12 @@ impl Backend for EtcdBackend {
             Some(self.inner.sessions.ttl()),
             "the TTL of the session's lease; the URL's ?ttl= sets it, in whole seconds, from \
              etcd's minimum: 2s with its default election timeout",
+        )
+        // A shorter lease is held under an etcd lease of its own TTL, in whole seconds.
+        .keeping_short_leases(
+            Duration::from_secs(1),
+            self.inner.sessions.short_minimum(),
+            MINIMUM_TTL_WHY,
         )
         .notifying()
         .queueing()

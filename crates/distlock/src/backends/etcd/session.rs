@@ -9,6 +9,7 @@
 //! it: no round trip of its own and none per acquisition): a holding whose key someone else
 //! deleted (a forced release) is over, and its own lost signal fires.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,6 +32,8 @@ const RETRY: Duration = Duration::from_millis(200);
 pub(super) struct Session {
     /// The lease id: keys are `<lock prefix><id in hex>-<n>`.
     pub(super) id: i64,
+    /// The TTL etcd granted its lease.
+    ttl: Duration,
     over: watch::Receiver<bool>,
     /// Until when etcd has confirmed the lease: the send time of the last answered keep-alive
     /// plus the TTL.
@@ -76,7 +79,8 @@ impl Drop for Session {
     }
 }
 
-/// The client's current session, started on first use and again after one is over.
+/// The client's current session, started on first use and again after one is over; and the
+/// sessions of locks whose lease is shorter than its TTL, one per TTL.
 pub(super) struct Sessions {
     client: Client,
     ttl: Duration,
@@ -84,6 +88,20 @@ pub(super) struct Sessions {
     /// The TTL etcd granted the last session's lease, in seconds (the one asked for until then):
     /// etcd raises a TTL below its minimum.
     granted_secs: AtomicU64,
+    /// The sessions of leases shorter than the session's TTL, by their TTL in whole seconds: a
+    /// lock's lease means what it means on every store (a holder that stops blocks others at
+    /// most that long) only if what holds its key ends by then. One lease per TTL, kept alive
+    /// like the client's own, serves every lock and waiter asking that lease.
+    short: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
+    /// etcd's minimum TTL in seconds, once a grant showed it (it raises a shorter TTL to it);
+    /// 0 until then.
+    server_min_secs: AtomicU64,
+}
+
+/// The TTL of the lease that keeps a lock of `lease`: whole seconds (etcd leases count
+/// seconds), rounded up, so a stopped holder blocks others at most the lease plus a second.
+pub(super) fn ttl_secs_of(lease: Duration) -> u64 {
+    lease.as_nanos().div_ceil(1_000_000_000).max(1) as u64
 }
 
 impl Sessions {
@@ -93,7 +111,80 @@ impl Sessions {
             ttl,
             current: tokio::sync::Mutex::new(None),
             granted_secs: AtomicU64::new(ttl.as_secs()),
+            short: tokio::sync::Mutex::new(HashMap::new()),
+            server_min_secs: AtomicU64::new(0),
         }
+    }
+
+    /// The live session for a lock of `lease` (`name` for the refusal): the client's session
+    /// when the lease is at least its TTL, otherwise the session of the lease's own TTL,
+    /// started if there is none with a lease `grant` asks for. Refused with
+    /// [`ErrorKind::InvalidLease`] when etcd cannot keep a lease that short, naming its minimum.
+    pub(super) async fn get_for<G>(
+        &self,
+        lease: Duration,
+        name: &str,
+        grant: impl FnOnce(i64) -> G,
+    ) -> Result<Arc<Session>>
+    where
+        G: std::future::Future<Output = Result<LeaseGrantResponse>>,
+    {
+        let secs = ttl_secs_of(lease);
+        if secs >= self.granted_secs.load(Ordering::Relaxed) {
+            return self.get(grant).await;
+        }
+        let refuse = |min: u64| {
+            Error::new(
+                ErrorKind::InvalidLease,
+                format!(
+                    "lock {name:?}: a lease of {} is shorter than the {min}s etcd keeps a lease                      at least (the server raises a shorter TTL to its minimum, 1.5 times its                      --election-timeout rounded up to a second): ask for a lease of {min}s or                      more, or lower the servers' --election-timeout",
+                    crate::types::show_duration(lease),
+                ),
+            )
+            .with_backend(NAME)
+        };
+        let known_min = self.server_min_secs.load(Ordering::Relaxed);
+        if secs < known_min {
+            return Err(refuse(known_min));
+        }
+        let mut short = self.short.lock().await;
+        if let Some(s) = short.get(&secs).filter(|s| !s.is_over()) {
+            return Ok(s.clone());
+        }
+        let sent = Instant::now();
+        let granted = grant(secs as i64).await?;
+        if granted.ttl() > secs as i64 {
+            // etcd raised it: a holder stopped now would block others longer than its lease.
+            let min = granted.ttl() as u64;
+            self.server_min_secs.store(min, Ordering::Relaxed);
+            let mut leases = self.client.lease_client();
+            let id = granted.id();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(id)).await;
+            });
+            return Err(refuse(min));
+        }
+        let session = Arc::new(self.start(sent, granted)?);
+        short.insert(secs, session.clone());
+        Ok(session)
+    }
+
+    /// The shortest lease etcd keeps (whole seconds; 1 s until a grant showed more).
+    pub(super) fn short_minimum(&self) -> Duration {
+        Duration::from_secs(self.server_min_secs.load(Ordering::Relaxed).max(1))
+    }
+
+    /// Learns etcd's minimum TTL: a grant of 1 s comes back raised to it (and is revoked).
+    pub(super) async fn probe_minimum(&self) -> Result<()> {
+        let mut leases = self.client.lease_client();
+        let granted = leases
+            .grant(1, None)
+            .await
+            .map_err(from_etcd("asking etcd's minimum lease TTL"))?;
+        self.server_min_secs
+            .store(granted.ttl().max(1) as u64, Ordering::Relaxed);
+        let _ = leases.revoke(granted.id()).await;
+        Ok(())
     }
 
     /// The TTL of the session's lease: how long after this client's last keep-alive its
@@ -109,6 +200,11 @@ impl Sessions {
         if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
             *current = None;
         }
+        drop(current);
+        self.short
+            .lock()
+            .await
+            .retain(|_, s| !Arc::ptr_eq(s, session));
     }
 
     /// The live session, started if there is none with a lease `grant` asks for (given the
@@ -124,6 +220,8 @@ impl Sessions {
         let sent = Instant::now();
         let granted = grant(self.ttl.as_secs() as i64).await?;
         let session = Arc::new(self.start(sent, granted)?);
+        self.granted_secs
+            .store(session.ttl.as_secs(), Ordering::Relaxed);
         *current = Some(session.clone());
         Ok(session)
     }
@@ -138,7 +236,6 @@ impl Sessions {
             .with_backend(NAME));
         }
         let ttl = Duration::from_secs(granted.ttl() as u64);
-        self.granted_secs.store(ttl.as_secs(), Ordering::Relaxed);
         let (over_tx, over) = watch::channel(false);
         let (until_tx, valid_until) = watch::channel(sent + ttl);
         let held = Arc::new(Watched::default());
@@ -152,6 +249,7 @@ impl Sessions {
         ));
         Ok(Session {
             id: granted.id(),
+            ttl,
             over,
             valid_until,
             keep_alive: task.abort_handle(),
@@ -161,18 +259,22 @@ impl Sessions {
 
     /// Ends the current session: revokes its lease, which deletes every key of this client's
     /// locks at once (a clean shutdown frees the locks without waiting for the TTL).
+    /// The sessions of short leases end with it.
     pub(super) async fn end(&self) -> Result<()> {
-        let Some(session) = self.current.lock().await.take() else {
-            return Ok(());
-        };
-        let revoked = self.client.lease_client().revoke(session.id).await;
-        session.keep_alive.abort();
-        match revoked {
-            Ok(_) => Ok(()),
-            // Already gone: its keys went with it.
-            Err(e) if e.to_string().contains("lease not found") => Ok(()),
-            Err(e) => Err(from_etcd("ending the session (revoking its lease)")(e)),
+        let mut ending: Vec<Arc<Session>> =
+            self.short.lock().await.drain().map(|(_, s)| s).collect();
+        ending.extend(self.current.lock().await.take());
+        for session in ending {
+            let revoked = self.client.lease_client().revoke(session.id).await;
+            session.keep_alive.abort();
+            match revoked {
+                Ok(_) => {}
+                // Already gone: its keys went with it.
+                Err(e) if e.to_string().contains("lease not found") => {}
+                Err(e) => return Err(from_etcd("ending the session (revoking its lease)")(e)),
+            }
         }
+        Ok(())
     }
 }
 
@@ -180,14 +282,18 @@ impl Drop for Sessions {
     fn drop(&mut self) {
         // Best effort: a client dropped without shutdown still frees its locks now rather than
         // after the TTL, when a runtime is there to send the revoke.
-        let Some(session) = self.current.get_mut().take() else {
+        let mut ending: Vec<Arc<Session>> = self.short.get_mut().drain().map(|(_, s)| s).collect();
+        ending.extend(self.current.get_mut().take());
+        if ending.is_empty() {
             return;
-        };
+        }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let mut leases = self.client.lease_client();
             rt.spawn(async move {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(2), leases.revoke(session.id)).await;
+                for session in ending {
+                    let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(session.id))
+                        .await;
+                }
             });
         }
     }

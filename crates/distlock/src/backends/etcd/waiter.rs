@@ -95,7 +95,7 @@ impl EtcdWaiter {
         let place = match self.place.take() {
             Some(p) if !p.session.is_over() => p,
             _ => {
-                let session = self.inner.session().await?;
+                let session = self.inner.session_for(&self.req).await?;
                 let key = self.keys.contender(session.id, self.inner.next_contender());
                 Place {
                     session,

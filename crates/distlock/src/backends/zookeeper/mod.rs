@@ -21,6 +21,8 @@ mod session;
 mod size;
 mod waiter;
 
+pub use self::config::ZooKeeperConfig;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +41,12 @@ use crate::status::{ForcedRelease, LockStatus, Selection};
 use crate::types::{FencingToken, LockKind, LockName};
 
 pub(crate) const NAME: &str = "zk";
+
+/// What sets the ensemble's shortest session and how to lower it, for a refusal of a shorter
+/// lease.
+pub(super) const MINIMUM_TIMEOUT_WHY: &str = "the servers' minSessionTimeout, two ticks \
+     (tickTime) unless zoo.cfg sets it; lower minSessionTimeout or tickTime to keep shorter \
+     leases";
 
 /// How long connecting may take, unless [`Options::connect_timeout`] says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -117,13 +125,50 @@ impl ZooKeeperBackend {
     /// [`connect`](Self::connect) with [`Options`]: `connect_timeout` bounds connecting,
     /// `retry_for` how long a request is tried again across connection faults.
     pub async fn connect_with(url: &str, options: &Options) -> Result<Self> {
-        let config = Arc::new(config::parse(url)?);
+        Self::connect_checked(config::parse(url)?, options).await
+    }
+
+    /// Connects to the ensemble `config` describes (everything a URL says, in code; see
+    /// [`ZooKeeperConfig`]), with `options` as [`connect_with`](Self::connect_with) takes them.
+    pub async fn connect_config(config: ZooKeeperConfig, options: &Options) -> Result<Self> {
+        Self::connect_checked(config.check(None)?, options).await
+    }
+
+    /// Locks through sessions opened with the application's own `connector` (its TLS, SASL,
+    /// authentication, read-only setting): every session distlock opens — the client's, one per
+    /// timeout for leases shorter than it, and one at connect that learns the ensemble's minimum
+    /// — is a clone of `connector` with its session timeout set, connected to `config`'s
+    /// servers. `config` gives the servers, the chroot and the session timeout; its credentials,
+    /// if any, are added with the `digest` scheme. `zookeeper_client` has no way to open another
+    /// session from a `Client`, which is one session: hence a connector, not a client.
+    pub async fn from_connector(
+        connector: zookeeper_client::Connector,
+        config: ZooKeeperConfig,
+        options: &Options,
+    ) -> Result<Self> {
+        Self::start(config.check(None)?, options, Some(connector)).await
+    }
+
+    async fn connect_checked(config: config::Config, options: &Options) -> Result<Self> {
+        Self::start(config, options, None).await
+    }
+
+    async fn start(
+        config: config::Config,
+        options: &Options,
+        connector: Option<zookeeper_client::Connector>,
+    ) -> Result<Self> {
+        let config = Arc::new(config);
         let sessions = Sessions::new(
             config.clone(),
             options.connect_timeout.unwrap_or(CONNECT_TIMEOUT),
+            connector,
         );
         // Connect now, so a server that is down fails here, naming it.
         sessions.get().await?;
+        // So that `Capabilities` (and `Client::keepable_lease`) state the shortest lease the
+        // ensemble keeps before a lock asks for one.
+        sessions.probe_minimum().await?;
         Ok(ZooKeeperBackend {
             inner: Arc::new(Inner {
                 sessions,
@@ -244,6 +289,12 @@ impl Backend for ZooKeeperBackend {
             Some(self.inner.sessions.timeout()),
             "the session timeout the ensemble granted; the URL's ?timeout= asks for another, \
              which the servers bound by their minSessionTimeout, two ticks by default",
+        )
+        // A shorter lease is held under a session of its own whose timeout is the lease.
+        .keeping_short_leases(
+            session::SHORT_STEP,
+            self.inner.sessions.short_minimum(),
+            MINIMUM_TIMEOUT_WHY,
         )
         .notifying()
         .queueing()

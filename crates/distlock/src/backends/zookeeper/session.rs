@@ -20,6 +20,7 @@
 //! release) is over, and its own lost signal fires. Not a watch on the node: its successor's
 //! watch is the node's only one, so a deletion wakes one waiter, not the herd.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +42,8 @@ const RETRY: Duration = Duration::from_millis(100);
 
 /// One ZooKeeper session and the task that checks it.
 pub(super) struct Session {
+    /// The session timeout the ensemble granted.
+    timeout: Duration,
     /// `None` once the session is over: no request goes out on it again, and with the last
     /// handle gone the client closes the session.
     client: Arc<Mutex<Option<Client>>>,
@@ -117,24 +120,97 @@ pub(super) fn session_over() -> Error {
     .with_backend(NAME)
 }
 
-/// The client's current session, started on first use and again after one is over.
+/// The client's current session, started on first use and again after one is over; and the
+/// sessions of locks whose lease is shorter than its timeout, one per timeout.
 pub(super) struct Sessions {
     config: Arc<Config>,
+    /// The application's connector, if it gave one: every session starts from it.
+    connector: Option<zookeeper_client::Connector>,
     connect_timeout: Duration,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The session timeout the ensemble granted the last session, in milliseconds (the one asked
     /// for until then): the servers bound what the URL asks by their minimum and maximum.
     granted_ms: AtomicU64,
+    /// The sessions of leases shorter than the session timeout, by their timeout in
+    /// milliseconds: a lock's lease means what it means on every store (a holder that stops
+    /// blocks others at most that long) only if the session holding its node ends by then. One
+    /// session per timeout serves every lock and waiter asking that lease.
+    short: tokio::sync::Mutex<HashMap<u64, Arc<Session>>>,
+    /// The ensemble's minimum session timeout in milliseconds, once a session showed it (the
+    /// servers raise a shorter timeout to it); 0 until then.
+    server_min_ms: AtomicU64,
 }
 
+/// The step short sessions' timeouts are rounded up to: a lease of 4.95 s is held by a 5 s
+/// session, and distinct leases share few sessions.
+pub(super) const SHORT_STEP: Duration = Duration::from_millis(100);
+
 impl Sessions {
-    pub(super) fn new(config: Arc<Config>, connect_timeout: Duration) -> Self {
+    /// `connector`: the application's, which every session is opened with (its TLS, SASL,
+    /// authentication); `None`: a default one.
+    pub(super) fn new(
+        config: Arc<Config>,
+        connect_timeout: Duration,
+        connector: Option<zookeeper_client::Connector>,
+    ) -> Self {
         Sessions {
+            connector,
             granted_ms: AtomicU64::new(config.timeout.as_millis() as u64),
             config,
             connect_timeout,
             current: tokio::sync::Mutex::new(None),
+            short: tokio::sync::Mutex::new(HashMap::new()),
+            server_min_ms: AtomicU64::new(0),
         }
+    }
+
+    /// The live session for a lock of `lease` (`name` for the refusal): the client's session
+    /// when the lease is at least its timeout, otherwise the session whose timeout is the lease
+    /// (rounded up to [`SHORT_STEP`]), started if there is none. Refused with
+    /// [`ErrorKind::InvalidLease`] when the ensemble grants no session that short, naming its
+    /// minimum.
+    pub(super) async fn get_for(&self, lease: Duration, name: &str) -> Result<Arc<Session>> {
+        let step = SHORT_STEP.as_millis() as u64;
+        let ms = (lease.as_millis() as u64).div_ceil(step).max(1) * step;
+        if ms >= self.granted_ms.load(Ordering::Relaxed) {
+            return self.get().await;
+        }
+        let refuse = |min: u64| {
+            let min = crate::types::show_duration(Duration::from_millis(min));
+            Error::new(
+                ErrorKind::InvalidLease,
+                format!(
+                    "lock {name:?}: a lease of {} is shorter than the {min} the zk server keeps \
+                     at least ({}): ask for a lease of {min} or more",
+                    crate::types::show_duration(lease),
+                    super::MINIMUM_TIMEOUT_WHY,
+                ),
+            )
+            .with_backend(NAME)
+        };
+        let known_min = self.server_min_ms.load(Ordering::Relaxed);
+        if ms < known_min {
+            return Err(refuse(known_min));
+        }
+        let mut short = self.short.lock().await;
+        if let Some(s) = short.get(&ms).filter(|s| !s.is_over()) {
+            return Ok(s.clone());
+        }
+        if let Some(old) = short.remove(&ms) {
+            old.close();
+        }
+        let session = self.start_with(Duration::from_millis(ms)).await?;
+        let granted = session.timeout.as_millis() as u64;
+        if granted > ms {
+            // The ensemble raised it: a holder stopped now would block others longer than its
+            // lease. The session closes as it is dropped.
+            self.server_min_ms.store(granted, Ordering::Relaxed);
+            session.close();
+            return Err(refuse(granted));
+        }
+        let session = Arc::new(session);
+        short.insert(ms, session.clone());
+        Ok(session)
     }
 
     /// The session timeout the ensemble granted: how long after this client's last contact its
@@ -152,13 +228,59 @@ impl Sessions {
         if let Some(old) = current.take() {
             old.close();
         }
-        let session = Arc::new(self.start().await?);
+        let session = Arc::new(self.start_with(self.config.timeout).await?);
+        self.granted_ms
+            .store(session.timeout.as_millis() as u64, Ordering::Relaxed);
         *current = Some(session.clone());
         Ok(session)
     }
 
-    /// Connects a new session.
-    pub(super) async fn start(&self) -> Result<Session> {
+    /// A connector for a new session: the application's, or a default one.
+    fn connector(&self) -> zookeeper_client::Connector {
+        self.connector.clone().unwrap_or_else(Client::connector)
+    }
+
+    /// The shortest session the ensemble grants ([`SHORT_STEP`] until a session showed more).
+    pub(super) fn short_minimum(&self) -> Duration {
+        Duration::from_millis(self.server_min_ms.load(Ordering::Relaxed)).max(SHORT_STEP)
+    }
+
+    /// Learns the ensemble's minimum session timeout: a session asking for `PROBE` is granted
+    /// that minimum when it is longer (and closed at once). When it is not, the minimum is left
+    /// unknown: a shorter session is asked for when a lock needs one, and refused then if the
+    /// ensemble raises it.
+    pub(super) async fn probe_minimum(&self) -> Result<()> {
+        // Not shorter: the client gives up connecting after the session timeout it asks for,
+        // which a loaded machine outlasted at 100 ms.
+        const PROBE: Duration = Duration::from_secs(1);
+        let probe = self
+            .connector()
+            .with_session_timeout(PROBE)
+            .with_fail_eagerly()
+            .connect(&self.config.servers);
+        let client = tokio::time::timeout(self.connect_timeout, probe)
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "cannot reach ZooKeeper at {}: no session within {:?}",
+                        self.config.redacted, self.connect_timeout
+                    ),
+                )
+                .with_backend(NAME)
+            })?
+            .map_err(from_zk("asking the ensemble's minimum session timeout"))?;
+        let granted = client.session_timeout();
+        if granted > PROBE {
+            self.server_min_ms
+                .store(granted.as_millis() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Connects a new session, asking for `timeout`.
+    async fn start_with(&self, timeout: Duration) -> Result<Session> {
         let config = &self.config;
         let unreachable = |why: String| {
             Error::new(
@@ -167,8 +289,9 @@ impl Sessions {
             )
             .with_backend(NAME)
         };
-        let mut connector = Client::connector()
-            .with_session_timeout(config.timeout)
+        let mut connector = self
+            .connector()
+            .with_session_timeout(timeout)
             .with_fail_eagerly();
         if let Some((user, password)) = &config.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
@@ -179,8 +302,6 @@ impl Sessions {
             .map_err(|_| unreachable(format!("no session within {:?}", self.connect_timeout)))?
             .map_err(|e| unreachable(e.to_string()))?;
         let timeout = client.session_timeout();
-        self.granted_ms
-            .store(timeout.as_millis() as u64, Ordering::Relaxed);
         let beacon = Beacon::make(&client, &config.prefix)
             .await
             .map_err(from_zk("creating the session's beacon node"))?;
@@ -198,6 +319,7 @@ impl Sessions {
             held.clone(),
         ));
         Ok(Session {
+            timeout,
             client: shared,
             over,
             valid_until,
@@ -208,7 +330,11 @@ impl Sessions {
 
     /// Ends the current session: its nodes go at once, so every lock it held is free (their
     /// guards report the loss). The next take starts a new session.
+    /// The sessions of short leases end with it.
     pub(super) async fn end(&self) {
+        for (_, session) in self.short.lock().await.drain() {
+            session.close();
+        }
         if let Some(session) = self.current.lock().await.take() {
             session.close();
         }

@@ -70,7 +70,11 @@ impl ZkWaiter {
         let place = match self.place.take() {
             Some(p) if !p.session.is_over() => p,
             _ => Place {
-                session: self.inner.sessions.get().await?,
+                session: self
+                    .inner
+                    .sessions
+                    .get_for(self.req.lease.duration(), self.req.name.as_str())
+                    .await?,
                 id: contender_id(),
                 node: None,
             },
