@@ -210,6 +210,29 @@ impl Drop for LastClient {
 }
 
 impl Client {
+    /// A client over a store opened by its own constructor instead of a URL: from a typed
+    /// configuration (`PostgresBackend::connect_config`, `RedisBackend::connect_config`, …) or
+    /// over the application's own connections (`PostgresBackend::from_pool`,
+    /// `RedisBackend::from_client`, `EtcdBackend::from_client`, …; each store's page under
+    /// [`backends`](crate::backends) says which). The same client [`connect`] gives, with one
+    /// difference: a guard dropped on a current-thread runtime that then stops is released only
+    /// if the runtime runs its release; [`Client::shutdown`] before returning makes sure.
+    #[cfg_attr(
+        feature = "postgres",
+        doc = r#"
+```no_run
+# async fn demo(pool: sqlx::PgPool) -> distlock::Result<()> {
+use distlock::backends::postgres::PostgresBackend;
+// The application's own pool: its size, timeouts, TLS and credentials apply.
+let client = distlock::Client::new(PostgresBackend::from_pool(pool).await?);
+let guard = client.lock("invoice:7").acquire().await?;
+# Ok(()) }
+```"#
+    )]
+    pub fn new<B: Backend + 'static>(store: B) -> Self {
+        Self::from_backend(Arc::new(store))
+    }
+
     /// A client over a backend built by hand (tests, custom stores). Not covered by semver
     /// (see the crate's Stability section).
     #[doc(hidden)]
