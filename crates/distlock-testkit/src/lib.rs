@@ -111,6 +111,28 @@ pub async fn check_taken(lock: &distlock::Lock, what: &str) -> Outcome {
     }
 }
 
+/// Holds lock `name` through `ours` (a 5 s lease) and checks that `other`, a client of the same
+/// store opened another way, finds it taken, then free once released; `how` says how `ours` was
+/// opened ("the typed configuration"), in failures.
+pub async fn check_shared_store(
+    ours: &distlock::Client,
+    other: &distlock::Client,
+    name: &str,
+    how: &str,
+) -> Outcome {
+    let lease = std::time::Duration::from_secs(5);
+    let guard = ours.lock(name).lease(lease).acquire().await?;
+    let taken = format!("the other client took the lock held through {how}");
+    check_taken(&other.lock(name), &taken).await?;
+    check!(guard.release().await?, "the holding through {how} was lost");
+    let next = other.lock(name).try_acquire().await?;
+    check!(
+        next.is_some(),
+        "the lock was not free after the release through {how}"
+    );
+    Ok(())
+}
+
 /// Fails unless `answer` is an error of `kind`; `what` says what answered, in the failure.
 pub fn check_kind<T: fmt::Debug>(
     answer: &distlock::Result<T>,

@@ -84,19 +84,8 @@ async fn locks_with_url_client(
     let client = distlock::Client::from_backend(std::sync::Arc::new(backend));
     let by_url = distlock::connect(&format!("etcd://{}/{prefix}", endpoints(ctx))).await?;
     let name = ctx.unique_name("typed");
-    let guard = client
-        .lock(&name)
-        .lease(Duration::from_secs(5))
-        .acquire()
+    distlock_testkit::check_shared_store(&client, &by_url, &name, "the typed configuration")
         .await?;
-    check_taken(
-        &by_url.lock(&name),
-        "a URL client under the same prefix took the lock held through the typed configuration",
-    )
-    .await?;
-    check!(guard.release().await?, "the holding was lost");
-    let next = by_url.lock(&name).try_acquire().await?;
-    check!(next.is_some(), "the lock was not free after the release");
     client.shutdown().await;
     Ok(())
 }

@@ -11,6 +11,7 @@ use distlock::ErrorKind;
 
 use crate::child::{ChildProcess, Role, Spec};
 use crate::suite::Ctx;
+use crate::suite::support::{check_takes_and_releases, show};
 use crate::{Outcome, check, check_above, check_kind};
 
 /// The lease a holder asks for: shorter than etcd's and ZooKeeper's default sessions (10 s).
@@ -158,25 +159,6 @@ pub(super) async fn below_server_minimum_is_refused(ctx: Ctx) -> Outcome {
             "the refusal does not name the server's minimum {shown}: {text}"
         );
     }
-    let kept = ctx.lock(&name).lease(minimum).try_acquire().await?;
-    check!(
-        kept.is_some(),
-        "a lease of the server's minimum ({minimum:?}) was not taken on a free lock"
-    );
-    if let Some(guard) = kept {
-        check!(
-            guard.release().await?,
-            "the minimum lease's holding was lost"
-        );
-    }
-    Ok(())
-}
-
-/// A duration as distlock's messages write it (`2s`, `1500ms`).
-fn show(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
+    let minimum_lease = format!("a lease of the server's minimum ({minimum:?})");
+    check_takes_and_releases(ctx.lock(&name).lease(minimum), &minimum_lease).await
 }

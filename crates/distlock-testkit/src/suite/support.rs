@@ -9,6 +9,25 @@ use crate::child::{ChildProcess, Role};
 use crate::suite::Ctx;
 use crate::{Failure, Outcome, check, check_kind};
 
+/// A duration as distlock's messages write it (`3s`, `1500ms`).
+pub(super) fn show(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// Takes `lock`, which must be free and accept its lease, and releases it, which must find the
+/// holding still there; `what` names the lease in failures ("the server's minimum lease").
+pub(super) async fn check_takes_and_releases(lock: Lock, what: &str) -> Outcome {
+    let Some(guard) = lock.try_acquire().await? else {
+        return Err(Failure(format!("{what} was not taken on a free lock")));
+    };
+    check!(guard.release().await?, "{what}'s holding was lost");
+    Ok(())
+}
+
 impl Ctx {
     /// A contender's hold of lock `name`, taken within `within`.
     pub async fn contender_takes(&self, name: &str, within: Duration) -> Result<Guard, Failure> {

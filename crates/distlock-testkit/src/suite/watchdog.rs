@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::suite::Ctx;
+use crate::suite::support::{check_takes_and_releases, show};
 use crate::{Outcome, check, check_above, check_kind, within};
 
 pub(super) async fn keeps_lock_past_lease(ctx: Ctx) -> Outcome {
@@ -149,36 +150,10 @@ pub(super) async fn lease_shorter_than_session_is_refused(ctx: Ctx) -> Outcome {
         );
     }
     if let Some(expiry) = expiry {
-        let kept = ctx.lock(&name).lease(expiry).try_acquire().await?;
-        check!(
-            kept.is_some(),
-            "a lease of the session's expiry was not taken on a free lock"
-        );
-        if let Some(guard) = kept {
-            check!(guard.release().await?, "the holding was lost");
-        }
+        let expiry_lease = "a lease of the session's expiry";
+        check_takes_and_releases(ctx.lock(&name).lease(expiry), expiry_lease).await?;
     }
-    let guard = ctx.lock(&name).try_acquire().await?;
-    check!(
-        guard.is_some(),
-        "the default lease was not taken on a free lock"
-    );
-    if let Some(guard) = guard {
-        check!(
-            guard.release().await?,
-            "the default lease's holding was lost"
-        );
-    }
-    Ok(())
-}
-
-/// A duration as distlock's messages write it (`3s`, `1500ms`).
-fn show(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
+    check_takes_and_releases(ctx.lock(&name), "the default lease").await
 }
 
 /// `max_hold` caps how long a live holder keeps the lock (issue #38 item 5): renewed past its

@@ -73,11 +73,8 @@ impl EtcdTls {
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct EtcdConfig {
     /// `host:port` of each member (the URL's hosts; the port defaults to 2379 there).
     pub endpoints: Vec<String>,

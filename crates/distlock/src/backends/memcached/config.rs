@@ -24,11 +24,8 @@ fn default_max_connections() -> usize {
 /// [`MemcachedBackend::connect_config`](super::MemcachedBackend::connect_config).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct MemcachedConfig {
     /// The servers as `(host, port)`, in an order that decides where each lock lives (every
     /// client of a lock must list them alike).

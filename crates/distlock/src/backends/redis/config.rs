@@ -83,11 +83,8 @@ pub enum RedisTopology {
 /// `Debug` never shows a password.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RedisConfig {
     /// Where the store is.
     pub topology: RedisTopology,

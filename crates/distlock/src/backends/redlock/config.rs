@@ -43,11 +43,8 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 /// `Debug` never shows the password.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RedlockConfig {
     /// The independent masters as `(host, port)`: 3, 5 or 7 of them.
     pub masters: Vec<(String, u16)>,

@@ -76,11 +76,8 @@ impl SslMode {
 /// | any other (`application_name`, `options`, `charset`, …) | [`parameters`](Self::parameters), for the driver |
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct SqlConfig {
     /// The server's host name or IP address (an IPv6 address without brackets); empty: the
     /// driver's default (PostgreSQL: `PGHOST` or `localhost`).

@@ -15,11 +15,8 @@ use crate::error::Result;
 /// | (none: [`Options::response_timeout`](crate::Options)) | [`busy_timeout`](Self::busy_timeout) |
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct SqliteConfig {
     /// The database file, created if missing (a sidecar file `PATH-distlock` goes beside it).
     /// Shared by every process on the machine that opens the same path.

@@ -38,11 +38,8 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(deny_unknown_fields)
-)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct ZooKeeperConfig {
     /// `host:port` of each server (the URL's hosts; the port defaults to 2181 there).
     pub servers: Vec<String>,
