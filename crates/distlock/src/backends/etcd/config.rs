@@ -79,14 +79,11 @@ pub struct EtcdConfig {
     /// `host:port` of each member (the URL's hosts; the port defaults to 2379 there).
     pub endpoints: Vec<String>,
     /// The user (the URL's `user@`).
-    #[cfg_attr(feature = "serde", serde(default))]
     pub user: Option<String>,
     /// The user's password (the URL's `user:password@`); never shown.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub password: Option<String>,
     /// TLS (`etcds://`), with its certificate files (`?cacert=&cert=&key=`); `None`: plain
     /// HTTP/2.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub tls: Option<EtcdTls>,
     /// Put before every lock's keys (the URL's path with a `/` after it): `""` or ending in `/`.
     #[cfg_attr(feature = "serde", serde(default))]

@@ -89,10 +89,8 @@ pub struct RedisConfig {
     /// Where the store is.
     pub topology: RedisTopology,
     /// The data nodes' ACL user (the URL's user-info), if any.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub username: Option<String>,
     /// The data nodes' password (`requirepass`, or the ACL user's), if any.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub password: Option<String>,
     /// The database (`redis://host/N`, `redis-sentinel://…?db=N`); a cluster has 0 only.
     #[cfg_attr(feature = "serde", serde(default))]
@@ -120,10 +118,8 @@ pub struct RedisConfig {
     )]
     pub wait_timeout: Option<Duration>,
     /// Behind Sentinel: the Sentinels' own ACL user (`?sentinel_user=`), if any.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub sentinel_username: Option<String>,
     /// Behind Sentinel: the Sentinels' own password (`?sentinel_password=`), if they have one.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub sentinel_password: Option<String>,
 }
 

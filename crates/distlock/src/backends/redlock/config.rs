@@ -49,10 +49,8 @@ pub struct RedlockConfig {
     /// The independent masters as `(host, port)`: 3, 5 or 7 of them.
     pub masters: Vec<(String, u16)>,
     /// Every master's ACL user, if any.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub username: Option<String>,
     /// Every master's password, if any.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub password: Option<String>,
     /// The database on every master (`redlock://…/N`).
     #[cfg_attr(feature = "serde", serde(default))]

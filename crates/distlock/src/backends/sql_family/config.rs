@@ -84,16 +84,12 @@ pub struct SqlConfig {
     #[cfg_attr(feature = "serde", serde(default))]
     pub host: String,
     /// The server's port; `None`: the database's (5432, 3306).
-    #[cfg_attr(feature = "serde", serde(default))]
     pub port: Option<u16>,
     /// The user to log in as.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub user: Option<String>,
     /// The user's password. Never shown by `Debug` or in errors.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub password: Option<String>,
     /// The database holding distlock's tables.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub database: Option<String>,
     /// Session locks (`pg_advisory_lock`, `GET_LOCK`) held by a connection, instead of lease
     /// rows (`lock=session`).
@@ -103,16 +99,12 @@ pub struct SqlConfig {
     #[cfg_attr(feature = "serde", serde(default = "default_max_connections"))]
     pub max_connections: u32,
     /// TLS; `None`: the driver's default (prefer).
-    #[cfg_attr(feature = "serde", serde(default))]
     pub ssl_mode: Option<SslMode>,
     /// The CA certificate (PEM) the server's is checked against.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub ssl_root_cert: Option<PathBuf>,
     /// The client certificate (PEM), for servers that want one.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub ssl_client_cert: Option<PathBuf>,
     /// The client certificate's key (PEM).
-    #[cfg_attr(feature = "serde", serde(default))]
     pub ssl_client_key: Option<PathBuf>,
     /// The driver's other URL parameters, by name (`application_name`, `options`,
     /// `statement-cache-capacity`, `charset`, …), values not %-encoded. The driver checks them

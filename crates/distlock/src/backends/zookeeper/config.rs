@@ -44,10 +44,8 @@ pub struct ZooKeeperConfig {
     /// `host:port` of each server (the URL's hosts; the port defaults to 2181 there).
     pub servers: Vec<String>,
     /// The user of ZooKeeper's `digest` scheme (the URL's `user@`).
-    #[cfg_attr(feature = "serde", serde(default))]
     pub user: Option<String>,
     /// The user's password (the URL's `user:password@`); never shown.
-    #[cfg_attr(feature = "serde", serde(default))]
     pub password: Option<String>,
     /// The path every lock's node lives under (the URL's path): `""` for the root, or
     /// `/name[/name…]` of plain node names.
