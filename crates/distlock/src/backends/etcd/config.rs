@@ -191,7 +191,18 @@ impl EtcdConfig {
     }
 
     /// Checks what a URL's parser checks, for a configuration built in code.
-    pub(super) fn check(self) -> Result<Config> {
+    pub(super) fn check(mut self) -> Result<Config> {
+        // etcd_client's own form, `http://host:port` (`https://` with TLS), reads as host:port.
+        let web = if self.tls.is_some() {
+            "https://"
+        } else {
+            "http://"
+        };
+        for endpoint in &mut self.endpoints {
+            if let Some(bare) = endpoint.strip_prefix(web) {
+                *endpoint = bare.trim_end_matches('/').to_string();
+            }
+        }
         let redacted = self.redacted();
         let invalid = |why: &str| {
             Error::new(
@@ -210,7 +221,9 @@ impl EtcdConfig {
             .iter()
             .find(|e| e.is_empty() || e.contains("://") || e.contains('/'))
         {
-            return Err(invalid(&format!("endpoint {bad:?} is not host:port")));
+            return Err(invalid(&format!(
+                "endpoint {bad:?} is not host:port (or {web}host:port)"
+            )));
         }
         if self.password.is_some() && self.user.is_none() {
             return Err(invalid("a password needs a user"));
@@ -368,6 +381,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn endpoints_written_as_etcd_client_writes_them() {
+        let plain = EtcdConfig::new(["http://10.0.0.1:2379/", "10.0.0.2:2379"])
+            .check()
+            .unwrap();
+        assert_eq!(
+            plain.urls(),
+            ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        let tls = EtcdConfig::new(["https://10.0.0.1:2379"])
+            .tls(EtcdTls::new())
+            .check()
+            .unwrap();
+        assert_eq!(tls.urls(), ["https://10.0.0.1:2379"]);
+        // https without TLS configured says what it takes.
+        let e = EtcdConfig::new(["https://10.0.0.1:2379"])
+            .check()
+            .unwrap_err();
+        assert!(e.to_string().contains("http://host:port"), "{e}");
+    }
+
+    #[test]
     fn endpoints_prefix_ttl_and_user() {
         let c = parse("etcd://app:s%40cret@10.0.0.1,10.0.0.2:2390/locks/?ttl=5").unwrap();
         assert_eq!(c.urls(), ["http://10.0.0.1:2379", "http://10.0.0.2:2390"]);
@@ -425,7 +459,7 @@ mod tests {
     fn a_config_built_in_code_is_checked_as_a_url_is() {
         for (config, says) in [
             (EtcdConfig::new(Vec::<String>::new()), "no endpoint"),
-            (EtcdConfig::new(["http://h:2379"]), "not host:port"),
+            (EtcdConfig::new(["grpc://h:2379"]), "not host:port"),
             (
                 EtcdConfig::new(["h:2379"]).ttl(Duration::from_secs(1)),
                 "ttl",
