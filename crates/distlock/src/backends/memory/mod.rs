@@ -63,7 +63,28 @@ impl std::fmt::Debug for MemoryBackend {
     }
 }
 
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MemoryBackend {
+    /// A store of its own, empty: what the URL `memory:` opens.
+    pub fn new() -> Self {
+        MemoryBackend {
+            store: Arc::default(),
+            name: None,
+        }
+    }
+
+    /// The store named `name` in this process, shared by every client that names it, made if
+    /// none is yet: what the URL `memory://NAME` opens. A name is letters, digits, `-`, `_` and
+    /// `.` (`InvalidUrl` otherwise, as for the URL).
+    pub fn named(name: &str) -> Result<Self> {
+        Self::connect(&format!("memory://{name}"))
+    }
+
     /// The store `url` names: `memory:` makes a new one; `memory://NAME` finds the one of that
     /// name in this process, or makes it.
     pub fn connect(url: &str) -> Result<Self> {
@@ -198,5 +219,35 @@ impl Inspection for MemoryBackend {
     async fn force_release(&self, name: &LockName, kind: LockKind) -> Result<ForcedRelease> {
         let (removed, fence) = self.store.locks.force_release(name, kind)?;
         Ok(ForcedRelease::new(removed, fence))
+    }
+}
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn new_and_named_open_what_the_urls_open() -> Result<()> {
+        let one = crate::Client::new(MemoryBackend::named("typed-shared")?);
+        let two = crate::Client::new(MemoryBackend::named("typed-shared")?);
+        let own = crate::Client::new(MemoryBackend::new());
+        let by_url = crate::connect("memory://typed-shared").await?;
+        let guard = one.lock("x").acquire().await?;
+        assert!(
+            two.lock("x").try_acquire().await?.is_none(),
+            "the named store is shared"
+        );
+        assert!(
+            by_url.lock("x").try_acquire().await?.is_none(),
+            "and is the URL's store"
+        );
+        assert!(
+            own.lock("x").try_acquire().await?.is_some(),
+            "new() is a store of its own"
+        );
+        guard.release().await?;
+        let bad = MemoryBackend::named("no spaces").unwrap_err();
+        assert_eq!(bad.kind(), crate::ErrorKind::InvalidUrl);
+        Ok(())
     }
 }
