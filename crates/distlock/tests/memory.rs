@@ -33,6 +33,7 @@ fn main() -> std::process::ExitCode {
         "crashed_holder_frees_within_lease",
         "dropped_guard_freed_before_exit",
         "current_thread_main_frees_before_exit",
+        "short_lease_killed_holder_frees_within_it",
         "paused_holder_is_fenced",
         "resumed_holder_knows_at_once",
         "election_one_leader_across_processes",

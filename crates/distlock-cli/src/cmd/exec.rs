@@ -71,18 +71,17 @@ pub(crate) struct ExecArgs {
     /// Give up (exit 75) if the lock is not free within this time [default: wait forever]. A
     /// store that cannot be reached is tried again within it (then exit 69) [env: DISTLOCK_WAIT,
     /// unless --no-wait is given]
-    // Not clap's `env`: clap would refuse `--no-wait` beside a $DISTLOCK_WAIT as beside a
-    // `--wait`; the variable is a default that either flag overrides (`wait_or_env`).
+    // Not clap's `env`: clap would refuse `--no-wait` beside a $DISTLOCK_WAIT as it refuses it
+    // beside a `--wait`; the variable is a default that either flag overrides (`wait_or_env`).
     #[arg(
         long,
         value_parser = duration::parse,
         allow_hyphen_values = true,
-        overrides_with = "no_wait"
+        conflicts_with = "no_wait"
     )]
     wait: Option<Duration>,
-    /// Give up (exit 75) at once if the lock is taken (the last of --wait and --no-wait wins;
-    /// either wins over $DISTLOCK_WAIT).
-    #[arg(long, overrides_with = "wait")]
+    /// Give up (exit 75) at once if the lock is taken (wins over $DISTLOCK_WAIT).
+    #[arg(long)]
     no_wait: bool,
     /// Hold the lock at most this long: COMMAND then gets SIGTERM (SIGKILL 5s later) and
     /// distlock exits 76 saying the hold cap ended it [default: no cap]. Caps a stuck job that
