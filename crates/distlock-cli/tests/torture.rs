@@ -240,7 +240,15 @@ fn server_under_every_fault(name: &str, backend: &str, extra: &[&str]) {
     } else {
         "kill,stop,reset"
     };
-    let report = torture_with(&url, faults, extra);
+    let mut report = torture_with(&url, faults, extra);
+    // A stop lands at a random point of a random holder's hold: one that lands where the holder
+    // writes nothing more before its lease ends lets no second holder overlap it, and the cell
+    // says "fault not exercised" (safe, but it proves nothing). One more run gives the fault
+    // another chance; two misses in a row fail below.
+    if any_cell(&report, "stop")["verdict"] == "fault not exercised" {
+        println!("stop not exercised in the first run (no overlap to catch): running again");
+        report = torture_with(&url, faults, extra);
+    }
     assert_eq!(report["backend"], backend);
     check_kill_and_stop(&report);
     let mut others = vec!["reset"];
