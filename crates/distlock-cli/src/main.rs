@@ -17,11 +17,51 @@ pub(crate) const EXIT_USAGE: u8 = 64;
 /// listen (EX_UNAVAILABLE in sysexits.h): apart from 75, which says a lock is held by another.
 pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
+/// `etcd` in `--version`'s list of stores, when the build has it.
+#[cfg(feature = "etcd")]
+macro_rules! etcd_store {
+    () => {
+        ", etcd"
+    };
+}
+#[cfg(not(feature = "etcd"))]
+macro_rules! etcd_store {
+    () => {
+        " (etcd: not in this build; `cargo install distlock-cli --features etcd`, needs protoc)"
+    };
+}
+
+/// `demo`, `bench` and `torture` in `--version`, or how to get them.
+#[cfg(feature = "tools")]
+macro_rules! tools {
+    () => {
+        "demo, bench, torture"
+    };
+}
+#[cfg(not(feature = "tools"))]
+macro_rules! tools {
+    () => {
+        "not in this build (the `tools` feature, on by default)"
+    };
+}
+
+/// What `--version` prints: the version, then what this build was built with, since cargo
+/// features decide which stores and subcommands a `distlock` binary has.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nstores: sqlite, redis (rediss, redis-sentinel, redis-cluster), redlock, postgres, mysql, \
+     zk, memcached",
+    etcd_store!(),
+    "\ntools: ",
+    tools!()
+);
+
 /// Distributed locks for scripts, cron jobs and services.
 #[derive(Parser, Debug)]
 #[command(
     name = "distlock",
     version,
+    long_version = LONG_VERSION,
     about,
     long_about = None,
     after_help = "Environment:\n  \
@@ -54,11 +94,23 @@ enum Command {
     /// Take lock NAME from whoever holds it (--force), advancing its fencing token.
     Release(cmd::status::ReleaseArgs),
     /// Show overselling and lost updates under load, and every strategy that prevents them.
+    #[cfg(feature = "tools")]
     Demo(cmd::demo::DemoArgs),
     /// Measure a store: lock cycles per second, hand-offs, wait times, and safety violations.
+    #[cfg(feature = "tools")]
     Bench(cmd::bench::BenchArgs),
     /// Inject faults (kill, stop, slow or cut links) under a lock workload and check what held.
+    #[cfg(feature = "tools")]
     Torture(cmd::torture::TortureArgs),
+    /// Not in this build: the overselling demo comes with the `tools` feature.
+    #[cfg(not(feature = "tools"))]
+    Demo(cmd::absent::AbsentArgs),
+    /// Not in this build: the store benchmark comes with the `tools` feature.
+    #[cfg(not(feature = "tools"))]
+    Bench(cmd::absent::AbsentArgs),
+    /// Not in this build: fault injection comes with the `tools` feature.
+    #[cfg(not(feature = "tools"))]
+    Torture(cmd::absent::AbsentArgs),
     /// Serve a live lock status page, its JSON (/api/locks) and Prometheus metrics (/metrics).
     Serve(cmd::serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
@@ -99,9 +151,18 @@ fn main() -> ExitCode {
             Command::Leader(args) => cmd::elect::run_leader(args).await,
             Command::Status(args) => cmd::status::run_status(args).await,
             Command::Release(args) => cmd::status::run_release(args).await,
+            #[cfg(feature = "tools")]
             Command::Demo(args) => cmd::demo::run(args).await,
+            #[cfg(feature = "tools")]
             Command::Bench(args) => cmd::bench::run(args).await,
+            #[cfg(feature = "tools")]
             Command::Torture(args) => cmd::torture::run(args).await,
+            #[cfg(not(feature = "tools"))]
+            Command::Demo(_) => cmd::absent::run("demo"),
+            #[cfg(not(feature = "tools"))]
+            Command::Bench(_) => cmd::absent::run("bench"),
+            #[cfg(not(feature = "tools"))]
+            Command::Torture(_) => cmd::absent::run("torture"),
             Command::Serve(args) => cmd::serve::run(args).await,
             Command::Completions(args) => cmd::help::completions::<Cli>(args),
             Command::Man(args) => cmd::help::man::<Cli>(args),
