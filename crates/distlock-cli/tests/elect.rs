@@ -283,21 +283,82 @@ fn a_leadership_found_gone_at_the_resign_exits_76() {
     assert!(stderr.contains("no longer held"), "{stderr}");
 }
 
-/// A store that cannot be reached is 69 for `elect` and `leader`, and the command does not run.
+/// `leader` reads once: a store that cannot be reached is 69 at once.
 #[test]
-fn an_unreachable_store_exits_69() {
+fn leader_on_an_unreachable_store_exits_69() {
+    let s = Scratch::on(tempfile::tempdir().unwrap(), "redis://127.0.0.1:1".into());
+    let (code, _) = s.leader();
+    assert_eq!(code, Some(69), "leader");
+}
+
+/// A candidate started while its store is down campaigns once the store is up: with a store
+/// that comes up 1 s after `elect` started, it is elected and runs COMMAND, having said each
+/// failed attempt on stderr.
+#[test]
+fn elect_rides_out_a_store_that_comes_up_late() {
+    use distlock_testkit::servers::{Persistence, PrivateStore, start_redis};
+    let mut redis = start_redis(Persistence::None).expect("a private Redis");
+    let s = Scratch::on(tempfile::tempdir().unwrap(), redis.url());
+    redis.stop().expect("stop the private Redis");
+    let candidate = s
+        .distlock("elect")
+        .args([&s.election, "--", "sh", "-c", "echo \"ran $DISTLOCK_TERM\""])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run distlock elect");
+    std::thread::sleep(Duration::from_secs(1));
+    redis.start_again().expect("start the private Redis again");
+    let out = candidate.wait_with_output().expect("wait for elect");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "elect: {stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("ran "),
+        "COMMAND did not run: {out:?}"
+    );
+    assert!(
+        stderr.contains("cannot be reached, trying again in"),
+        "no failed attempt said: {stderr}"
+    );
+    println!("elect, store up after 1 s:\n{stderr}");
+}
+
+/// A store that never comes up is tried for as long as the candidate runs (`elect` has no
+/// wait: a campaign waits for ever), one line per attempt with growing pauses, COMMAND never
+/// runs, and SIGTERM ends it.
+#[test]
+fn elect_keeps_trying_a_store_that_never_comes_up() {
     let s = Scratch::on(tempfile::tempdir().unwrap(), "redis://127.0.0.1:1".into());
     let marker = s.path("ran");
     let script = format!("touch {}", marker.display());
-    let out = s
+    let candidate = s
         .distlock("elect")
         .args([&s.election, "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(69), "elect: {out:?}");
-    let (code, _) = s.leader();
-    assert_eq!(code, Some(69), "leader");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run distlock elect");
+    let pid = candidate.id() as i32;
+    // Past the first pauses (250 ms, 500 ms, 1 s): still trying, not ended with 69.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(common::running(pid), "elect ended on an unreachable store");
+    // SAFETY: kill(2) on the child this test spawned and has not reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = candidate.wait_with_output().expect("wait for elect");
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!marker.exists(), "the command ran");
+    let attempts: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("cannot be reached, trying again in"))
+        .collect();
+    assert!(attempts.len() >= 2, "attempts not said: {stderr}");
+    assert_eq!(
+        attempts.len(),
+        stderr.lines().count(),
+        "other lines: {stderr}"
+    );
+    assert!(attempts[0].contains("trying again in 250ms"), "{stderr}");
+    assert!(attempts[1].contains("trying again in 500ms"), "{stderr}");
 }
 
 /// Bad input is a usage error (64), and the command is not run.

@@ -3,20 +3,25 @@
 //!
 //! `elect` campaigns, runs COMMAND once it leads, and stops COMMAND when the leadership is lost,
 //! exactly as `exec` does for a lock (the same code: [`super::exec::run_while`]). When COMMAND
-//! ends, it resigns, so a waiting campaigner takes over at once.
+//! ends, it resigns, so a waiting campaigner takes over at once. A store that cannot be reached
+//! when `elect` starts is tried again, with growing pauses, until it can.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::connect::{Patience, connect};
 use super::exec::{Signals, after_release, run_while};
 use crate::duration;
 
 /// Arguments of `distlock elect`.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Exit status: COMMAND's own; 69 if the store cannot be reached or fails; 76 if \
+    after_help = "A store that cannot be reached when elect starts is tried again (every 5s at \
+                  most, each failure said on stderr) until it can, as a campaign waits for as \
+                  long as it takes.\n\
+                  Exit status: COMMAND's own; 69 if the store fails; 76 if \
                   leadership was lost while COMMAND ran (COMMAND gets SIGTERM, then SIGKILL after \
                   5s) or was found gone when COMMAND ended (a message says so; never COMMAND's \
                   0); 64 for invalid or missing arguments (or a store without leader election); \
@@ -34,7 +39,7 @@ pub(crate) struct ElectArgs {
     lease: Option<Duration>,
     /// What this candidate proclaims when it leads (shown by `distlock leader`)
     /// [default: HOSTNAME:PID].
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_ELECT_VALUE")]
     value: Option<String>,
     /// The election's name.
     name: String,
@@ -60,7 +65,7 @@ pub(crate) struct LeaderArgs {
     #[arg(long)]
     watch: bool,
     /// One JSON object per leader instead of VALUE<TAB>TERM.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// The election's name.
     name: String,
@@ -79,7 +84,20 @@ fn default_value() -> String {
 
 pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
-    let client = match distlock::connect(url).await {
+    // A candidate campaigns for as long as it takes, so it waits as long for a store that is
+    // down or still starting: a fleet started before its store, or across a store's restart,
+    // still elects a leader once the store is up. Each failure is said once per pause, as
+    // nothing else shows why no COMMAND runs yet; Ctrl-C or SIGTERM end the wait (no handlers
+    // are installed yet).
+    let retrying = |e: &distlock::Error, pause: Duration| {
+        eprintln!(
+            "distlock: election {:?}: the store cannot be reached, trying again in {}: {}",
+            args.name,
+            humantime::format_duration(pause),
+            distlock::error::chain(e)
+        );
+    };
+    let client = match connect(url, Patience::Forever, retrying).await {
         Ok(c) => c,
         Err(e) => return failed("not leader", &args.name, &e),
     };
@@ -127,7 +145,7 @@ pub(crate) async fn run_elect(args: ElectArgs) -> ExitCode {
 
 pub(crate) async fn run_leader(args: LeaderArgs) -> ExitCode {
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
-    let client = match distlock::connect(url).await {
+    let client = match connect(url, Patience::Once, |_, _| {}).await {
         Ok(c) => c,
         Err(e) => return failed("cannot read the leader", &args.name, &e),
     };

@@ -23,6 +23,7 @@ use distlock::ErrorKind;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::connect::{Patience, connect};
 use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, duration};
 
 mod tether;
@@ -36,8 +37,6 @@ pub(crate) const EXIT_LEASE_LOST: u8 = 76;
 /// A `--wait` this long or longer is waiting forever. Far below what `Instant` can represent, so
 /// no deadline is ever computed from an absurd `--wait 500000000000y`.
 const WAIT_FOREVER_FROM: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-/// How often `exec --wait` tries an unreachable store again.
-const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 /// How long COMMAND gets between SIGTERM and SIGKILL after the lease is lost.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -173,7 +172,10 @@ pub(crate) async fn run(args: ExecArgs) -> ExitCode {
         }
     };
     let started = Instant::now();
-    let client = match connect_within(url, wait).await {
+    // Within a wait, a store still starting or restarting is tried again (silently: the wait
+    // bounds it, and its end says why); without one it fails at once, rather than hanging a cron
+    // job on a mistyped URL.
+    let client = match connect(url, Patience::within(wait), |_, _| {}).await {
         Ok(c) => c,
         Err(e) => return args.exit(not_obtained(&args.name, &e)),
     };
@@ -254,29 +256,6 @@ fn wait_or_env(args: &ExecArgs) -> Result<Option<Duration>, String> {
             .map(Some)
             .map_err(|why| format!("invalid value {text:?} for $DISTLOCK_WAIT: {why}")),
         _ => Ok(None),
-    }
-}
-
-/// Connects to `url`. While the store cannot be reached, tries again every
-/// [`RECONNECT_PAUSE`] until `wait` (`--wait`) runs out, so that a job started with a wait rides
-/// out a store that is still starting or restarting; without a wait (`--no-wait`, or waiting
-/// forever for the lock) an unreachable store fails at once rather than hanging a cron job on a
-/// mistyped URL.
-async fn connect_within(url: &str, wait: Option<Duration>) -> distlock::Result<distlock::Client> {
-    let deadline = wait.map(|wait| Instant::now() + wait);
-    loop {
-        match distlock::connect(url).await {
-            Err(e) if e.kind() == ErrorKind::Connection => {
-                let left = deadline.map_or(Duration::ZERO, |d| {
-                    d.saturating_duration_since(Instant::now())
-                });
-                if left.is_zero() {
-                    return Err(e);
-                }
-                tokio::time::sleep(left.min(RECONNECT_PAUSE)).await;
-            }
-            connected => return connected,
-        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use distlock::{ForcedRelease, Holding, LockKind, LockStatus};
 use serde_json::Value;
 
+use super::connect::{Patience, connect};
 use super::exec::failed;
 use crate::EXIT_USAGE;
 
@@ -39,7 +40,7 @@ pub(crate) struct StatusArgs {
     )]
     prefix: Option<String>,
     /// JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// The lock's name.
     #[arg(required_unless_present = "prefix")]
@@ -69,7 +70,7 @@ pub(crate) struct ReleaseArgs {
     #[arg(long, default_value = "lock", value_parser = parse_kind)]
     kind: LockKind,
     /// JSON instead of text.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// The lock's name.
     name: String,
@@ -181,7 +182,7 @@ fn print_table(locks: &[LockStatus]) {
 
 pub(crate) async fn run_status(args: StatusArgs) -> ExitCode {
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
-    let client = match distlock::connect(url).await {
+    let client = match connect(url, Patience::Once, |_, _| {}).await {
         Ok(c) => c,
         Err(e) => return failed("cannot read the locks", &e),
     };
@@ -236,7 +237,7 @@ pub(crate) async fn run_release(args: ReleaseArgs) -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
-    let client = match distlock::connect(url).await {
+    let client = match connect(url, Patience::Once, |_, _| {}).await {
         Ok(c) => c,
         Err(e) => return failed("cannot release the lock", &e),
     };
