@@ -65,28 +65,28 @@ pub(crate) struct BenchArgs {
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: Option<String>,
     /// uncontended: a lock name per worker; contended: one name for all.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, env = "DISTLOCK_BENCH_WORKLOAD")]
     workload: Workload,
     /// Which lock: the exclusive lock or the fair lock.
-    #[arg(long, value_enum, default_value = "lock")]
+    #[arg(long, value_enum, default_value = "lock", env = "DISTLOCK_BENCH_KIND")]
     kind: Kind,
     /// Workers in all (tasks, spread evenly over the processes).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, env = "DISTLOCK_BENCH_WORKERS")]
     workers: usize,
     /// OS processes the workers are spread over.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, env = "DISTLOCK_BENCH_PROCESSES")]
     processes: usize,
     /// How long to run.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "DISTLOCK_BENCH_DURATION")]
     duration: Duration,
     /// How long each worker holds the lock before releasing it.
-    #[arg(long, default_value = "0s", value_parser = duration::parse)]
+    #[arg(long, default_value = "0s", value_parser = duration::parse, env = "DISTLOCK_BENCH_HOLD")]
     hold: Duration,
     /// The lease of each lock (renewed by the watchdog while held).
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, default_value = "30s", value_parser = duration::parse, env = "DISTLOCK_BENCH_LEASE")]
     lease: Duration,
     /// Print one JSON object instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// Internal: run as one of the parent's child processes, with this job (JSON).
     #[arg(long, hide = true)]

@@ -80,59 +80,91 @@ pub(crate) struct DemoArgs {
     #[command(subcommand)]
     internal: Option<Internal>,
     /// Scenarios to run, comma-separated, or all.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "all",
+        env = "DISTLOCK_DEMO_SCENARIO"
+    )]
     scenario: Vec<ScenarioChoice>,
     /// Strategies to run, comma-separated, or all.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "all",
+        env = "DISTLOCK_DEMO_STRATEGY"
+    )]
     strategy: Vec<StrategyChoice>,
     /// Instances of the service (K), each its own process.
-    #[arg(long, short = 'k', default_value_t = 3)]
+    #[arg(
+        long,
+        short = 'k',
+        default_value_t = 3,
+        env = "DISTLOCK_DEMO_INSTANCES"
+    )]
     instances: u32,
     /// Requests per run (N); the stock scenario puts N items on sale to N buyers.
-    #[arg(long, short = 'n', default_value_t = 5000)]
+    #[arg(
+        long,
+        short = 'n',
+        default_value_t = 5000,
+        env = "DISTLOCK_DEMO_REQUESTS"
+    )]
     requests: u32,
     /// Keys the requests are spread over, each its own lock (the lock strategies lock a request
     /// by its key): stock splits the N items into that many groups of products, counter keeps
     /// that many counters; request n names key n mod keys in its path. The pause scenario and
     /// segmented use one key.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "DISTLOCK_DEMO_KEYS")]
     keys: u32,
     /// Requests in flight at once, spread over the instances. Enough to show every race; more
     /// mostly adds waiters polling the lock store.
-    #[arg(long, short = 'c', default_value_t = 16)]
+    #[arg(
+        long,
+        short = 'c',
+        default_value_t = 16,
+        env = "DISTLOCK_DEMO_CONCURRENCY"
+    )]
     concurrency: u32,
     /// Segments of the segmented strategy (S).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, env = "DISTLOCK_DEMO_SEGMENTS")]
     segments: u32,
     /// Extra time between reading a value and writing it back, as a slower database round trip
     /// or business logic would take: it widens the race window. None by default: the race
     /// shows without it (the read and the write are separate statements).
-    #[arg(long, default_value = "0s", value_parser = duration::parse)]
+    #[arg(long, default_value = "0s", value_parser = duration::parse, env = "DISTLOCK_DEMO_PAUSE")]
     pause: Duration,
     /// Compare-and-swap attempts of the optimistic strategy before a request gives up.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, env = "DISTLOCK_DEMO_RETRIES")]
     retries: u32,
     /// The inventory store: sqlite:PATH, postgres://… or mysql://… (its demo_* tables are
     /// dropped and created afresh for every run) [default: an SQLite file in a temporary
     /// directory].
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_DEMO_STORE")]
     store: Option<String>,
     /// A distlock URL for the lock strategies; repeat it to run `lock` on several backends
     /// [default: an SQLite file in a temporary directory].
-    #[arg(long = "lock-url", visible_alias = "url", value_name = "URL")]
+    #[arg(
+        long = "lock-url",
+        visible_alias = "url",
+        value_name = "URL",
+        env = "DISTLOCK_DEMO_LOCK_URL"
+    )]
     lock_urls: Vec<String>,
     /// How long a request may take before it counts as failed.
-    #[arg(long, default_value = "60s", value_parser = duration::parse)]
+    #[arg(long, default_value = "60s", value_parser = duration::parse, env = "DISTLOCK_DEMO_REQUEST_TIMEOUT")]
     request_timeout: Duration,
     /// How long a request of a lock strategy waits for its key's lock before the service answers
     /// 423 Locked (counted as `busy`); 0s: the lock now or 423 [default: the request timeout].
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, value_parser = duration::parse, env = "DISTLOCK_DEMO_LOCK_WAIT")]
     lock_wait: Option<Duration>,
     /// Print one JSON object per run instead of the table.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// Also write a bar chart of throughput and correctness per strategy to this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
+    #[arg(long, value_name = "FILE.svg", env = "DISTLOCK_DEMO_CHART")]
     chart: Option<PathBuf>,
 }
 

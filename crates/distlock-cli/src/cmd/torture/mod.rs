@@ -305,54 +305,60 @@ pub(crate) struct TortureArgs {
     url: Option<String>,
     /// Faults to inject, one phase each, comma-separated: kill, stop, delay, blackhole, reset,
     /// session-kill, restart, minority, partition, clock-jump, failover.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,stop")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill,stop",
+        env = "DISTLOCK_TORTURE_FAULTS"
+    )]
     faults: Vec<FaultKind>,
     /// How long each fault's phase runs.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse, env = "DISTLOCK_TORTURE_DURATION")]
     duration: Duration,
     /// Worker processes.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, env = "DISTLOCK_TORTURE_PROCESSES")]
     processes: usize,
     /// Workers in all (tasks, spread evenly over the processes), all on one lock name.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, env = "DISTLOCK_TORTURE_WORKERS")]
     workers: usize,
     /// The lease of the lock (renewed by the watchdog while held): a killed holder's lock
     /// should be free again after about this long.
-    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    #[arg(long, default_value = "1s", value_parser = duration::parse, env = "DISTLOCK_TORTURE_LEASE")]
     lease: Duration,
     /// How long a `stop` keeps a holder stopped [default: 2.5 leases]. To see a session store
     /// (ZooKeeper, etcd) hand a stopped holder's lock on, make it longer than the session
     /// timeout.
-    #[arg(long, value_parser = duration::parse)]
+    #[arg(long, value_parser = duration::parse, env = "DISTLOCK_TORTURE_STOP_FOR")]
     stop_for: Option<Duration>,
     /// For `restart`: a shell command that restarts the store and returns once it is started
     /// again (e.g. `systemctl restart redis-server`). Its output goes to the phase's directory.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_TORTURE_RESTART_CMD")]
     restart_cmd: Option<String>,
     /// For `partition`: a shell command that splits the store's cluster when run with
     /// `DISTLOCK_PARTITION=cut` (a minority of the members no longer reaching the others, every
     /// member still reached by clients) and joins it again with `DISTLOCK_PARTITION=heal`;
     /// each returns once done. The test suite's cuts off an etcd leader from its followers.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_TORTURE_PARTITION_CMD")]
     partition_cmd: Option<String>,
     /// For `clock-jump`: the file the store's servers read their wall-clock offset from, in
     /// signed seconds (`+2.5`): the testkit's clock shim (`DISTLOCK_CLOCK_FILE`) or libfaketime
     /// (`FAKETIME_TIMESTAMP_FILE` with `FAKETIME_NO_CACHE=1`). Each jump moves it forward.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_TORTURE_CLOCK_FILE")]
     clock_file: Option<PathBuf>,
     /// For `failover`: how many failovers to run; the phase lasts until they are done (instead
     /// of --duration). Each takes a few seconds (the Sentinels' down-after time, the election,
     /// the killed nodes' resync).
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_TORTURE_FAILOVERS")]
     failovers: Option<usize>,
     /// Keep each phase's event logs (one JSONL file per worker process start), fenced resource
     /// and control counter in this directory, a subdirectory per fault, instead of removing
     /// them: to read what happened around a failed check. A fault's subdirectory left there by
     /// an earlier run is replaced.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_TORTURE_LOGS")]
     logs: Option<PathBuf>,
     /// Print one JSON object instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     json: bool,
     /// Internal: run as one of the parent's worker processes, with this job (JSON).
     #[arg(long, hide = true)]
