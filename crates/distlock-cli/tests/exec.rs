@@ -367,6 +367,32 @@ fn a_wait_retries_an_unreachable_store_until_it_runs_out() {
     println!("unreachable store, --wait 3s: exit 69 after {took:?}");
 }
 
+/// A build without etcd (the default: its client's build needs protoc) refuses an etcd:// URL
+/// as invalid (64), saying how to install a build that has it; `--version` says it too.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn an_etcd_url_names_the_install_command_that_adds_etcd() {
+    for url in ["etcd://127.0.0.1:2379", "etcds://127.0.0.1:2379"] {
+        let out = exec_on(url, &["--wait", "2s"])
+            .args(["job", "--", "echo", "ran"])
+            .output()
+            .expect("run distlock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(code(&out), 64, "{url}: {stderr}");
+        assert!(out.stdout.is_empty(), "{url}: the command ran");
+        assert!(
+            stderr.contains("`cargo install distlock-cli --features etcd`"),
+            "{url}: {stderr}"
+        );
+    }
+    let out = common::run(&["--version"]);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains("etcd: not in this build"),
+        "--version: {version}"
+    );
+}
+
 /// Options come from the environment too: `DISTLOCK_WAIT` bounds the wait (and `--no-wait`
 /// overrides it), `DISTLOCK_MAX_HOLD` caps the hold, `DISTLOCK_LEASE` is checked as `--lease`.
 #[test]

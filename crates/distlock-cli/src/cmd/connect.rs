@@ -82,11 +82,14 @@ pub(crate) async fn connect(
 /// who installed the command).
 fn lacking(url: &str) -> Option<distlock::Error> {
     match Scheme::of(url) {
+        // InvalidUrl (exit 64), which reads "invalid URL: …", rather than the library's
+        // Unsupported, which reads "unsupported by this backend: …" of a backend never opened.
         Ok(Scheme::Etcd) if !cfg!(feature = "etcd") => Some(distlock::Error::new(
-            ErrorKind::Unsupported,
+            ErrorKind::InvalidUrl,
             "this build of the distlock command has no etcd store: install one that has it with \
              `cargo install distlock-cli --features etcd`, which needs protoc to build \
-             (Debian/Ubuntu: `apt install protobuf-compiler`; macOS: `brew install protobuf`)",
+             (Debian/Ubuntu: `apt install protobuf-compiler libprotobuf-dev`; macOS: \
+             `brew install protobuf`)",
         )),
         _ => None,
     }
