@@ -69,8 +69,11 @@ const LONG_VERSION: &str = concat!(
         sqlite:distlock.db in the working directory]\n  \
         DISTLOCK_LOG   what to log on stderr, as a tracing filter: error, warn, info, debug, \
         distlock=trace, … [default: error]\n  \
-        Most options have a variable of their own (DISTLOCK_LEASE, DISTLOCK_WAIT, …): each \
-        subcommand's --help names it beside the option; the option wins over the variable.\n\
+        Options have a variable of their own (DISTLOCK_LEASE, DISTLOCK_WAIT, DISTLOCK_JSON, …): \
+        each subcommand's --help names it beside the option; the option wins over the variable. \
+        Those that say which lock or what to do (NAME, COMMAND, -c, exec's --shared, --write, \
+        --limit, --fair and --no-wait, release's --kind and --force, leader's --watch) have \
+        none, so that a variable left set cannot change them.\n\
         COMMAND run by `exec` gets DISTLOCK_LOCK_NAME and DISTLOCK_FENCING_TOKEN; by `elect`, \
         DISTLOCK_ELECTION, DISTLOCK_LEADER_VALUE and DISTLOCK_TERM.\n\
         Exit status (every subcommand): 64 for invalid arguments, 69 if the store cannot be \
