@@ -1,19 +1,11 @@
-//! The connections `serve` keeps open, so that slow or idle clients cannot lock others out
-//! (issue #32: 1,100 half-sent requests once held every file descriptor, and nothing closed them).
-//!
-//! * A request whose header has not all come `--header-timeout` after its first byte is closed.
-//! * A connection with no request under way for `--idle-timeout` (a new one that sends nothing,
-//!   or one kept alive after an answer) is closed.
-//! * At most `--max-connections` are open. One more takes the place of the open one that has
-//!   waited longest for its request; when every open one is being answered, it waits until one
-//!   ends. A request being answered is never closed to make room.
-//! * Out of file descriptors (EMFILE), the cap drops to what was open then, less [`FD_RESERVE`].
+//! Keeps slow or idle clients from locking others out, as `serve --help` describes (issue #32:
+//! 1,100 half-sent requests once held every file descriptor, and nothing closed them).
 //!
 //! hyper answers the requests; this is what it cannot do. Its `header_read_timeout` runs from
 //! when it starts waiting for a request, not from the request's first byte, so it would close an
-//! idle keep-alive connection at the header timeout and make `--idle-timeout` moot; and a
-//! semaphore can make a new connection wait, not close the one waiting longest to make room.
-//! So each connection has a [`Slot`] saying what it does since when, watched by its task.
+//! idle keep-alive connection at the header timeout and make `--idle-timeout` moot. A semaphore
+//! makes a connection over the cap wait; here it takes the place of the one that has waited
+//! longest for its request. Out of file descriptors (EMFILE), the cap drops to what is open then.
 
 use std::io;
 use std::pin::Pin;
@@ -33,6 +25,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::ServeArgs;
+
 /// File descriptors kept free when the cap is lowered on EMFILE: the store's connections and
 /// files, and the listener's next accept.
 const FD_RESERVE: usize = 16;
@@ -43,34 +37,27 @@ enum Doing {
     Idle,
     /// A request's first bytes have come, not its whole header.
     Reading,
-    /// A request is being answered.
     Answering,
     /// Chosen to make room; its task closes it.
     Closing,
 }
 
 /// What a connection does and since when, changed in one step (so a connection is either chosen
-/// to close or starts its answer, not both); its task watches it.
-struct Slot(watch::Sender<(Doing, Instant)>);
+/// to close or starts its answer, not both), and watched by the connection's task.
+type Slot = watch::Sender<(Doing, Instant)>;
 
-impl Slot {
-    /// Moves to `to`, stamped now, if `from` holds for what it does now; false if not.
-    fn shift(&self, from: impl Fn(Doing, Instant) -> bool, to: Doing) -> bool {
-        self.0.send_if_modified(|state| {
-            let moved = from(state.0, state.1);
-            if moved {
-                *state = (to, Instant::now());
-            }
-            moved
-        })
-    }
-
-    fn waiting(&self) -> bool {
-        matches!(self.0.borrow().0, Doing::Idle | Doing::Reading)
-    }
+/// Moves `slot` to `to`, stamped now, if `from` holds for its state; false if not.
+fn shift(slot: &Slot, from: impl Fn(Doing, Instant) -> bool, to: Doing) -> bool {
+    slot.send_if_modified(|state| {
+        let moving = from(state.0, state.1);
+        if moving {
+            *state = (to, Instant::now());
+        }
+        moving
+    })
 }
 
-/// Every open connection, and the cap on them.
+/// Every open connection, and the limits on them.
 pub(super) struct Connections {
     /// `--max-connections`, lowered on EMFILE.
     cap: AtomicUsize,
@@ -82,7 +69,7 @@ pub(super) struct Connections {
 }
 
 impl Connections {
-    pub(super) fn new(cap: usize, header_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
+    pub(super) fn new(args: &ServeArgs) -> Arc<Self> {
         metrics::describe_gauge!(
             "distlock_serve_connections",
             "HTTP connections open to distlock serve"
@@ -92,14 +79,12 @@ impl Connections {
             "HTTP connections distlock serve closed, by reason: header_timeout, idle_timeout, \
              evicted (made way for a new connection over --max-connections)"
         );
-        let (open, freed) = (Mutex::default(), Notify::new());
-        let cap = AtomicUsize::new(cap);
         Arc::new(Connections {
-            cap,
-            header_timeout,
-            idle_timeout,
-            open,
-            freed,
+            cap: AtomicUsize::new(args.max_connections as usize),
+            header_timeout: args.header_timeout,
+            idle_timeout: args.idle_timeout,
+            open: Mutex::default(),
+            freed: Notify::new(),
         })
     }
 
@@ -108,28 +93,30 @@ impl Connections {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Answers the requests on `stream` with `app` until the client leaves, a limit closes it, or
-    /// `graceful` stops it.
+    /// Changes the list of open connections, and the gauge that counts them.
+    fn update(&self, change: impl FnOnce(&mut Vec<Arc<Slot>>)) {
+        let mut open = self.lock();
+        change(&mut open);
+        metrics::gauge!("distlock_serve_connections").set(open.len() as f64);
+    }
+
+    /// Answers the requests on `stream` with `app` until the client leaves, a limit closes the
+    /// connection, or `graceful` stops it.
     pub(super) fn serve(
         self: &Arc<Self>,
         stream: TcpStream,
         app: Router,
         graceful: &GracefulShutdown,
     ) {
-        let slot = Arc::new(Slot(watch::Sender::new((Doing::Idle, Instant::now()))));
-        let open = {
-            let mut open = self.lock();
-            open.push(slot.clone());
-            open.len()
-        };
-        metrics::gauge!("distlock_serve_connections").set(open as f64);
+        let slot = Arc::new(Slot::new((Doing::Idle, Instant::now())));
+        self.update(|open| open.push(slot.clone()));
         let answering = slot.clone();
         let service = service_fn(move |request| {
             let (mut app, slot) = (app.clone(), answering.clone());
             async move {
-                slot.shift(|doing, _| doing != Doing::Closing, Doing::Answering);
+                shift(&slot, |doing, _| doing != Doing::Closing, Doing::Answering);
                 let response = app.call(request).await;
-                slot.shift(|doing, _| doing == Doing::Answering, Doing::Idle);
+                shift(&slot, |doing, _| doing == Doing::Answering, Doing::Idle);
                 response
             }
         });
@@ -142,13 +129,19 @@ impl Connections {
                 _ = connection => None,
                 why = connections.must_close(&slot) => Some(why),
             };
-            connections.closed(&slot, why);
+            connections.update(|open| open.retain(|open| !Arc::ptr_eq(open, &slot)));
+            if let Some(why) = why {
+                let reason = ("reason", why);
+                metrics::counter!("distlock_serve_connections_closed_total", &[reason])
+                    .increment(1);
+            }
+            connections.freed.notify_one();
         });
     }
 
     /// Resolves when the connection of `slot` must be closed, saying why.
     async fn must_close(&self, slot: &Slot) -> &'static str {
-        let mut seen = slot.0.subscribe();
+        let mut seen = slot.subscribe();
         loop {
             let (doing, since) = *seen.borrow_and_update();
             let (limit, why) = match doing {
@@ -160,7 +153,7 @@ impl Connections {
             tokio::select! {
                 // No limit on an answer; a request that began meanwhile is answered.
                 () = tokio::time::sleep_until(since + limit), if doing != Doing::Answering => {
-                    if slot.shift(|now, at| (now, at) == (doing, since), Doing::Closing) {
+                    if shift(slot, |now, at| (now, at) == (doing, since), Doing::Closing) {
                         return why;
                     }
                 }
@@ -169,26 +162,11 @@ impl Connections {
         }
     }
 
-    /// Forgets the connection of `slot`, closed by serve for `why` (None: by the client, or at
-    /// shutdown).
-    fn closed(&self, slot: &Arc<Slot>, why: Option<&'static str>) {
-        let left = {
-            let mut open = self.lock();
-            open.retain(|open| !Arc::ptr_eq(open, slot));
-            open.len()
-        };
-        metrics::gauge!("distlock_serve_connections").set(left as f64);
-        if let Some(why) = why {
-            metrics::counter!("distlock_serve_connections_closed_total", "reason" => why)
-                .increment(1);
-        }
-        self.freed.notify_one();
-    }
-
     /// Resolves once fewer connections than the cap are open: while the ones not already closing
     /// fill it, the one waiting longest for a request is closed; when every one is being
     /// answered, this waits for one to end.
     pub(super) async fn make_room(&self) {
+        let waiting = |doing| matches!(doing, Doing::Idle | Doing::Reading);
         loop {
             {
                 let open = self.lock();
@@ -196,17 +174,14 @@ impl Connections {
                 if open.len() < cap {
                     return;
                 }
-                let staying = open.iter().filter(|s| s.0.borrow().0 != Doing::Closing);
+                let staying = open.iter().filter(|s| s.borrow().0 != Doing::Closing);
                 if staying.count() >= cap
                     && let Some(slot) = open
                         .iter()
-                        .filter(|s| s.waiting())
-                        .min_by_key(|s| s.0.borrow().1)
+                        .filter(|s| waiting(s.borrow().0))
+                        .min_by_key(|s| s.borrow().1)
                 {
-                    slot.shift(
-                        |doing, _| matches!(doing, Doing::Idle | Doing::Reading),
-                        Doing::Closing,
-                    );
+                    shift(slot, |doing, _| waiting(doing), Doing::Closing);
                 }
             }
             // A permit stored by a connection that ended meanwhile wakes this at once.
@@ -236,9 +211,8 @@ impl AsyncRead for Tracked {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.0).poll_read(cx, buf);
         // A look first: most reads are of a request already begun or being answered.
-        if buf.filled().len() > before && self.1.0.borrow().0 == Doing::Idle {
-            self.1
-                .shift(|doing, _| doing == Doing::Idle, Doing::Reading);
+        if buf.filled().len() > before && self.1.borrow().0 == Doing::Idle {
+            shift(&self.1, |doing, _| doing == Doing::Idle, Doing::Reading);
         }
         polled
     }

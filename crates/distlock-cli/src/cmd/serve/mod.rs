@@ -132,6 +132,7 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
+    let connections = Connections::new(&args);
     let board = Board::new(client.clone(), url, args.prefix, args.refresh);
     announce(addr, &client, url);
     let upkeep = {
@@ -143,11 +144,6 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
             }
         })
     };
-    let connections = Connections::new(
-        args.max_connections as usize,
-        args.header_timeout,
-        args.idle_timeout,
-    );
     serve(listener, router(board, metrics), connections).await;
     upkeep.abort();
     client.shutdown().await;
@@ -206,8 +202,17 @@ async fn serve(listener: TcpListener, app: Router, connections: Arc<Connections>
             accepted = listener.accept() => accepted,
             _ = signals.next() => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let pause = match &accepted {
+            Ok(_) => {
+                if failed_in_a_row > 0 {
+                    eprintln!(
+                        "distlock: serve: accepting connections again (after {failed_in_a_row} \
+                         failed tries)"
+                    );
+                }
+                failed_in_a_row = 0;
+                None
+            }
             Err(e) => {
                 if failed_in_a_row == 0 {
                     eprintln!("distlock: serve: cannot accept connections: {e}; retrying");
@@ -221,56 +226,35 @@ async fn serve(listener: TcpListener, app: Router, connections: Arc<Connections>
                          now on (raise `ulimit -n` for more)"
                     );
                 }
-                let pause = Duration::from_millis(10 << (failed_in_a_row - 1).min(7));
-                tokio::select! {
-                    () = async {
-                        connections.make_room().await;
-                        tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
-                    } => continue,
-                    _ = signals.next() => break,
-                }
+                Some(Duration::from_millis(10 << (failed_in_a_row - 1).min(7)))
             }
         };
-        if failed_in_a_row > 0 {
-            eprintln!(
-                "distlock: serve: accepting connections again (after {failed_in_a_row} failed tries)"
-            );
-            failed_in_a_row = 0;
-        }
         // Over the cap, the connection waiting longest for a request makes way; if every one is
-        // being answered, this one waits (and nothing more is accepted) until one ends.
+        // being answered, this waits (and nothing more is accepted) until one ends.
         tokio::select! {
-            () = connections.make_room() => {}
+            () = async {
+                connections.make_room().await;
+                if let Some(pause) = pause {
+                    tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
+                }
+            } => {}
             _ = signals.next() => break,
         }
-        connections.serve(stream, app.clone(), &graceful);
+        if let Ok((stream, _)) = accepted {
+            connections.serve(stream, app.clone(), &graceful);
+        }
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
 }
 
 /// The page, compiled in: (path, content type, body).
+#[rustfmt::skip]
 const PAGE: [(&str, &str, &str); 4] = [
-    (
-        "/",
-        "text/html; charset=utf-8",
-        include_str!("page/index.html"),
-    ),
-    (
-        "/style.css",
-        "text/css; charset=utf-8",
-        include_str!("page/style.css"),
-    ),
-    (
-        "/app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("page/app.js"),
-    ),
-    (
-        "/favicon.svg",
-        "image/svg+xml",
-        include_str!("page/favicon.svg"),
-    ),
+    ("/", "text/html; charset=utf-8", include_str!("page/index.html")),
+    ("/style.css", "text/css; charset=utf-8", include_str!("page/style.css")),
+    ("/app.js", "text/javascript; charset=utf-8", include_str!("page/app.js")),
+    ("/favicon.svg", "image/svg+xml", include_str!("page/favicon.svg")),
 ];
 
 fn router(board: Board, metrics: PrometheusHandle) -> Router {
@@ -317,16 +301,17 @@ async fn every_answer(request: Request, next: Next) -> Response {
         let allow = [(header::ALLOW, "GET, HEAD")];
         (StatusCode::METHOD_NOT_ALLOWED, allow, "only GET\n").into_response()
     };
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    let policy = "default-src 'self'; frame-ancestors 'none'";
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(policy),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; frame-ancestors 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
     response
 }
