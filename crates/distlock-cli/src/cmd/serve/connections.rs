@@ -19,8 +19,9 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tower_service::Service;
@@ -31,6 +32,7 @@ use super::ServeArgs;
 /// files, and the listener's next accept.
 const FD_RESERVE: usize = 16;
 
+/// What a connection does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Doing {
     /// Waiting for a request, none of whose bytes have come.
@@ -120,7 +122,8 @@ impl Connections {
                 response
             }
         });
-        let io = TokioIo::new(Tracked(stream, slot.clone()));
+        let (read, write) = stream.into_split();
+        let io = TokioIo::new(tokio::io::join(Tracked(read, slot.clone()), write));
         let connection = graceful.watch(http1::Builder::new().serve_connection(io, service));
         let connections = self.clone();
         tokio::spawn(async move {
@@ -198,9 +201,9 @@ impl Connections {
     }
 }
 
-/// A connection's socket, telling its slot when a request's first bytes come: hyper calls the
-/// service once a header is whole, and says nothing when one begins.
-struct Tracked(TcpStream, Arc<Slot>);
+/// A connection's reading half, telling its slot when a request's first bytes come: hyper calls
+/// the service once a header is whole, and says nothing when one begins.
+struct Tracked(OwnedReadHalf, Arc<Slot>);
 
 impl AsyncRead for Tracked {
     fn poll_read(
@@ -215,23 +218,5 @@ impl AsyncRead for Tracked {
             shift(&self.1, |doing, _| doing == Doing::Idle, Doing::Reading);
         }
         polled
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
