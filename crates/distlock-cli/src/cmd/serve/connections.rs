@@ -20,8 +20,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tower_service::Service;
@@ -102,6 +102,46 @@ impl Connections {
         metrics::gauge!("distlock_serve_connections").set(open.len() as f64);
     }
 
+    /// The next connection, once there is room for it. A failed accept (out of file descriptors,
+    /// say) is said once, and retried after a pause that doubles from 10 ms to 1 s, so a lasting
+    /// failure neither spins nor floods the log.
+    pub(super) async fn accept(&self, listener: &TcpListener) -> TcpStream {
+        let mut failed = 0;
+        loop {
+            let error = match listener.accept().await {
+                Ok((stream, _)) => {
+                    if failed > 0 {
+                        eprintln!(
+                            "distlock: serve: accepting connections again (after {failed} failed \
+                             tries)"
+                        );
+                    }
+                    self.make_room().await;
+                    return stream;
+                }
+                Err(error) => error,
+            };
+            if failed == 0 {
+                eprintln!("distlock: serve: cannot accept connections: {error}; retrying");
+            }
+            failed += 1;
+            if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                // The cap becomes the connections open now, less what the store and the next
+                // accept need.
+                let lowered = self.lock().len().saturating_sub(FD_RESERVE).max(1);
+                if lowered < self.cap.fetch_min(lowered, Ordering::Relaxed) {
+                    eprintln!(
+                        "distlock: serve: out of file descriptors; at most {lowered} connections \
+                         from now on (raise `ulimit -n` for more)"
+                    );
+                }
+            }
+            self.make_room().await;
+            let pause = Duration::from_millis(10 << (failed - 1).min(7));
+            tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
+        }
+    }
+
     /// Answers the requests on `stream` with `app` until the client leaves, a limit closes the
     /// connection, or `graceful` stops it.
     pub(super) fn serve(
@@ -168,7 +208,7 @@ impl Connections {
     /// Resolves once fewer connections than the cap are open: while the ones not already closing
     /// fill it, the one waiting longest for a request is closed; when every one is being
     /// answered, this waits for one to end.
-    pub(super) async fn make_room(&self) {
+    async fn make_room(&self) {
         let waiting = |doing| matches!(doing, Doing::Idle | Doing::Reading);
         loop {
             {
@@ -190,14 +230,6 @@ impl Connections {
             // A permit stored by a connection that ended meanwhile wakes this at once.
             self.freed.notified().await;
         }
-    }
-
-    /// Out of file descriptors: the cap becomes the connections open now less [`FD_RESERVE`]
-    /// (at least 1). Returns the new cap if it is lower than before.
-    pub(super) fn out_of_files(&self) -> Option<usize> {
-        let lowered = self.lock().len().saturating_sub(FD_RESERVE).max(1);
-        let before = self.cap.fetch_min(lowered, Ordering::Relaxed);
-        (lowered < before).then_some(lowered)
     }
 }
 

@@ -190,59 +190,16 @@ fn announce(addr: SocketAddr, client: &distlock::Client, url: &str) {
 
 /// Accepts connections until Ctrl-C or SIGTERM, then lets open ones finish (up to
 /// [`SHUTDOWN_GRACE`]): a browser's idle keep-alive connection is closed at once, a request in
-/// flight gets its answer. `connections` keeps slow clients from locking others out; a failed
-/// accept (out of file descriptors, say) is said once, and retried after a pause that doubles
-/// from 10 ms to 1 s, so a lasting failure neither spins nor floods the log.
+/// flight gets its answer.
 async fn serve(listener: TcpListener, app: Router, connections: Arc<Connections>) {
     let graceful = GracefulShutdown::new();
     let mut signals = Signals::new();
-    let mut failed_in_a_row = 0u32;
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let stream = tokio::select! {
+            stream = connections.accept(&listener) => stream,
             _ = signals.next() => break,
         };
-        let pause = match &accepted {
-            Ok(_) => {
-                if failed_in_a_row > 0 {
-                    eprintln!(
-                        "distlock: serve: accepting connections again (after {failed_in_a_row} \
-                         failed tries)"
-                    );
-                }
-                failed_in_a_row = 0;
-                None
-            }
-            Err(e) => {
-                if failed_in_a_row == 0 {
-                    eprintln!("distlock: serve: cannot accept connections: {e}; retrying");
-                }
-                failed_in_a_row += 1;
-                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
-                    && let Some(cap) = connections.out_of_files()
-                {
-                    eprintln!(
-                        "distlock: serve: out of file descriptors; at most {cap} connections from \
-                         now on (raise `ulimit -n` for more)"
-                    );
-                }
-                Some(Duration::from_millis(10 << (failed_in_a_row - 1).min(7)))
-            }
-        };
-        // Over the cap, the connection waiting longest for a request makes way; if every one is
-        // being answered, this waits (and nothing more is accepted) until one ends.
-        tokio::select! {
-            () = async {
-                connections.make_room().await;
-                if let Some(pause) = pause {
-                    tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
-                }
-            } => {}
-            _ = signals.next() => break,
-        }
-        if let Ok((stream, _)) = accepted {
-            connections.serve(stream, app.clone(), &graceful);
-        }
+        connections.serve(stream, app.clone(), &graceful);
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
@@ -273,6 +230,7 @@ fn router(board: Board, metrics: PrometheusHandle) -> Router {
         .with_state(Arc::new((board, metrics)))
 }
 
+/// What the handlers share: the store's last status read, and the metrics recorder.
 type Shared = State<Arc<(Board, PrometheusHandle)>>;
 
 async fn locks(State(shared): Shared) -> Response {
