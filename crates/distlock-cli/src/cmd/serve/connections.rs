@@ -102,11 +102,12 @@ impl Connections {
         metrics::gauge!("distlock_serve_connections").set(open.len() as f64);
     }
 
-    /// The next connection, once there is room for it. A failed accept (out of file descriptors,
-    /// say) is said once, and retried after a pause that doubles from 10 ms to 1 s, so a lasting
-    /// failure neither spins nor floods the log.
+    /// The next connection, once there is room for it (none is accepted while every open one is
+    /// being answered). A failed accept (out of file descriptors, say) is said once, and retried
+    /// after a pause that doubles from 10 ms to 1 s, so a lasting failure neither spins nor
+    /// floods the log.
     pub(super) async fn accept(&self, listener: &TcpListener) -> TcpStream {
-        let mut failed = 0;
+        let mut failed = 0u32;
         loop {
             let error = match listener.accept().await {
                 Ok((stream, _)) => {
@@ -124,7 +125,7 @@ impl Connections {
             if failed == 0 {
                 eprintln!("distlock: serve: cannot accept connections: {error}; retrying");
             }
-            failed += 1;
+            failed = failed.saturating_add(1);
             if matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
                 // The cap becomes the connections open now, less what the store and the next
                 // accept need.
