@@ -35,6 +35,8 @@ const FD_RESERVE: usize = 16;
 /// What a connection does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Doing {
+    /// Accepted, not yet read: its request may be in the socket already, so it does not make way.
+    New,
     /// Waiting for a request, none of whose bytes have come.
     Idle,
     /// A request's first bytes have come, not its whole header.
@@ -66,8 +68,9 @@ pub(super) struct Connections {
     header_timeout: Duration,
     idle_timeout: Duration,
     open: Mutex<Vec<Arc<Slot>>>,
-    /// Told when a connection ends.
-    freed: Notify,
+    /// Told when a connection ends, or may make way for another (read for the first time, or
+    /// done answering).
+    room: Notify,
 }
 
 impl Connections {
@@ -86,7 +89,7 @@ impl Connections {
             header_timeout: args.header_timeout,
             idle_timeout: args.idle_timeout,
             open: Mutex::default(),
-            freed: Notify::new(),
+            room: Notify::new(),
         })
     }
 
@@ -151,20 +154,23 @@ impl Connections {
         app: Router,
         graceful: &GracefulShutdown,
     ) {
-        let slot = Arc::new(Slot::new((Doing::Idle, Instant::now())));
+        let slot = Arc::new(Slot::new((Doing::New, Instant::now())));
         self.update(|open| open.push(slot.clone()));
-        let answering = slot.clone();
+        let (answering, connections) = (slot.clone(), self.clone());
         let service = service_fn(move |request| {
-            let (mut app, slot) = (app.clone(), answering.clone());
+            let (mut app, slot, connections) =
+                (app.clone(), answering.clone(), connections.clone());
             async move {
                 shift(&slot, |doing, _| doing != Doing::Closing, Doing::Answering);
                 let response = app.call(request).await;
                 shift(&slot, |doing, _| doing == Doing::Answering, Doing::Idle);
+                connections.room.notify_one();
                 response
             }
         });
         let (read, write) = stream.into_split();
-        let io = TokioIo::new(tokio::io::join(Tracked(read, slot.clone()), write));
+        let tracked = Tracked(read, slot.clone(), self.clone());
+        let io = TokioIo::new(tokio::io::join(tracked, write));
         let connection = graceful.watch(http1::Builder::new().serve_connection(io, service));
         let connections = self.clone();
         tokio::spawn(async move {
@@ -179,7 +185,7 @@ impl Connections {
                 metrics::counter!("distlock_serve_connections_closed_total", &[reason])
                     .increment(1);
             }
-            connections.freed.notify_one();
+            connections.room.notify_one();
         });
     }
 
@@ -191,12 +197,12 @@ impl Connections {
             let (limit, why) = match doing {
                 Doing::Idle => (self.idle_timeout, "idle_timeout"),
                 Doing::Reading => (self.header_timeout, "header_timeout"),
-                Doing::Answering => (Duration::ZERO, ""),
+                Doing::New | Doing::Answering => (Duration::ZERO, ""),
                 Doing::Closing => return "evicted",
             };
             tokio::select! {
                 // No limit on an answer; a request that began meanwhile is answered.
-                () = tokio::time::sleep_until(since + limit), if doing != Doing::Answering => {
+                () = tokio::time::sleep_until(since + limit), if !why.is_empty() => {
                     if shift(slot, |now, at| (now, at) == (doing, since), Doing::Closing) {
                         return why;
                     }
@@ -208,7 +214,7 @@ impl Connections {
 
     /// Resolves once fewer connections than the cap are open: while the ones not already closing
     /// fill it, the one waiting longest for a request is closed; when every one is being
-    /// answered, this waits for one to end.
+    /// answered (or not read yet), this waits for one to end or become idle.
     async fn make_room(&self) {
         let waiting = |doing| matches!(doing, Doing::Idle | Doing::Reading);
         loop {
@@ -228,15 +234,16 @@ impl Connections {
                     shift(slot, |doing, _| waiting(doing), Doing::Closing);
                 }
             }
-            // A permit stored by a connection that ended meanwhile wakes this at once.
-            self.freed.notified().await;
+            // A permit stored by a connection that changed meanwhile wakes this at once.
+            self.room.notified().await;
         }
     }
 }
 
-/// A connection's reading half, telling its slot when a request's first bytes come: hyper calls
-/// the service once a header is whole, and says nothing when one begins.
-struct Tracked(OwnedReadHalf, Arc<Slot>);
+/// A connection's reading half, telling its slot when hyper first reads it and when a request's
+/// first bytes come: hyper calls the service once a header is whole, and says nothing when one
+/// begins.
+struct Tracked(OwnedReadHalf, Arc<Slot>, Arc<Connections>);
 
 impl AsyncRead for Tracked {
     fn poll_read(
@@ -247,8 +254,18 @@ impl AsyncRead for Tracked {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.0).poll_read(cx, buf);
         // A look first: most reads are of a request already begun or being answered.
-        if buf.filled().len() > before && self.1.borrow().0 == Doing::Idle {
-            shift(&self.1, |doing, _| doing == Doing::Idle, Doing::Reading);
+        let (came, doing) = (buf.filled().len() > before, self.1.borrow().0);
+        if came && matches!(doing, Doing::New | Doing::Idle) {
+            shift(
+                &self.1,
+                |doing, _| matches!(doing, Doing::New | Doing::Idle),
+                Doing::Reading,
+            );
+        } else if doing == Doing::New && polled.is_pending() {
+            shift(&self.1, |doing, _| doing == Doing::New, Doing::Idle);
+        }
+        if doing == Doing::New {
+            self.2.room.notify_one();
         }
         polled
     }
