@@ -137,6 +137,8 @@
 //! types, `Client::from_backend`, `Client::backend`), the `url` helpers (`distlock::redact`
 //! stays), the constructors of the status types, and the backends' `end_session`.
 #![warn(missing_docs, unreachable_pub)]
+// Every unsafe block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
 // docs.rs shows which feature each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
