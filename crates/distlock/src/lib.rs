@@ -145,6 +145,8 @@
 //! major version of distlock, announced in the changelog; CI compares every change's API with the
 //! last release (`cargo semver-checks`), so no break lands unannounced.
 #![warn(missing_docs, unreachable_pub)]
+// Every unsafe block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
 // docs.rs shows which feature each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
