@@ -155,6 +155,24 @@ fn fair_keys(name: &str) -> (String, String) {
     )
 }
 
+/// Waits (at most 5 s) until the fair lock's `queue` holds `len` waiters; fails saying `what`
+/// did not happen otherwise.
+async fn queue_reaches(
+    conn: &redis::aio::MultiplexedConnection,
+    queue: &str,
+    len: usize,
+    what: &str,
+) -> Outcome {
+    eventually(Duration::from_secs(5), what, || {
+        let mut conn = conn.clone();
+        async move {
+            let now: usize = redis::cmd("LLEN").arg(queue).query_async(&mut conn).await?;
+            Ok(now == len)
+        }
+    })
+    .await
+}
+
 async fn fair_order(ctx: Ctx) -> Outcome {
     let name = ctx.unique_name("fair");
     let (queue, _) = fair_keys(&name);
@@ -174,18 +192,7 @@ async fn fair_order(ctx: Ctx) -> Outcome {
             Ok::<(), Failure>(())
         }));
         // The next waiter arrives only once this one is in line.
-        eventually(Duration::from_secs(5), "waiter queued", || {
-            let mut conn = conn.clone();
-            let queue = queue.clone();
-            async move {
-                let len: usize = redis::cmd("LLEN")
-                    .arg(&queue)
-                    .query_async(&mut conn)
-                    .await?;
-                Ok(len == i + 1)
-            }
-        })
-        .await?;
+        queue_reaches(&conn, &queue, i + 1, "waiter queued").await?;
     }
     let _: () = redis::cmd("PING").query_async(&mut conn).await?;
     holder.release().await?;
@@ -215,18 +222,7 @@ async fn fair_leavers(ctx: Ctx) -> Outcome {
         matches!(&quitter, Err(e) if e.is_timeout()),
         "the quitter answered {quitter:?}"
     );
-    eventually(Duration::from_secs(5), "the quitter left the queue", || {
-        let mut conn = conn.clone();
-        let queue = queue.clone();
-        async move {
-            let len: usize = redis::cmd("LLEN")
-                .arg(&queue)
-                .query_async(&mut conn)
-                .await?;
-            Ok(len == 0)
-        }
-    })
-    .await?;
+    queue_reaches(&conn, &queue, 0, "the quitter left the queue").await?;
     // A waiter that crashed: in line, first, and never asking again.
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
     let now_ms = secs * 1000 + micros / 1000;
