@@ -155,6 +155,14 @@
 pub mod backend;
 pub mod backends;
 pub mod client;
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+))]
+mod config_debug;
 #[cfg(feature = "serde")]
 mod config_serde;
 mod core;
