@@ -89,13 +89,13 @@ async fn invalid_name_for_an_empty_long_or_control_character_name() {
         let taken = client.lock(name).try_acquire().await;
         assert_eq!(kind_of(&taken), Some(ErrorKind::InvalidName), "{name:?}");
     }
-    let longest = "n".repeat(512);
-    let taken = client
-        .lock(&longest)
-        .try_acquire()
-        .await
-        .expect("512 bytes");
-    assert!(taken.expect("a free lock").release().await.unwrap());
+    accepted(client.lock("n".repeat(512)), "512 bytes").await;
+}
+
+/// The bound itself is accepted: the lock is taken and released.
+async fn accepted(lock: distlock::Lock, what: &str) {
+    let guard = lock.try_acquire().await.expect(what).expect("a free lock");
+    assert!(guard.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,13 +109,8 @@ async fn invalid_lease_outside_10ms_to_24h() {
         let taken = client.lock("lease").lease(lease).try_acquire().await;
         assert_eq!(kind_of(&taken), Some(ErrorKind::InvalidLease), "{lease:?}");
     }
-    let day = client
-        .lock("lease")
-        .lease(Duration::from_secs(24 * 3600))
-        .try_acquire()
-        .await
-        .expect("a lease of exactly 24 h");
-    assert!(day.expect("a free lock").release().await.unwrap());
+    let day = client.lock("lease").lease(Duration::from_secs(24 * 3600));
+    accepted(day, "a lease of exactly 24 h").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
