@@ -3,6 +3,9 @@
 //! Each subcommand lives in `cmd/<name>.rs` or `cmd/<name>/`; this file only parses arguments and
 //! dispatches.
 
+// Every unsafe block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod cmd;
 mod duration;
 

@@ -37,7 +37,8 @@ impl FencedFile {
             .create(true)
             .truncate(false)
             .open(&self.path)?;
-        // SAFETY: flock on a file descriptor we own; released when `file` closes.
+        // SAFETY: flock(2) takes two integers and touches no memory of ours; the descriptor is
+        // `file`'s, open for the whole call, and the lock is released when `file` closes.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -68,4 +69,37 @@ pub struct FencedWrite {
     pub accepted: bool,
     /// The largest token accepted before (0 for none).
     pub highest_before: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writers on threads of their own each check and record under the flock: the largest
+    /// token is the one kept, and none is accepted below one accepted before it.
+    #[test]
+    fn concurrent_writes_keep_the_largest_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = FencedFile::new(dir.path().join("resource"));
+        assert!(file.write(5).unwrap());
+        assert!(!file.write(4).unwrap(), "a smaller token was accepted");
+        let writers: Vec<_> = (6..=40)
+            .map(|token| {
+                let file = file.clone();
+                std::thread::spawn(move || (token, file.write_checked(token).unwrap()))
+            })
+            .collect();
+        for writer in writers {
+            let (token, write) = writer.join().unwrap();
+            assert!(
+                write.highest_before <= 40,
+                "{token}: read {}",
+                write.highest_before
+            );
+            assert_eq!(write.accepted, token >= write.highest_before, "{token}");
+        }
+        let last = file.write_checked(0).unwrap();
+        assert!(!last.accepted);
+        assert_eq!(last.highest_before, 40);
+    }
 }

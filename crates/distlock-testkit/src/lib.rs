@@ -133,6 +133,33 @@ pub async fn check_shared_store(
     Ok(())
 }
 
+/// `a` holds lock `name` now: `b` finds it held, and a waiter on `b` gets it once `a` lets go,
+/// well within its 10 s (a store that wakes waiters, by pub/sub or by asking every 100 ms; 10 s
+/// leaves a loaded machine room); `a` then finds the waiter's hold.
+pub async fn check_handed_over(a: &distlock::Client, b: &distlock::Client, name: &str) -> Outcome {
+    use std::time::Duration;
+    let held = a.lock(name).acquire().await?;
+    check_taken(&b.lock(name), "the second client took a held lock").await?;
+    let waiter = tokio::spawn({
+        let lock = b.lock(name);
+        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await?;
+    let released = std::time::Instant::now();
+    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
+    // Woken, not timed out: the holder's 30 s lease would have kept a waiter relying on its
+    // timer past 5 s.
+    let after = released.elapsed();
+    check!(
+        after < Duration::from_secs(5),
+        "the waiter took {after:?} after the release"
+    );
+    check_taken(&a.lock(name), "the waiter's hold is not seen").await?;
+    taken.release().await?;
+    Ok(())
+}
+
 /// Fails unless `answer` is an error of `kind`; `what` says what answered, in the failure.
 pub fn check_kind<T: fmt::Debug>(
     answer: &distlock::Result<T>,
@@ -143,6 +170,21 @@ pub fn check_kind<T: fmt::Debug>(
         matches!(answer, Err(e) if e.kind() == kind),
         "{what} answered {answer:?}, not {kind:?}"
     );
+    Ok(())
+}
+
+/// Fails unless `answer` is an error of `kind` whose message does not show `secret` (a
+/// password the request carried).
+pub fn check_refused_hiding<T>(
+    answer: distlock::Result<T>,
+    kind: distlock::ErrorKind,
+    secret: &str,
+) -> Outcome {
+    let Err(err) = answer else {
+        return Err(Failure(format!("succeeded, not refused with {kind:?}")));
+    };
+    check!(err.kind() == kind, "{err:?}");
+    check!(!err.to_string().contains(secret), "{err}");
     Ok(())
 }
 

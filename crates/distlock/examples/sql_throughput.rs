@@ -49,50 +49,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let (spread, hot) = if db == "postgres" {
             let b = distlock::backends::postgres::PostgresBackend::connect(&url).await?;
-            let pool = b.pool().clone();
-            let p2 = pool.clone();
-            (
-                cycles(move |i| {
-                    let pool = pool.clone();
-                    async move {
-                        pool.lock_row(&format!("bench/row/{i}"))
-                            .await?
-                            .commit()
-                            .await
-                    }
-                })
-                .await?,
-                cycles(move |_| {
-                    let pool = p2.clone();
-                    async move { pool.lock_row("bench/row/hot").await?.commit().await }
-                })
-                .await?,
-            )
+            row_lock_cycles(b.pool().clone()).await?
         } else {
             let b = distlock::backends::mysql::MysqlBackend::connect(&url).await?;
-            let pool = b.pool().clone();
-            let p2 = pool.clone();
-            (
-                cycles(move |i| {
-                    let pool = pool.clone();
-                    async move {
-                        pool.lock_row(&format!("bench/row/{i}"))
-                            .await?
-                            .commit()
-                            .await
-                    }
-                })
-                .await?,
-                cycles(move |_| {
-                    let pool = p2.clone();
-                    async move { pool.lock_row("bench/row/hot").await?.commit().await }
-                })
-                .await?,
-            )
+            row_lock_cycles(b.pool().clone()).await?
         };
         println!("| {db} | row lock (FOR UPDATE, commit) | {spread:.0}/s | {hot:.0}/s |");
     }
     Ok(())
+}
+
+/// Row-lock cycles per second on `pool`: uncontended (distinct names), then contended (one).
+async fn row_lock_cycles<P>(pool: P) -> distlock::Result<(f64, f64)>
+where
+    P: RowLock + Clone + Send + Sync + 'static,
+{
+    let p2 = pool.clone();
+    let spread = cycles(move |i| {
+        let pool = pool.clone();
+        async move {
+            let name = format!("bench/row/{i}");
+            pool.lock_row(&name).await?.commit().await
+        }
+    })
+    .await?;
+    let hot = cycles(move |_| {
+        let pool = p2.clone();
+        async move { pool.lock_row("bench/row/hot").await?.commit().await }
+    })
+    .await?;
+    Ok((spread, hot))
 }
 
 /// Runs `TASKS` tasks, task `i` repeating `cycle(i)` for `RUN`; returns cycles per second.

@@ -13,7 +13,11 @@ use std::fmt;
 pub enum ErrorKind {
     /// A lock name that is empty, longer than 512 bytes or contains control characters.
     InvalidName,
-    /// A lease outside 10 ms ..= 24 h, or another duration the call cannot honour.
+    /// A lease outside 10 ms ..= 24 h, or one this store cannot keep (the message names the
+    /// bound): below its granularity or its server's minimum, shorter than the session that
+    /// keeps a stopped holder's locks, not above twice Redis' `?wait_timeout`, or any lease
+    /// set, and [`no_watchdog`](crate::Lock::no_watchdog), where only the connection's end
+    /// frees a holding (SQL `?lock=session`).
     InvalidLease,
     /// A URL that is malformed or names an unknown scheme (a store this build lacks is
     /// [`Unsupported`](ErrorKind::Unsupported), naming the cargo feature to enable).
@@ -22,7 +26,9 @@ pub enum ErrorKind {
     InvalidInput,
     /// The wait for a lock, a leadership or a latch reached its deadline.
     Timeout,
-    /// The caller released (or extended) a lock it does not hold.
+    /// [`Lock::release`](crate::Lock::release) for an owner that does not hold the lock, or
+    /// with no owner set. (A [`Guard`](crate::Guard)'s release of a holding it lost answers
+    /// `Ok(false)`, and re-entering one answers [`LeaseLost`](ErrorKind::LeaseLost).)
     NotHeld,
     /// The lease ended before the operation finished: someone else may hold the lock now.
     LeaseLost,
@@ -39,7 +45,8 @@ pub enum ErrorKind {
     /// says how many answered of how many, or how late.
     NoQuorum,
     /// A fenced write was refused: its fencing token is not above the last one the resource
-    /// accepted, so a newer holder has written since (see [`crate::fence`]).
+    /// accepted, so a newer holder has written since (see [`crate::fence`]); likewise a
+    /// leader's [`proclaim`](crate::Leadership::proclaim) once a newer term has begun.
     StaleToken,
 }
 

@@ -136,7 +136,17 @@
 //! suite and may change in any release — the `backend` contract (the `Backend` trait and its
 //! types, `Client::from_backend`, `Client::backend`), the `url` helpers (`distlock::redact`
 //! stays), the constructors of the status types, and the backends' `end_session`.
+//!
+//! Some of that API is made of other crates' types: `sqlx` (`SqlFence<DB>`, `RowLock`,
+//! `PostgresBackend` and `MysqlBackend`'s `from_pool` and `pool()`), `redis`
+//! (`RedisFence<C>`, `RedisBackend::from_client` and the other constructors taking the
+//! application's client), `etcd_client` (`EtcdBackend::from_client`) and `zookeeper_client`
+//! (`ZooKeeperBackend::from_connector`). Moving to a new major version of one of them is a new
+//! major version of distlock, announced in the changelog; CI compares every change's API with the
+//! last release (`cargo semver-checks`), so no break lands unannounced.
 #![warn(missing_docs, unreachable_pub)]
+// Every unsafe block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
 // docs.rs shows which feature each item needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -145,6 +155,14 @@
 pub mod backend;
 pub mod backends;
 pub mod client;
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+))]
+mod config_debug;
 #[cfg(feature = "serde")]
 mod config_serde;
 mod core;

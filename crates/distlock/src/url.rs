@@ -393,6 +393,14 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
             )
         })?;
     let path = rest.split(['?', '#']).next().unwrap_or("");
+    // `sqlite://user:password@/path` would otherwise name a relative file called
+    // "user:password@" (and print the password in every error about it).
+    if url.starts_with("sqlite://") && path.split('/').next().is_some_and(|a| a.contains('@')) {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            "an sqlite: URL takes a file path, no user or password: e.g. sqlite:///var/lib/app/locks.db",
+        ));
+    }
     if path.is_empty() {
         return Err(Error::new(
             ErrorKind::InvalidUrl,
@@ -669,6 +677,14 @@ mod tests {
     #[test]
     fn sqlite_paths() {
         assert_eq!(sqlite_path("sqlite:a.db").unwrap(), PathBuf::from("a.db"));
+        // A file name may hold '@'; a user-info part may not (it is no path, and a password).
+        assert_eq!(
+            sqlite_path("sqlite:./me@host.db").unwrap(),
+            PathBuf::from("./me@host.db")
+        );
+        let err = sqlite_path("sqlite://app:hunter2@/no/such/dir/x.db").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidUrl);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
         assert_eq!(
             sqlite_path("sqlite://./a.db").unwrap(),
             PathBuf::from("./a.db")

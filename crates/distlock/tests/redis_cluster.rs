@@ -121,13 +121,8 @@ async fn bad_urls(_ctx: Ctx) -> Outcome {
         check!(!shown.contains("hunter2"), "{url}: {shown}");
     }
     // Nothing listens there: a connection error naming the URL, without its password.
-    let err = distlock::connect("redis-cluster://u:hunter2@127.0.0.1:1")
-        .await
-        .map(drop)
-        .unwrap_err();
-    check!(err.kind() == ErrorKind::Connection, "{err:?}");
-    check!(!err.to_string().contains("hunter2"), "{err}");
-    Ok(())
+    let refused = distlock::connect("redis-cluster://u:hunter2@127.0.0.1:1").await;
+    distlock_testkit::check_refused_hiding(refused, ErrorKind::Connection, "hunter2")
 }
 
 /// 60 locks of different names held at once land on every master (their hash tags spread over
@@ -752,31 +747,6 @@ fn nodes_of(url: &str) -> Result<Vec<(String, u16)>, Failure> {
     }
 }
 
-/// `a` holds `name`: `b` finds it held, and a waiter on `b` gets it once `a` lets go, within
-/// its 10 s (woken by sharded pub/sub; 10 s leaves a loaded machine room).
-async fn held_then_handed(a: &Client, b: &Client, name: &str) -> Outcome {
-    let held = a.lock(name).acquire().await?;
-    check_taken(&b.lock(name), "the second client took a held lock").await?;
-    let waiter = tokio::spawn({
-        let lock = b.lock(name);
-        async move { lock.acquire_timeout(Duration::from_secs(10)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    held.release().await?;
-    let released = std::time::Instant::now();
-    let taken = waiter.await.map_err(|e| Failure(e.to_string()))??;
-    // Woken, not timed out: the holder's 30 s lease would have kept a waiter relying on its
-    // timer past 5 s.
-    let after = released.elapsed();
-    check!(
-        after < Duration::from_secs(5),
-        "the waiter took {after:?} after the release"
-    );
-    check_taken(&a.lock(name), "the waiter's hold is not seen").await?;
-    taken.release().await?;
-    Ok(())
-}
-
 /// The application's own cluster client (`from_cluster_client`), RESP3 as sharded pub/sub
 /// needs: two distlock clients made from it lock, see each other's lock and hand it over; one
 /// from the URL sees it too. A RESP2 client, which cannot subscribe, locks as well, and its
@@ -799,13 +769,14 @@ async fn the_applications_cluster_client(ctx: Ctx) -> Outcome {
         Ok::<_, Failure>(Client::from_backend(std::sync::Arc::new(backend)))
     };
     let (a, b) = (make(app.clone()).await?, make(app.clone()).await?);
-    held_then_handed(&a, &b, &ctx.unique_name("byo-cluster")).await?;
-    held_then_handed(&b, &ctx.client, &ctx.unique_name("byo-cluster-url")).await?;
+    distlock_testkit::check_handed_over(&a, &b, &ctx.unique_name("byo-cluster")).await?;
+    distlock_testkit::check_handed_over(&b, &ctx.client, &ctx.unique_name("byo-cluster-url"))
+        .await?;
     let resp2 = make(ClusterClientBuilder::new(seeds).build()?).await?;
     let name = ctx.unique_name("byo-cluster-resp2");
     // A RESP2 client cannot subscribe: its waiter asks again every 100 ms, so it is handed the
     // lock within the helper's 5 s, well before the holder's 30 s lease would wake its timer.
-    held_then_handed(&a, &resp2, &name).await?;
+    distlock_testkit::check_handed_over(&a, &resp2, &name).await?;
     Ok(())
 }
 
@@ -818,14 +789,20 @@ async fn typed_configuration_alone(ctx: Ctx) -> Outcome {
     let backend =
         RedisBackend::connect_config(RedisConfig::cluster(nodes.clone()), &options).await?;
     let typed = Client::from_backend(std::sync::Arc::new(backend));
-    held_then_handed(&typed, &ctx.client, &ctx.unique_name("typed-cluster")).await?;
+    distlock_testkit::check_handed_over(&typed, &ctx.client, &ctx.unique_name("typed-cluster"))
+        .await?;
     #[cfg(feature = "serde")]
     {
         let json = serde_json::json!({ "topology": { "cluster": { "nodes": nodes } } });
         let config: RedisConfig = serde_json::from_value(json)?;
         let backend = RedisBackend::connect_config(config, &options).await?;
         let from_json = Client::from_backend(std::sync::Arc::new(backend));
-        held_then_handed(&from_json, &typed, &ctx.unique_name("typed-cluster-json")).await?;
+        distlock_testkit::check_handed_over(
+            &from_json,
+            &typed,
+            &ctx.unique_name("typed-cluster-json"),
+        )
+        .await?;
     }
     let err = RedisBackend::connect_config(RedisConfig::cluster(nodes).db(1), &options)
         .await

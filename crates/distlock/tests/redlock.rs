@@ -573,8 +573,11 @@ async fn take_answered_after_its_validity(ctx: Ctx) -> Outcome {
         .await;
     let answered = sent.elapsed();
     match &answer {
+        // The message says how late, against what the grant was valid for.
         Err(e) if e.kind() == ErrorKind::NoQuorum => check!(
-            e.to_string().contains("after"),
+            e.to_string().contains("answered only")
+                && e.to_string().contains("after the send, past the")
+                && e.to_string().contains("the grant is valid for"),
             "the error does not say the answers came too late: {e}"
         ),
         other => {

@@ -505,7 +505,9 @@ fn ended(status: &std::io::Result<std::process::ExitStatus>) -> Ran {
 
 /// Sends `sig` to a process (`target` > 0) or a process group (`target` < 0).
 fn send(target: libc::pid_t, sig: i32) {
-    // SAFETY: kill(2) on the child we spawned (not yet reaped) or its process group.
+    // SAFETY: kill(2) takes two integers and touches no memory of ours. `target` is the pid
+    // of the child we spawned (tokio gives an id only until the child is reaped) or minus
+    // its process group's id, never 0 or -1 (our own group, every process).
     unsafe {
         libc::kill(target, sig);
     }

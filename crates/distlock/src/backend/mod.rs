@@ -77,6 +77,20 @@ pub struct LockRequest {
     pub follows_resize: bool,
 }
 
+/// The error of an owner that holds the read side of `name` and asks for its write side
+/// ([`crate::ErrorKind::InvalidInput`]): refused, as two readers upgrading at once would each
+/// wait for the other to leave.
+pub fn upgrade_refused(backend: &'static str, name: &LockName) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::InvalidInput,
+        format!(
+            "lock {name:?}: this owner holds the read lock; release it before taking the write \
+             lock (upgrading could deadlock two readers)"
+        ),
+    )
+    .with_backend(backend)
+}
+
 impl LockRequest {
     /// A request for `name` of flavour `kind` by `owner`, with `lease`.
     pub fn new(name: LockName, kind: LockKind, owner: OwnerToken, lease: Lease) -> Self {

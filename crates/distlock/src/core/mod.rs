@@ -78,6 +78,31 @@ impl Background {
     fn running(&self) -> std::sync::MutexGuard<'_, usize> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Blocks the calling thread until `done(count)`, checked under the count's lock, or until
+    /// `within` has passed (false then). It looks again at least every `recheck`, for a `done`
+    /// that turns true without this count changing.
+    fn wait_blocking(
+        &self,
+        within: Duration,
+        recheck: Duration,
+        done: impl Fn(usize) -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        let mut running = self.running();
+        while !done(*running) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            running = self
+                .idle_blocking
+                .wait_timeout(running, left.min(recheck))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
 }
 
 /// The longest a dropped client waits for its background releases when its backend gave no
@@ -116,7 +141,7 @@ impl Engine {
     pub(crate) fn last_client_dropped(&self) {
         self.abandoned.store(true, Ordering::Release);
         self.wait_aside();
-        self.wait_background(|| *self.background.running() == 0);
+        self.wait_background(|running| running == 0);
     }
 
     /// Blocks the calling thread until the releases sent to the release thread so far have
@@ -126,25 +151,12 @@ impl Engine {
             return;
         }
         let wait = || {
-            let deadline = std::time::Instant::now() + self.exit_wait;
-            let mut running = self.aside.running();
-            while *running > 0 {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    tracing::warn!(
-                        backend = self.backend.name(),
-                        "releases of dropped guards did not finish within {:?}; their leases \
-                         will free the locks",
-                        self.exit_wait
-                    );
-                    return;
-                }
-                running = self
-                    .aside
-                    .idle_blocking
-                    .wait_timeout(running, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+            // The release thread's count changes whenever one finishes: no recheck needed.
+            if !self
+                .aside
+                .wait_blocking(self.exit_wait, Duration::MAX, |running| running == 0)
+            {
+                self.warn_releases_unfinished();
             }
         };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
@@ -154,13 +166,13 @@ impl Engine {
         }
     }
 
-    /// Blocks the calling thread until `done` (checked under the background count's lock), at
-    /// most `exit_wait`. The tasks it waits for run on the runtime's other threads: on a worker
-    /// of a multi-thread runtime the worker's other tasks move elsewhere meanwhile
+    /// Blocks the calling thread until `done(background count)` (checked under that count's
+    /// lock), at most `exit_wait`. The tasks it waits for run on the runtime's other threads: on
+    /// a worker of a multi-thread runtime the worker's other tasks move elsewhere meanwhile
     /// (`block_in_place`). A current-thread runtime runs them only on this very thread, so there
     /// it cannot wait: it says so, and the leases free those locks.
-    fn wait_background(&self, done: impl Fn() -> bool) {
-        if done() {
+    fn wait_background(&self, done: impl Fn(usize) -> bool) {
+        if done(*self.background.running()) {
             return;
         }
         let Some(handle) = tokio::runtime::Handle::try_current()
@@ -178,30 +190,13 @@ impl Engine {
         });
         let shutting_down = || probe.is_finished() && !probe_ran.load(Ordering::Acquire);
         let wait = || {
-            let deadline = std::time::Instant::now() + self.exit_wait;
-            let mut running = self.background.running();
-            loop {
-                drop(running);
-                if done() || shutting_down() {
-                    return;
-                }
-                running = self.background.running();
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    tracing::warn!(
-                        backend = self.backend.name(),
-                        "releases of dropped guards did not finish within {:?}; their leases \
-                         will free the locks",
-                        self.exit_wait
-                    );
-                    return;
-                }
-                running = self
-                    .background
-                    .idle_blocking
-                    .wait_timeout(running, left.min(Duration::from_millis(50)))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+            // A runtime's shutdown and a task's end do not touch the count: look every 50 ms.
+            let finished = |running| done(running) || shutting_down();
+            if !self
+                .background
+                .wait_blocking(self.exit_wait, Duration::from_millis(50), finished)
+            {
+                self.warn_releases_unfinished();
             }
         };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
@@ -217,6 +212,15 @@ impl Engine {
             Ok(_) => tokio::task::block_in_place(wait),
             Err(_) => wait(),
         }
+    }
+
+    fn warn_releases_unfinished(&self) {
+        tracing::warn!(
+            backend = self.backend.name(),
+            "releases of dropped guards did not finish within {:?}; their leases will free the \
+             locks",
+            self.exit_wait
+        );
     }
 
     /// Waits until every release and leave queued in the background so far (dropped guards,
@@ -417,7 +421,7 @@ impl Engine {
         });
         if self.abandoned.load(Ordering::Acquire) {
             // No client is left to wait for this at the end: wait for it here.
-            self.wait_background(|| task.is_finished());
+            self.wait_background(|_| task.is_finished());
         }
     }
 }

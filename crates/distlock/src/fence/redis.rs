@@ -165,62 +165,49 @@ impl RedisFence {
             token = token.get(),
             op,
         );
-        self.fenced_write(conn, resource, token, key, op, args)
-            .instrument(span)
-            .await
-    }
-
-    async fn fenced_write<C>(
-        &self,
-        conn: &mut C,
-        resource: &str,
-        token: FencingToken,
-        key: &str,
-        op: &str,
-        args: Vec<Vec<u8>>,
-    ) -> Result<i64>
-    where
-        C: ConnectionLike + Send,
-    {
-        if token.get() > LARGEST_TOKEN {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("fencing token {token} is above 2^53, which Lua cannot compare"),
-            )
-            .with_backend(BACKEND));
-        }
-        let mut invocation = FENCED_WRITE.prepare_invoke();
-        invocation
-            .key(self.key(resource)?)
-            .key(key)
-            .arg(token.get())
-            .arg(op);
-        for arg in args {
-            invocation.arg(arg);
-        }
-        let (accepted, reply): (i64, Value) = invocation
-            .invoke_async(conn)
-            .await
-            .map_err(|e| from_redis("running the fenced write", e))?;
-        let number = |v: Value| -> Option<i64> {
-            match v {
-                Value::Int(n) => Some(n),
-                Value::BulkString(b) => std::str::from_utf8(&b).ok()?.parse().ok(),
-                _ => None,
+        async move {
+            if token.get() > LARGEST_TOKEN {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("fencing token {token} is above 2^53, which Lua cannot compare"),
+                )
+                .with_backend(BACKEND));
             }
-        };
-        let reply = number(reply);
-        if accepted == 1 {
-            return reply.ok_or_else(|| {
-                Error::new(ErrorKind::Backend, "the fenced write answered a non-number")
-                    .with_backend(BACKEND)
-            });
+            let mut invocation = FENCED_WRITE.prepare_invoke();
+            invocation
+                .key(self.key(resource)?)
+                .key(key)
+                .arg(token.get())
+                .arg(op);
+            for arg in args {
+                invocation.arg(arg);
+            }
+            let (accepted, reply): (i64, Value) = invocation
+                .invoke_async(conn)
+                .await
+                .map_err(|e| from_redis("running the fenced write", e))?;
+            let number = |v: Value| -> Option<i64> {
+                match v {
+                    Value::Int(n) => Some(n),
+                    Value::BulkString(b) => std::str::from_utf8(&b).ok()?.parse().ok(),
+                    _ => None,
+                }
+            };
+            let reply = number(reply);
+            if accepted == 1 {
+                return reply.ok_or_else(|| {
+                    Error::new(ErrorKind::Backend, "the fenced write answered a non-number")
+                        .with_backend(BACKEND)
+                });
+            }
+            Err(super::stale(
+                BACKEND,
+                resource,
+                token,
+                reply.map(|t| t as u64),
+            ))
         }
-        Err(super::stale(
-            BACKEND,
-            resource,
-            token,
-            reply.map(|t| t as u64),
-        ))
+        .instrument(span)
+        .await
     }
 }

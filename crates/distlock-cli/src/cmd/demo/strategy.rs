@@ -471,7 +471,8 @@ impl Protection {
             .spawn()
             .is_ok()
         {
-            // SAFETY: raise() only sends a signal to this process.
+            // SAFETY: raise(3) takes an integer and signals only this process; SIGSTOP stops
+            // it until the helper started just above sends SIGCONT.
             unsafe { libc::raise(libc::SIGSTOP) };
         }
     }

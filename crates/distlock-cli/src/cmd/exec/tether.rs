@@ -30,16 +30,19 @@ pub(super) fn die_with_parent(command: &mut tokio::process::Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs in the forked child before exec and only makes the
-        // async-signal-safe calls prctl(2) and getppid(2).
+        // SAFETY: pre_exec requires a closure that is safe between fork and exec in a child of
+        // a multi-threaded process: no allocation, no locks, only async-signal-safe calls. It
+        // captures one integer, makes only prctl(2) and getppid(2), and its errors are built
+        // from errno or an ErrorKind, neither of which allocates.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(io::Error::last_os_error());
                 }
                 // The parent may have died between fork and prctl: then no signal will come.
+                // (No message: one would allocate after fork, and nobody is left to read it.)
                 if libc::getppid() != parent {
-                    return Err(io::Error::other("distlock exited before COMMAND started"));
+                    return Err(io::ErrorKind::Other.into());
                 }
                 Ok(())
             });
@@ -64,7 +67,9 @@ impl Tether {
         let tether = Self::attach(0)?;
         // Also here, not only in the watcher: COMMAND may be spawned into the group before the
         // watcher has run at all (a group must exist to be joined).
-        // SAFETY: setpgid(2) on our own child.
+        // SAFETY: setpgid(2) takes two integers and touches no memory of ours: our own child
+        // (not reaped while `tether` lives) made the leader of its own group. A failure
+        // (the watcher already did it) is harmless.
         unsafe { libc::setpgid(tether.watcher, tether.watcher) };
         Ok(tether)
     }
@@ -78,18 +83,25 @@ impl Tether {
     /// process group if 0) as soon as this process ends without calling [`Tether::stand_down`].
     pub(super) fn attach(target: libc::pid_t) -> io::Result<Tether> {
         let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into `fds`. O_CLOEXEC keeps the write end out of
-        // COMMAND and every other program we start: only this process may hold it.
+        // SAFETY: pipe2(2) writes two descriptors through its pointer: `fds` is a live array of
+        // exactly two c_ints. O_CLOEXEC keeps the write end out of COMMAND and every other
+        // program we start: only this process may hold it.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: both descriptors were just created and are owned by nobody else.
+        // SAFETY: from_raw_fd requires open descriptors with no other owner: pipe2 succeeded,
+        // so both are open, and they were created just above and are stored nowhere else.
         let (read_end, alive) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // SAFETY: the child of fork in a multi-threaded process may only make async-signal-safe
-        // calls; `watch` makes only dup2, close, setpgid, signal, read, kill and _exit.
+        // calls until it execs or exits; `watch` makes only dup2, close, close_range, setpgid,
+        // signal, read, kill and _exit (and sysconf(_SC_OPEN_MAX), which glibc answers from
+        // getrlimit, only on kernels without close_range), allocates nothing and never
+        // returns. The parent only records the pid.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
+            // SAFETY: `watch` must run only in the child of fork, with the pipe's read end:
+            // fork answered 0, so this is the child, and `read_end` is that end.
             0 => unsafe { watch(read_end.as_raw_fd(), target) },
             watcher => Ok(Tether { alive, watcher }),
         }
@@ -97,7 +109,9 @@ impl Tether {
 
     /// COMMAND has ended: the watcher leaves without killing anything, and is reaped.
     pub(super) fn stand_down(self) {
-        // SAFETY: one byte from a live buffer to our own pipe, then waitpid on our own child.
+        // SAFETY: write(2) reads one byte from a static one-byte buffer into our own open
+        // pipe; waitpid(2) on our own child, not reaped before (stand_down consumes the
+        // Tether), with a null status pointer, which it allows.
         unsafe {
             libc::write(self.alive.as_raw_fd(), b"x".as_ptr().cast(), 1);
             libc::waitpid(self.watcher, std::ptr::null_mut(), 0);
@@ -111,7 +125,9 @@ impl Tether {
 /// Only in the child of `fork`, with `read_end` the pipe's read end; `target` as for
 /// [`Tether::attach`] (0: the watcher's own group, `kill(0, …)`).
 unsafe fn watch(read_end: libc::c_int, target: libc::pid_t) -> ! {
-    // SAFETY (whole body): async-signal-safe calls on descriptors of this process only.
+    // SAFETY: the caller is the child of fork (see `# Safety`), where only async-signal-safe
+    // calls are allowed: every call below is one, on this process's own descriptors and
+    // process group, and `read` writes one byte into a live local.
     unsafe {
         // Keep only the pipe, as fd 0: no copy of the write end (else no EOF would ever come),
         // of the store's connections (a session lock must end with distlock) or of stdout.
@@ -157,7 +173,9 @@ unsafe fn watch(read_end: libc::c_int, target: libc::pid_t) -> ! {
 /// # Safety
 /// Only where no code still uses those descriptors (the watcher).
 unsafe fn close_from(first: libc::c_int) {
-    // SAFETY: close_range(2) and close(2) on this process's own descriptor numbers.
+    // SAFETY: close_range(2), sysconf(3) and close(2) take integers only; closing numbers no
+    // code uses any more is what the caller promises (`# Safety`), and closing a number that is
+    // not open only fails with EBADF.
     unsafe {
         #[cfg(target_os = "linux")]
         if libc::syscall(
@@ -177,5 +195,73 @@ unsafe fn close_from(first: libc::c_int) {
         for fd in first..limit {
             libc::close(fd);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::process::{Child, Command};
+
+    use super::*;
+
+    fn sleeper(command: &mut Command) -> Child {
+        command.arg("30").spawn().expect("sleep starts")
+    }
+
+    /// Collects a watcher that has exited, so that no zombie is left behind.
+    fn reap(watcher: libc::pid_t) {
+        // SAFETY: waitpid(2) on our own child, not reaped before (its Tether was dropped, not
+        // stood down), with a null status pointer, which it allows.
+        let reaped = unsafe { libc::waitpid(watcher, std::ptr::null_mut(), 0) };
+        assert_eq!(reaped, watcher, "the watcher was not ours to reap");
+    }
+
+    /// The write end closing without a stand-down — what `distlock`'s death does — makes the
+    /// watcher SIGKILL its target: pipe2, fork and the watcher's whole body on their path.
+    #[test]
+    fn a_tether_dropped_without_standing_down_kills_its_target() {
+        let mut sleeping = sleeper(&mut Command::new("sleep"));
+        let tether = Tether::attach(sleeping.id() as libc::pid_t).unwrap();
+        let watcher = tether.watcher;
+        drop(tether);
+        let ended = sleeping.wait().unwrap();
+        assert_eq!(ended.signal(), Some(libc::SIGKILL), "{ended:?}");
+        reap(watcher);
+    }
+
+    #[test]
+    fn a_stood_down_tether_kills_nothing() {
+        let mut sleeping = sleeper(&mut Command::new("sleep"));
+        let tether = Tether::attach(sleeping.id() as libc::pid_t).unwrap();
+        // Returns once the watcher has exited: it had nothing left to do.
+        tether.stand_down();
+        assert!(sleeping.try_wait().unwrap().is_none(), "COMMAND was ended");
+        sleeping.kill().unwrap();
+        sleeping.wait().unwrap();
+    }
+
+    /// COMMAND joins the watcher's new group (setpgid on both sides), and the whole group dies
+    /// with `distlock`.
+    #[test]
+    fn a_command_in_the_watchers_group_dies_with_the_tether() {
+        let tether = Tether::for_new_group().unwrap();
+        let (group, watcher) = (tether.group(), tether.watcher);
+        let mut sleeping = sleeper(Command::new("sleep").process_group(group));
+        drop(tether);
+        let ended = sleeping.wait().unwrap();
+        assert_eq!(ended.signal(), Some(libc::SIGKILL), "{ended:?}");
+        reap(watcher);
+    }
+
+    /// The pre_exec hook runs in the child and lets COMMAND start as usual (its kill on
+    /// `distlock`'s death is tests/exec.rs' `killing_distlock_kills_command_and_its_children`).
+    #[tokio::test]
+    async fn a_command_dying_with_its_parent_runs_as_usual() {
+        let mut command = tokio::process::Command::new("sh");
+        command.args(["-c", "exit 7"]);
+        die_with_parent(&mut command);
+        let status = command.status().await.unwrap();
+        assert_eq!(status.code(), Some(7));
     }
 }

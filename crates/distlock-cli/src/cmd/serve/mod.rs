@@ -8,28 +8,27 @@
 mod board;
 mod connections;
 
-use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{self, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header::{self, HeaderValue};
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use hyper_util::server::graceful::GracefulShutdown;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 use self::board::Board;
-use self::connections::{AcceptFailures, Connections, Limits, Tracked};
+use self::connections::Connections;
 use super::exec::{Signals, failed};
-use crate::{EXIT_UNAVAILABLE, EXIT_USAGE, duration};
+use crate::{EXIT_UNAVAILABLE, duration};
 
 /// The first line `serve` prints on stdout once it accepts requests, followed by its base URL
 /// (with `--listen 127.0.0.1:0`, the port the OS chose).
@@ -39,12 +38,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How often histograms the library records are folded for rendering (the recorder leaves this
 /// to its owner when it runs no HTTP listener of its own).
 const METRICS_UPKEEP: Duration = Duration::from_secs(5);
-/// The shortest `--refresh`: the page and the cache would otherwise hammer the store.
-const MIN_REFRESH: Duration = Duration::from_millis(100);
-/// The shortest `--header-timeout` and `--idle-timeout`: a browser on a slow link needs that
-/// much to send a header.
-const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(500);
-
 /// Arguments of `distlock serve`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Endpoints:\n  \
@@ -87,7 +80,7 @@ pub(crate) struct ServeArgs {
     prefix: String,
     /// How often the page refreshes, and how old a status read may be when served (at least
     /// 100ms).
-    #[arg(long, default_value = "1s", env = "DISTLOCK_REFRESH", value_parser = duration::parse)]
+    #[arg(long, default_value = "1s", env = "DISTLOCK_REFRESH", value_parser = at_least::<100>)]
     refresh: Duration,
     /// Most connections open at once; one more takes the place of the connection that has
     /// waited longest for its request (keep it below `ulimit -n`).
@@ -96,33 +89,15 @@ pub(crate) struct ServeArgs {
     max_connections: u32,
     /// Close a connection whose request header has not all come this long after its first byte
     /// (at least 500ms).
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = at_least::<500>)]
     header_timeout: Duration,
     /// Close a connection with no request under way for this long: a new one that sends
     /// nothing, or one kept alive after an answer (at least 500ms).
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, default_value = "30s", value_parser = at_least::<500>)]
     idle_timeout: Duration,
 }
 
 pub(crate) async fn run(args: ServeArgs) -> ExitCode {
-    if args.refresh < MIN_REFRESH {
-        eprintln!("distlock: --refresh must be at least 100ms (see --help)");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    for (flag, value) in [
-        ("--header-timeout", args.header_timeout),
-        ("--idle-timeout", args.idle_timeout),
-    ] {
-        if value < MIN_CONNECTION_TIMEOUT {
-            eprintln!("distlock: {flag} must be at least 500ms (see --help)");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    }
-    let limits = Limits {
-        max_connections: args.max_connections as usize,
-        header_timeout: args.header_timeout,
-        idle_timeout: args.idle_timeout,
-    };
     let url = args.url.as_deref().unwrap_or(distlock::DEFAULT_URL);
     let client = match distlock::connect(url).await {
         Ok(c) => c,
@@ -157,11 +132,11 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_UNAVAILABLE);
         }
     };
+    let connections = Connections::new(&args);
     let board = Board::new(client.clone(), url, args.prefix, args.refresh);
-    let state = Arc::new(State { board, metrics });
     announce(addr, &client, url);
     let upkeep = {
-        let metrics = state.metrics.clone();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(METRICS_UPKEEP).await;
@@ -169,11 +144,21 @@ pub(crate) async fn run(args: ServeArgs) -> ExitCode {
             }
         })
     };
-    serve(listener, state, Connections::new(limits)).await;
+    serve(listener, router(board, metrics), connections).await;
     upkeep.abort();
     client.shutdown().await;
     eprintln!("distlock: serve: stopped");
     ExitCode::SUCCESS
+}
+
+/// A duration of at least `MS` milliseconds: a shorter `--refresh` would have the page and the
+/// cache hammer the store, and a browser on a slow link needs 500ms to send a header.
+fn at_least<const MS: u64>(value: &str) -> Result<Duration, String> {
+    let parsed = duration::parse(value)?;
+    if parsed < Duration::from_millis(MS) {
+        return Err(format!("must be at least {MS}ms"));
+    }
+    Ok(parsed)
 }
 
 /// Checks `--listen`'s form, HOST:PORT with a port number, before anything starts (a host
@@ -203,173 +188,88 @@ fn announce(addr: SocketAddr, client: &distlock::Client, url: &str) {
     );
 }
 
-struct State {
-    board: Board,
-    metrics: PrometheusHandle,
-}
-
 /// Accepts connections until Ctrl-C or SIGTERM, then lets open ones finish (up to
 /// [`SHUTDOWN_GRACE`]): a browser's idle keep-alive connection is closed at once, a request in
-/// flight gets its answer. `connections` keeps slow clients from locking others out (see
-/// connections.rs); a failed accept (out of file descriptors, say) is retried after a pause.
-async fn serve(listener: TcpListener, state: Arc<State>, connections: Arc<Connections>) {
+/// flight gets its answer.
+async fn serve(listener: TcpListener, app: Router, connections: Arc<Connections>) {
     let graceful = GracefulShutdown::new();
     let mut signals = Signals::new();
-    let mut failures = AcceptFailures::default();
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let stream = tokio::select! {
+            stream = connections.accept(&listener) => stream,
             _ = signals.next() => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => {
-                failures.succeeded();
-                stream
-            }
-            Err(e) => {
-                if connections::out_of_files(&e)
-                    && let Some(cap) = connections.out_of_files()
-                {
-                    eprintln!(
-                        "distlock: serve: out of file descriptors; at most {cap} connections from \
-                         now on (raise `ulimit -n` for more)"
-                    );
-                }
-                tokio::select! {
-                    () = async {
-                        connections.make_room().await;
-                        failures.failed(&e).await;
-                    } => continue,
-                    _ = signals.next() => break,
-                }
-            }
-        };
-        // Over the cap, the connection waiting longest for a request makes way; if every one is
-        // being answered, this one waits (and nothing more is accepted) until one ends.
-        tokio::select! {
-            () = connections.make_room() => {}
-            _ = signals.next() => break,
-        }
-        let (id, slot) = connections.open();
-        let service = {
-            let (state, slot) = (state.clone(), slot.clone());
-            service_fn(move |req| {
-                let (state, slot) = (state.clone(), slot.clone());
-                async move {
-                    slot.answering();
-                    let response = answer(state, req).await;
-                    slot.answered();
-                    response
-                }
-            })
-        };
-        let io = TokioIo::new(Tracked::new(stream, slot.clone()));
-        let connection = graceful.watch(http1::Builder::new().serve_connection(io, service));
-        let connections = connections.clone();
-        tokio::spawn(async move {
-            // A client that drops its connection mid-request is its business, not ours.
-            let closed = tokio::select! {
-                _ = connection => None,
-                why = slot.must_close(connections.limits()) => Some(why),
-            };
-            connections.closed(id, closed);
-        });
+        connections.serve(stream, app.clone(), &graceful);
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
 }
 
 /// The page, compiled in: (path, content type, body).
-const PAGE: &[(&str, &str, &str)] = &[
-    (
-        "/",
-        "text/html; charset=utf-8",
-        include_str!("page/index.html"),
-    ),
-    (
-        "/style.css",
-        "text/css; charset=utf-8",
-        include_str!("page/style.css"),
-    ),
-    (
-        "/app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("page/app.js"),
-    ),
-    (
-        "/favicon.svg",
-        "image/svg+xml",
-        include_str!("page/favicon.svg"),
-    ),
+#[rustfmt::skip]
+const PAGE: [(&str, &str, &str); 4] = [
+    ("/", "text/html; charset=utf-8", include_str!("page/index.html")),
+    ("/style.css", "text/css; charset=utf-8", include_str!("page/style.css")),
+    ("/app.js", "text/javascript; charset=utf-8", include_str!("page/app.js")),
+    ("/favicon.svg", "image/svg+xml", include_str!("page/favicon.svg")),
 ];
 
-async fn answer(
-    state: Arc<State>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut response = reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "only GET\n".into(),
-        );
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return Ok(response);
+fn router(board: Board, metrics: PrometheusHandle) -> Router {
+    let mut router = Router::new()
+        .route("/api/locks", get(locks))
+        .route("/metrics", get(prometheus));
+    for (path, content_type, body) in PAGE {
+        router = router.route(path, get(([(header::CONTENT_TYPE, content_type)], body)));
     }
-    let path = req.uri().path();
-    Ok(match path {
-        "/api/locks" => {
-            let report = state.board.report().await;
-            match serde_json::to_vec(&report) {
-                Ok(body) => reply(StatusCode::OK, "application/json", body.into()),
-                Err(e) => reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain; charset=utf-8",
-                    format!("encoding the status: {e}\n").into(),
-                ),
-            }
-        }
-        "/metrics" => {
-            // Sets the status gauges (if the last read is stale) before rendering them.
-            state.board.report().await;
-            reply(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                state.metrics.render().into(),
-            )
-        }
-        _ => match PAGE.iter().find(|(p, _, _)| *p == path) {
-            Some((_, content_type, body)) => reply(
-                StatusCode::OK,
-                content_type,
-                Bytes::from_static(body.as_bytes()),
-            ),
-            None => reply(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                "not found: see / for the status page, /api/locks, /metrics\n".into(),
-            ),
-        },
-    })
+    router
+        .fallback(|| async {
+            let text = "not found: see / for the status page, /api/locks, /metrics\n";
+            (StatusCode::NOT_FOUND, text)
+        })
+        .layer(middleware::from_fn(every_answer))
+        .with_state(Arc::new((board, metrics)))
 }
 
-/// A response with the headers every answer carries: nothing is cached (the status is live), and
-/// the page may load nothing from anywhere but this server.
-fn reply(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; frame-ancestors 'none'"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
+/// What the handlers share: the store's last status read, and the metrics recorder.
+type Shared = State<Arc<(Board, PrometheusHandle)>>;
+
+async fn locks(State(shared): Shared) -> Response {
+    match serde_json::to_vec(&shared.0.report().await) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => {
+            let text = format!("encoding the status: {e}\n");
+            (StatusCode::INTERNAL_SERVER_ERROR, text).into_response()
+        }
+    }
+}
+
+async fn prometheus(State(shared): Shared) -> impl IntoResponse {
+    // Sets the status gauges (if the last read is stale) before rendering them.
+    shared.0.report().await;
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], shared.1.render())
+}
+
+/// Only GET (and HEAD) is answered, on any path. Every answer says that nothing is cached (the
+/// status is live), and that the page may load nothing from anywhere but this server.
+async fn every_answer(request: Request, next: Next) -> Response {
+    let mut response = if matches!(*request.method(), Method::GET | Method::HEAD) {
+        next.run(request).await
+    } else {
+        let allow = [(header::ALLOW, "GET, HEAD")];
+        (StatusCode::METHOD_NOT_ALLOWED, allow, "only GET\n").into_response()
+    };
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; frame-ancestors 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
     response
 }

@@ -94,7 +94,9 @@ impl Pool {
     /// Sends `sig` to process `process` if it runs.
     fn signal(&self, process: usize, sig: i32) -> Result<()> {
         let pid = self.pid(process)?;
-        // SAFETY: kill(2) on our own child, which has not been reaped (we hold its handle).
+        // SAFETY: kill(2) takes two integers and touches no memory of ours. `pid` is our own
+        // child's, positive, and tokio gives it only until the child is reaped, so it cannot
+        // name a process that reused the number.
         if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("signalling worker process {process}"));

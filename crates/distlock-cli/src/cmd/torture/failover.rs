@@ -420,7 +420,10 @@ impl Group {
 }
 
 fn signal(pid: i32, sig: i32) -> Result<()> {
-    // SAFETY: kill(2) on a pid the node's own INFO gave, just read.
+    // SAFETY: kill(2) takes two integers and touches no memory of ours. The pid is a
+    // redis-server's, from its own INFO, whose /proc/<pid> entry was read (`node`), so it is a
+    // process's, never 0 or negative (a group, or every process); at worst that process has
+    // exited since, and kill fails with ESRCH.
     if unsafe { libc::kill(pid, sig) } != 0 {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("signal {sig} to redis-server pid {pid}"));
@@ -444,4 +447,20 @@ async fn query<T: redis::FromRedisValue>(
         .await
         .with_context(|| format!("connecting to {}", distlock::redact(&url)))?;
     Ok(cmd.query_async(&mut conn).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn signal_reaches_the_process_it_names() {
+        let mut sleeping = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        super::signal(sleeping.id() as i32, libc::SIGKILL).unwrap();
+        let ended = sleeping.wait().unwrap();
+        assert_eq!(ended.signal(), Some(libc::SIGKILL), "{ended:?}");
+    }
 }

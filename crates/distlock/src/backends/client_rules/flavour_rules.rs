@@ -17,8 +17,8 @@
 //! place's life ([`WAITER_TTL_MS`]), so a live waiter asks again, and keeps its place, well
 //! before it lapses; a crashed waiter's place lapses and holds nobody up longer than that.
 
-use crate::backend::{Attempt, LockRequest, permits_differ};
-use crate::error::{Error, ErrorKind, Result};
+use crate::backend::{Attempt, LockRequest, permits_differ, upgrade_refused};
+use crate::error::Result;
 use crate::status::{Holding, LockStatus};
 use crate::types::{FencingToken, LockKind};
 
@@ -348,15 +348,7 @@ pub(crate) fn attempt(
             u32::try_from(kept).unwrap_or(u32::MAX),
             asked_permits(req),
         )),
-        Outcome::Upgrade => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "lock {:?}: this owner holds the read lock; release it before taking the write \
-                 lock (upgrading could deadlock two readers)",
-                req.name
-            ),
-        )
-        .with_backend(backend)),
+        Outcome::Upgrade => Err(upgrade_refused(backend, &req.name)),
     }
 }
 

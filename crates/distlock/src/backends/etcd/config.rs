@@ -102,19 +102,14 @@ fn default_ttl() -> Duration {
     DEFAULT_TTL
 }
 
-impl std::fmt::Debug for EtcdConfig {
-    // By hand: the password must never show.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("tls", &self.tls)
-            .field("prefix", &self.prefix)
-            .field("ttl", &self.ttl)
-            .finish()
-    }
-}
+crate::config_debug::debug_without_secrets!(EtcdConfig {
+    endpoints,
+    user,
+    password: secret,
+    tls,
+    prefix,
+    ttl,
+});
 
 impl EtcdConfig {
     /// The members at `endpoints` (`host:port`), with no credentials, no TLS, no prefix and the

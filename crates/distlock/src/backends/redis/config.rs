@@ -123,28 +123,20 @@ pub struct RedisConfig {
     pub sentinel_password: Option<String>,
 }
 
-impl std::fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The passwords only as whether there is one.
-        f.debug_struct("RedisConfig")
-            .field("topology", &self.topology)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("db", &self.db)
-            .field("tls", &self.tls)
-            .field("tls_insecure", &self.tls_insecure)
-            .field("resp3", &self.resp3)
-            .field("prefix", &self.prefix)
-            .field("wait_replicas", &self.wait_replicas)
-            .field("wait_timeout", &self.wait_timeout)
-            .field("sentinel_username", &self.sentinel_username)
-            .field(
-                "sentinel_password",
-                &self.sentinel_password.as_ref().map(|_| "***"),
-            )
-            .finish()
-    }
-}
+crate::config_debug::debug_without_secrets!(RedisConfig {
+    topology,
+    username,
+    password: secret,
+    db,
+    tls,
+    tls_insecure,
+    resp3,
+    prefix,
+    wait_replicas,
+    wait_timeout,
+    sentinel_username,
+    sentinel_password: secret,
+});
 
 impl RedisConfig {
     fn with_topology(topology: RedisTopology) -> Self {

@@ -332,16 +332,13 @@ impl Server {
         let conn = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let settings = client.get_connection_info().redis_settings();
-                let target = Target {
-                    host: host.clone(),
-                    port: *port,
-                    username: settings.username().map(str::to_string),
-                    password: settings.password().map(str::to_string),
-                    db: settings.db(),
+                let target = Target::new(
+                    host.clone(),
+                    *port,
+                    settings,
                     connect_timeout,
                     response_timeout,
-                    sentinels: None,
-                };
+                );
                 if let Some(ack) = checked.ack {
                     acked = Some(AckedConns::new(ack, OpenConn::Pipelined(target.clone())));
                 }
@@ -386,17 +383,14 @@ impl Server {
         let shown = config.shown();
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let response_timeout = options.response_timeout.unwrap_or(RESPONSE_TIMEOUT);
-        let settings = checked.info.redis_settings();
-        let target = Target {
-            host: String::new(),
-            port: 0,
-            username: settings.username().map(str::to_string),
-            password: settings.password().map(str::to_string),
-            db: settings.db(),
+        // The master's address comes from the Sentinels at each connection.
+        let target = Target::new(
+            String::new(),
+            0,
+            checked.info.redis_settings(),
             connect_timeout,
             response_timeout,
-            sentinels: None,
-        };
+        );
         let sentinels = Arc::new(Sentinels::new(
             sentinels,
             master_name,

@@ -45,6 +45,7 @@ use async_trait::async_trait;
 use crate::backend::{
     Attempt, Backend, Capabilities, ElectionEntry, ElectionWrite, Elections, Inspection, Kinds,
     Latches, LockRequest, PermitCount, Semaphores, Waiter, Wakeups, permits_differ,
+    upgrade_refused,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Options;
@@ -178,15 +179,7 @@ fn attempt((status, value): (i64, i64), req: &LockRequest) -> Result<Attempt> {
             u32::try_from(value).unwrap_or(u32::MAX),
             permits,
         )),
-        _ => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "lock {:?}: this owner holds the read lock; release it before taking the write \
-                 lock (upgrading could deadlock two readers)",
-                req.name
-            ),
-        )
-        .with_backend(NAME)),
+        _ => Err(upgrade_refused(NAME, &req.name)),
     }
 }
 

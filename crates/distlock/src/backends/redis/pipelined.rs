@@ -48,6 +48,29 @@ pub(crate) struct Target {
     pub(crate) sentinels: Option<Arc<Sentinels>>,
 }
 
+impl Target {
+    /// The server at `host:port`, logged in and on the database as `login` says, not behind
+    /// Sentinel.
+    pub(crate) fn new(
+        host: String,
+        port: u16,
+        login: &::redis::RedisConnectionInfo,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Target {
+            host,
+            port,
+            username: login.username().map(str::to_string),
+            password: login.password().map(str::to_string),
+            db: login.db(),
+            connect_timeout,
+            response_timeout,
+            sentinels: None,
+        }
+    }
+}
+
 /// The current connection of one server, opened again after a failure. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Pipelined(Arc<Shared>);

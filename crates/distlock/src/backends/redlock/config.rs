@@ -74,19 +74,15 @@ pub struct RedlockConfig {
     pub response_timeout: Option<Duration>,
 }
 
-impl std::fmt::Debug for RedlockConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedlockConfig")
-            .field("masters", &self.masters)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("db", &self.db)
-            .field("prefix", &self.prefix)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .finish()
-    }
-}
+crate::config_debug::debug_without_secrets!(RedlockConfig {
+    masters,
+    username,
+    password: secret,
+    db,
+    prefix,
+    connect_timeout,
+    response_timeout,
+});
 
 impl RedlockConfig {
     /// The independent masters at these `(host, port)` (3, 5 or 7).

@@ -5,7 +5,6 @@
 //! ([`SqlConfig::driver_url`]), so a configuration made in code connects exactly as its URL would.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -118,25 +117,20 @@ fn default_max_connections() -> u32 {
     DEFAULT_MAX_CONNECTIONS
 }
 
-impl fmt::Debug for SqlConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The other parameters' values may hold a secret under any name: names only.
-        f.debug_struct("SqlConfig")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("database", &self.database)
-            .field("session_locks", &self.session_locks)
-            .field("max_connections", &self.max_connections)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("ssl_root_cert", &self.ssl_root_cert)
-            .field("ssl_client_cert", &self.ssl_client_cert)
-            .field("ssl_client_key", &self.ssl_client_key)
-            .field("parameters", &self.parameters.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
+crate::config_debug::debug_without_secrets!(SqlConfig {
+    host,
+    port,
+    user,
+    password: secret,
+    database,
+    session_locks,
+    max_connections,
+    ssl_mode,
+    ssl_root_cert,
+    ssl_client_cert,
+    ssl_client_key,
+    parameters: keys,
+});
 
 impl SqlConfig {
     /// The server at `host`, its database's default port, no login, lease locks, a pool of 20.

@@ -15,7 +15,9 @@ pub(super) fn boottime_ms() -> i64 {
     let clock = libc::CLOCK_BOOTTIME;
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let clock = libc::CLOCK_MONOTONIC;
-    // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+    // SAFETY: clock_gettime(2) writes one timespec through its pointer: `ts` is a live,
+    // exclusively borrowed libc::timespec; the clock id is a constant the kernel knows (an
+    // unknown one would only fail with EINVAL, not write).
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     debug_assert_eq!(rc, 0, "clock_gettime failed");
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
@@ -46,4 +48,21 @@ pub(super) fn wall_us() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boottime_counts_milliseconds_forward() {
+        let first = boottime_ms();
+        assert!(first > 0, "{first} ms since boot");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let second = boottime_ms();
+        assert!(
+            second >= first + 20,
+            "{first} ms, then {second} ms 20 ms later"
+        );
+    }
 }

@@ -21,7 +21,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::clock;
-use super::inspect::Row;
+use super::inspect::{Row, live_removed};
 use super::sidecar::slot_of;
 
 pub(super) use crate::backends::client_rules::flavour_rules::{Side, WAITER_TTL_MS};
@@ -236,26 +236,14 @@ pub(super) fn apply(
             Ok(FlavourAnswer::Resized(had))
         }
         FlavourOp::Force { side, name } => {
-            let removed = conn
-                .prepare_cached(include_str!("sql/flavour_force_delete.sql"))?
-                .query_map(params![side.family(), name, side.column()], |row| {
-                    Ok((
-                        Row {
-                            name: name.clone(),
-                            token: row.get(0)?,
-                            holder: row.get(1)?,
-                            since_ms: row.get(2)?,
-                            lease_left_ms: row.get::<_, i64>(4)? - now,
-                            last_token: None,
-                        },
-                        row.get::<_, String>(3)? == boot_id,
-                    ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?
-                .into_iter()
-                .filter(|(row, this_boot)| *this_boot && row.lease_left_ms > 0)
-                .map(|(row, _)| row)
-                .collect();
+            let removed = live_removed(
+                conn,
+                include_str!("sql/flavour_force_delete.sql"),
+                params![side.family(), name, side.column()],
+                name,
+                boot_id,
+                now,
+            )?;
             let fence = next_token(conn, side.family(), name)?;
             Ok(FlavourAnswer::Forced { removed, fence })
         }
@@ -483,18 +471,7 @@ fn status(
     let holdings = conn
         .prepare_cached(include_str!("sql/flavour_status.sql"))?
         .query_map(params![name, prefix, boot_id, now], |row| {
-            let side: String = row.get(1)?;
-            Ok((
-                side,
-                Row {
-                    name: row.get(0)?,
-                    token: row.get(2)?,
-                    holder: row.get(3)?,
-                    since_ms: row.get(4)?,
-                    lease_left_ms: row.get(5)?,
-                    last_token: row.get(6)?,
-                },
-            ))
+            Ok((row.get::<_, String>(6)?, Row::from_status(row)?))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?
         .into_iter()

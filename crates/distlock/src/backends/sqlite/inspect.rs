@@ -17,6 +17,21 @@ pub(super) struct Row {
     pub(super) last_token: Option<i64>,
 }
 
+impl Row {
+    /// A holding as `status.sql` and `flavour_status.sql` answer it, in their first six
+    /// columns: name, token, holder, since_ms, lease_left_ms, last_token.
+    pub(super) fn from_status(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        Ok(Row {
+            name: row.get(0)?,
+            token: row.get(1)?,
+            holder: row.get(2)?,
+            since_ms: row.get(3)?,
+            lease_left_ms: row.get(4)?,
+            last_token: row.get(5)?,
+        })
+    }
+}
+
 /// The live holdings of the lock `name`, or of every lock whose name starts with `prefix`.
 pub(super) fn status(
     conn: &Connection,
@@ -27,16 +42,7 @@ pub(super) fn status(
     conn.prepare_cached(include_str!("sql/status.sql"))?
         .query_map(
             params![name, prefix, boot_id, clock::boottime_ms()],
-            |row| {
-                Ok(Row {
-                    name: row.get(0)?,
-                    token: row.get(1)?,
-                    holder: row.get(2)?,
-                    since_ms: row.get(3)?,
-                    lease_left_ms: row.get(4)?,
-                    last_token: row.get(5)?,
-                })
-            },
+            Row::from_status,
         )?
         .collect()
 }
@@ -49,9 +55,36 @@ pub(super) fn force_release(
     name: &str,
 ) -> rusqlite::Result<(Option<Row>, i64)> {
     let now = clock::boottime_ms();
+    let removed = live_removed(
+        conn,
+        include_str!("sql/force_delete.sql"),
+        params![name],
+        name,
+        boot_id,
+        now,
+    )?
+    .into_iter()
+    .next();
+    let fence: i64 = conn
+        .prepare_cached(include_str!("sql/next_token.sql"))?
+        .query_row(params![name, clock::wall_us(), 0], |row| row.get(0))?;
+    Ok((removed, fence))
+}
+
+/// Runs `delete`, a forced release's statement answering the rows it removed (`token, holder,
+/// since_ms, boot_id, expires_ms`), and keeps the holdings of lock `name` that were live at
+/// `now`: taken since this boot, their lease not over.
+pub(super) fn live_removed(
+    conn: &Connection,
+    delete: &str,
+    params: impl rusqlite::Params,
+    name: &str,
+    boot_id: &str,
+    now: i64,
+) -> rusqlite::Result<Vec<Row>> {
     let removed = conn
-        .prepare_cached(include_str!("sql/force_delete.sql"))?
-        .query_map(params![name], |row| {
+        .prepare_cached(delete)?
+        .query_map(params, |row| {
             Ok((
                 Row {
                     name: name.to_string(),
@@ -64,12 +97,10 @@ pub(super) fn force_release(
                 row.get::<_, String>(3)? == boot_id,
             ))
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(removed
         .into_iter()
-        .find(|(row, this_boot)| *this_boot && row.lease_left_ms > 0)
-        .map(|(row, _)| row);
-    let fence: i64 = conn
-        .prepare_cached(include_str!("sql/next_token.sql"))?
-        .query_row(params![name, clock::wall_us(), 0], |row| row.get(0))?;
-    Ok((removed, fence))
+        .filter(|(row, this_boot)| *this_boot && row.lease_left_ms > 0)
+        .map(|(row, _)| row)
+        .collect())
 }

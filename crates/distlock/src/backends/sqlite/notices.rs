@@ -53,16 +53,21 @@ impl Notices {
     /// Starts listening to the sidecar's releases. Fails without a Tokio I/O driver or inotify;
     /// the backend then waits without notices.
     pub(super) fn start(sidecar: Arc<Sidecar>) -> io::Result<Self> {
-        // SAFETY: no pointers; the returned descriptor is owned right below.
+        // SAFETY: inotify_init1(2) takes only flags (no pointers, no descriptors of ours); a
+        // negative answer is an error handled below, any other is a new descriptor that
+        // nothing else in the process knows, owned right below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        // SAFETY: from_raw_fd requires an open descriptor with no other owner: `fd` was just
+        // returned by inotify_init1 (checked non-negative) and is not stored anywhere else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let sidecar_path = CString::new(sidecar.path().as_os_str().as_bytes())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        // SAFETY: the OwnedFd moves into the AsyncFd, which keeps it open until it is dropped.
+        // SAFETY: register_with_interest requires that the descriptor stays open and the same
+        // for the AsyncFd's whole life: the OwnedFd moves into the AsyncFd, nothing else holds
+        // or closes that number, and it is closed only when the AsyncFd drops it.
         let inotify = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
         let shared = Arc::new(Shared {
@@ -105,7 +110,9 @@ impl Listening {
     fn register(shared: Arc<Shared>) -> io::Result<Self> {
         let mut watching = shared.watching.lock().unwrap_or_else(|p| p.into_inner());
         if watching.watch.is_none() {
-            // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+            // SAFETY: inotify_add_watch(2) reads a NUL-terminated path and needs an inotify
+            // descriptor: `sidecar_path` is a CString (NUL-terminated, alive for the call, as
+            // `shared` is), and the descriptor is the AsyncFd's, open while `shared` lives.
             let wd = unsafe {
                 libc::inotify_add_watch(
                     shared.inotify.as_raw_fd(),
@@ -135,7 +142,9 @@ impl Drop for Listening {
         if watching.waiters == 0
             && let Some(wd) = watching.watch.take()
         {
-            // SAFETY: a valid inotify descriptor; a stale `wd` only makes the call fail.
+            // SAFETY: inotify_rm_watch(2) takes two integers: the inotify descriptor, open while
+            // `shared` lives, and a watch id; a stale id only makes the call fail (EINVAL), which
+            // changes nothing.
             unsafe { libc::inotify_rm_watch(self.shared.inotify.as_raw_fd(), wd) };
         }
     }
@@ -151,7 +160,8 @@ async fn listen(shared: Arc<Shared>, sidecar: Arc<Sidecar>) {
         };
         // The events themselves say nothing we need: only that the counters may have moved.
         let read = ready.try_io(|fd| {
-            // SAFETY: reads into a buffer of the stated length.
+            // SAFETY: read(2) writes at most `events.len()` bytes at `events`' start: a live,
+            // exclusively borrowed buffer of that length; `fd` is the open inotify descriptor.
             let n = unsafe { libc::read(fd.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) };
             if n < 0 {
                 Err(io::Error::last_os_error())
@@ -176,5 +186,55 @@ async fn listen(shared: Arc<Shared>, sidecar: Arc<Sidecar>) {
                 slot.send_replace(now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::backends::sqlite::sidecar::slot_of;
+
+    fn watch_id(notices: &Notices) -> Option<i32> {
+        notices.shared.watching.lock().unwrap().watch
+    }
+
+    /// Every unsafe call here on its path: the descriptor made and registered, the watch added
+    /// by the first waiter, the events read after another opening's release, the watch removed
+    /// by the last waiter.
+    #[tokio::test]
+    async fn another_openings_release_wakes_the_waiters_of_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        let notices = Notices::start(Arc::new(Sidecar::open(&db).unwrap())).unwrap();
+        let releaser = Sidecar::open(&db).unwrap();
+        let slot = slot_of("orders/42");
+        assert_eq!(watch_id(&notices), None, "watched before any waiter");
+        let mut first = notices.watch(slot).unwrap();
+        let second = notices.watch(slot).unwrap();
+        assert!(watch_id(&notices).is_some(), "a waiter and no watch");
+        // Let the listening task read the counters it compares against before the release.
+        tokio::task::yield_now().await;
+        let mut woken = false;
+        for _ in 0..50 {
+            releaser.lock_writers().unwrap().bump(slot).unwrap();
+            if let Ok(Some(())) =
+                tokio::time::timeout(Duration::from_millis(200), first.next()).await
+            {
+                woken = true;
+                break;
+            }
+        }
+        assert!(woken, "no release of 50 woke the slot's waiter");
+        drop(first);
+        assert!(
+            watch_id(&notices).is_some(),
+            "removed while a waiter is left"
+        );
+        drop(second);
+        assert_eq!(watch_id(&notices), None, "still watched without waiters");
     }
 }

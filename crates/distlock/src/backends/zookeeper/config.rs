@@ -66,18 +66,13 @@ fn default_timeout() -> Duration {
     DEFAULT_TIMEOUT
 }
 
-impl std::fmt::Debug for ZooKeeperConfig {
-    // By hand: the password must never show.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZooKeeperConfig")
-            .field("servers", &self.servers)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("chroot", &self.chroot)
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
+crate::config_debug::debug_without_secrets!(ZooKeeperConfig {
+    servers,
+    user,
+    password: secret,
+    chroot,
+    timeout,
+});
 
 impl ZooKeeperConfig {
     /// The ensemble at `servers` (`host:port`), with no credentials, at the root, with the
