@@ -79,7 +79,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timed out waiting",
             ErrorKind::NotHeld => "lock not held",
             ErrorKind::LeaseLost => "lease lost",
-            ErrorKind::Unsupported => "unsupported by this backend",
+            ErrorKind::Unsupported => "not supported",
             ErrorKind::Connection => "connection failure",
             ErrorKind::Backend => "backend error",
             ErrorKind::NoQuorum => "no quorum",

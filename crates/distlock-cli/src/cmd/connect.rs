@@ -83,7 +83,7 @@ pub(crate) async fn connect(
 fn lacking(url: &str) -> Option<distlock::Error> {
     match Scheme::of(url) {
         // InvalidUrl (exit 64), which reads "invalid URL: …", rather than the library's
-        // Unsupported, which reads "unsupported by this backend: …" of a backend never opened.
+        // Unsupported, which speaks to a program that depends on the library.
         Ok(Scheme::Etcd) if !cfg!(feature = "etcd") => Some(distlock::Error::new(
             ErrorKind::InvalidUrl,
             "this build of the distlock command has no etcd store: install one that has it with \
