@@ -300,13 +300,13 @@ fn elect_rides_out_a_store_that_comes_up_late() {
     let mut redis = start_redis(Persistence::None).expect("a private Redis");
     let s = Scratch::on(tempfile::tempdir().unwrap(), redis.url());
     redis.stop().expect("stop the private Redis");
-    let candidate = s
-        .distlock("elect")
-        .args([&s.election, "--", "sh", "-c", "echo \"ran $DISTLOCK_TERM\""])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run distlock elect");
+    let candidate = common::spawn_captured(s.distlock("elect").args([
+        &s.election,
+        "--",
+        "sh",
+        "-c",
+        "echo \"ran $DISTLOCK_TERM\"",
+    ]));
     std::thread::sleep(Duration::from_secs(1));
     redis.start_again().expect("start the private Redis again");
     let out = candidate.wait_with_output().expect("wait for elect");
@@ -331,13 +331,11 @@ fn elect_keeps_trying_a_store_that_never_comes_up() {
     let s = Scratch::on(tempfile::tempdir().unwrap(), "redis://127.0.0.1:1".into());
     let marker = s.path("ran");
     let script = format!("touch {}", marker.display());
-    let candidate = s
-        .distlock("elect")
-        .args([&s.election, "--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run distlock elect");
+    let candidate =
+        common::spawn_captured(
+            s.distlock("elect")
+                .args([&s.election, "--", "sh", "-c", &script]),
+        );
     let pid = candidate.id() as i32;
     // Past the first pauses (250 ms, 500 ms, 1 s): still trying, not ended with 69.
     std::thread::sleep(Duration::from_secs(3));

@@ -91,6 +91,14 @@ fn wait_for_file(path: &Path) {
     }
 }
 
+/// Checks that distlock ended with `want` without running COMMAND; returns its stderr.
+fn ended_without_running(out: &Output, want: i32, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(code(out), want, "{what}: {stderr}");
+    assert!(out.stdout.is_empty(), "{what}: the command ran");
+    stderr
+}
+
 fn code(out: &Output) -> i32 {
     out.status.code().unwrap_or(-1)
 }
@@ -318,9 +326,7 @@ fn an_unreachable_store_exits_69() {
                 .args(["job", "--", "echo", "ran"])
                 .output()
                 .expect("run distlock");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(code(&out), 69, "{url} {wait:?}: {stderr}");
-            assert!(out.stdout.is_empty(), "{url}: the command ran");
+            let stderr = ended_without_running(&out, 69, &format!("{url} {wait:?}"));
             assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
         }
     }
@@ -335,12 +341,8 @@ fn a_wait_retries_an_unreachable_store_until_it_runs_out() {
     let mut redis = start_redis(Persistence::None).expect("a private Redis");
     let url = redis.url();
     redis.stop().expect("stop the private Redis");
-    let late = exec_on(&url, &["--wait", "5s"])
-        .args(["job", "--", "echo", "ran"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run distlock");
+    let late =
+        common::spawn_captured(exec_on(&url, &["--wait", "5s"]).args(["job", "--", "echo", "ran"]));
     std::thread::sleep(Duration::from_secs(1));
     redis.start_again().expect("start the private Redis again");
     let out = late.wait_with_output().expect("wait for distlock");
@@ -355,9 +357,7 @@ fn a_wait_retries_an_unreachable_store_until_it_runs_out() {
         .output()
         .expect("run distlock");
     let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(code(&out), 69, "{stderr}");
-    assert!(out.stdout.is_empty(), "the command ran");
+    let stderr = ended_without_running(&out, 69, "--wait 3s");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     // Tried for the whole wait; the upper bound only catches a hang.
     assert!(
@@ -377,9 +377,7 @@ fn an_etcd_url_names_the_install_command_that_adds_etcd() {
             .args(["job", "--", "echo", "ran"])
             .output()
             .expect("run distlock");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(code(&out), 64, "{url}: {stderr}");
-        assert!(out.stdout.is_empty(), "{url}: the command ran");
+        let stderr = ended_without_running(&out, 64, url);
         assert!(
             stderr.contains("`cargo install distlock-cli --features etcd`"),
             "{url}: {stderr}"

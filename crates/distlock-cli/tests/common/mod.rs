@@ -3,7 +3,7 @@
 #![allow(dead_code)] // Each test file uses its own part of this module.
 
 use std::io::{Read, Write};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -157,4 +157,13 @@ pub fn http_get(authority: &str, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
     response
+}
+
+/// Starts `command` with its output captured, to be read with `wait_with_output`.
+pub fn spawn_captured(command: &mut Command) -> Child {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run distlock")
 }

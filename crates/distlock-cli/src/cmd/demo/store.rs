@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use distlock::fence::SqlFence;
 use sqlx::Row;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::mysql::MySqlPool;
+use sqlx::postgres::PgPool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 /// How long a writer queues behind another process's write before its statement fails.
@@ -256,6 +256,19 @@ pub(crate) struct StockAudit {
     pub(crate) oversold: i64,
 }
 
+/// A pool of `connections` to the database server `url` names.
+async fn server_pool<DB: sqlx::Database>(url: &str, connections: u32) -> Result<sqlx::Pool<DB>> {
+    let context = || format!("opening the store {}", distlock::redact(url));
+    let options: <DB::Connection as sqlx::Connection>::Options = distlock::url::for_driver(url)
+        .parse()
+        .with_context(context)?;
+    sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(connections)
+        .connect_with(options)
+        .await
+        .with_context(context)
+}
+
 /// The database a store URL names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dialect {
@@ -273,29 +286,10 @@ impl Store {
     /// Opens the store `url` names, creating an SQLite file if needed.
     pub(crate) async fn open(url: &str, connections: u32) -> Result<Store> {
         let connections = connections.max(1);
-        let context = || format!("opening the store {}", distlock::redact(url));
         Ok(match dialect(url)? {
             Dialect::Sqlite => Store::Sqlite(open_sqlite(&sqlite_path(url)?, connections).await?),
-            Dialect::Postgres => Store::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(connections)
-                    .connect_with(
-                        PgConnectOptions::from_str(&distlock::url::for_driver(url))
-                            .with_context(context)?,
-                    )
-                    .await
-                    .with_context(context)?,
-            ),
-            Dialect::MySql => Store::MySql(
-                MySqlPoolOptions::new()
-                    .max_connections(connections)
-                    .connect_with(
-                        MySqlConnectOptions::from_str(&distlock::url::for_driver(url))
-                            .with_context(context)?,
-                    )
-                    .await
-                    .with_context(context)?,
-            ),
+            Dialect::Postgres => Store::Postgres(server_pool(url, connections).await?),
+            Dialect::MySql => Store::MySql(server_pool(url, connections).await?),
         })
     }
 
