@@ -61,12 +61,10 @@ impl<DB: sqlx::Database> std::fmt::Debug for SqlFence<DB> {
     }
 }
 
-/// The fence statements of one database (`fence/sql/<database>/*.sql`). Every dialect binds in
-/// the same order.
+/// The fence statements of one database (`fence/sql/<database>/*.sql`; `schema.sql` runs once,
+/// in `new`). Every dialect binds in the same order.
 #[derive(Clone, Copy)]
 struct FenceStatements {
-    /// Creates `distlock_fences` if missing.
-    schema: &'static str,
     /// Raises a fence to a larger token: token, resource, token.
     advance: &'static str,
     /// Creates a resource's fence: resource, token.
@@ -100,7 +98,7 @@ macro_rules! fence_for {
         db = $db:ty,
         connection = $conn:ty,
         backend = $backend:literal,
-        statements = $statements:expr,
+        create_first = $create_first:literal,
         bind = |$n:ident| $bind:expr,
     ) => {
         #[cfg(feature = $feature)]
@@ -111,7 +109,7 @@ macro_rules! fence_for {
             where
                 E: sqlx::Executor<'c, Database = $db>,
             {
-                sqlx::raw_sql($statements.schema)
+                sqlx::raw_sql(include_str!(concat!("sql/", $backend, "/schema.sql")))
                     .execute(executor)
                     .await
                     .map_err(|e| from_sqlx($backend, "creating distlock_fences", e))?;
@@ -121,7 +119,12 @@ macro_rules! fence_for {
             /// The fence helper, for a database whose `distlock_fences` exists already.
             pub fn assume_installed() -> Self {
                 SqlFence {
-                    statements: $statements,
+                    statements: FenceStatements {
+                        advance: include_str!(concat!("sql/", $backend, "/advance.sql")),
+                        create: include_str!(concat!("sql/", $backend, "/create.sql")),
+                        create_first: $create_first,
+                        read: include_str!(concat!("sql/", $backend, "/read.sql")),
+                    },
                     backend: $backend,
                     database: PhantomData,
                 }
@@ -270,13 +273,7 @@ fence_for! {
     db = sqlx::Postgres,
     connection = sqlx::PgConnection,
     backend = "postgres",
-    statements = FenceStatements {
-        schema: include_str!("sql/postgres/schema.sql"),
-        advance: include_str!("sql/postgres/advance.sql"),
-        create: include_str!("sql/postgres/create.sql"),
-        create_first: false,
-        read: include_str!("sql/postgres/read.sql"),
-    },
+    create_first = false,
     bind = |n| n.as_str(),
 }
 
@@ -285,13 +282,7 @@ fence_for! {
     db = sqlx::MySql,
     connection = sqlx::MySqlConnection,
     backend = "mysql",
-    statements = FenceStatements {
-        schema: include_str!("sql/mysql/schema.sql"),
-        advance: include_str!("sql/mysql/advance.sql"),
-        create: include_str!("sql/mysql/create.sql"),
-        create_first: true,
-        read: include_str!("sql/mysql/read.sql"),
-    },
+    create_first = true,
     bind = |n| n.as_str().as_bytes(),
 }
 
@@ -300,12 +291,6 @@ fence_for! {
     db = sqlx::Sqlite,
     connection = sqlx::SqliteConnection,
     backend = "sqlite",
-    statements = FenceStatements {
-        schema: include_str!("sql/sqlite/schema.sql"),
-        advance: include_str!("sql/sqlite/advance.sql"),
-        create: include_str!("sql/sqlite/create.sql"),
-        create_first: false,
-        read: include_str!("sql/sqlite/read.sql"),
-    },
+    create_first = false,
     bind = |n| n.as_str(),
 }

@@ -131,7 +131,6 @@ macro_rules! row_lock_for {
         pool = $pool:ty,
         db = $db:ty,
         backend = $backend:literal,
-        statements = $statements:expr,
         bind = |$n:ident| $bind:expr,
         busy = $busy:expr,
         missing_table = $missing:expr,
@@ -139,6 +138,14 @@ macro_rules! row_lock_for {
         #[cfg(feature = $feature)]
         mod $module {
             use super::*;
+
+            /// The statements in `row_lock/<backend>/`.
+            const STATEMENTS: RowLockStatements = RowLockStatements {
+                lock: include_str!(concat!("row_lock/", $backend, "/lock.sql")),
+                lock_nowait: include_str!(concat!("row_lock/", $backend, "/lock_nowait.sql")),
+                create: include_str!(concat!("row_lock/", $backend, "/create.sql")),
+                schema: include_str!(concat!("row_lock/", $backend, "/schema.sql")),
+            };
 
             fn is(e: &sqlx::Error, test: fn(&dyn sqlx::error::DatabaseError) -> bool) -> bool {
                 matches!(e, sqlx::Error::Database(db) if test(&**db))
@@ -162,14 +169,14 @@ macro_rules! row_lock_for {
 
             async fn create(pool: &$pool, $n: &LockName) -> Result<()> {
                 let insert = || {
-                    sqlx::query($statements.create)
+                    sqlx::query(STATEMENTS.create)
                     .bind($bind)
                     .execute(pool)
                 };
                 match insert().await {
                     Ok(_) => Ok(()),
                     Err(e) if is(&e, $missing) => {
-                        sqlx::raw_sql($statements.schema)
+                        sqlx::raw_sql(STATEMENTS.schema)
                         .execute(pool)
                         .await
                         .map_err(|e| from_sqlx($backend, "creating the row-lock table", e))?;
@@ -189,9 +196,9 @@ macro_rules! row_lock_for {
             ) -> Result<Option<RowLockTx<$db>>> {
                 let $n = &LockName::new(name)?;
                 let sql = if nowait {
-                    $statements.lock_nowait
+                    STATEMENTS.lock_nowait
                 } else {
-                    $statements.lock
+                    STATEMENTS.lock
                 };
                 // At most twice: the second time the row exists.
                 for _ in 0..2 {
@@ -229,12 +236,6 @@ row_lock_for! {
     pool = sqlx::PgPool,
     db = sqlx::Postgres,
     backend = "postgres",
-    statements = RowLockStatements {
-        lock: include_str!("row_lock/postgres/lock.sql"),
-        lock_nowait: include_str!("row_lock/postgres/lock_nowait.sql"),
-        create: include_str!("row_lock/postgres/create.sql"),
-        schema: include_str!("row_lock/postgres/schema.sql"),
-    },
     bind = |n| n.as_str(),
     busy = |e| e.code().as_deref() == Some("55P03"),
     missing_table = |e| e.code().as_deref() == Some("42P01"),
@@ -246,12 +247,6 @@ row_lock_for! {
     pool = sqlx::MySqlPool,
     db = sqlx::MySql,
     backend = "mysql",
-    statements = RowLockStatements {
-        lock: include_str!("row_lock/mysql/lock.sql"),
-        lock_nowait: include_str!("row_lock/mysql/lock_nowait.sql"),
-        create: include_str!("row_lock/mysql/create.sql"),
-        schema: include_str!("row_lock/mysql/schema.sql"),
-    },
     bind = |n| n.as_str().as_bytes(),
     // MariaDB answers NOWAIT with 1205 (lock wait timeout), MySQL with 3572.
     busy = |e| mysql_number(e).is_some_and(|n| n == 1205 || n == 3572),
