@@ -49,7 +49,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
                   semaphore already has another size); --fair: the lock NAME served first come, \
                   first served. Each is a lock of its own: a plain exec and a --write of the \
                   same NAME do not exclude each other. A store without the flavour refuses it \
-                  (exit 64; see docs/guarantees.md).\n\
+                  (exit 64; which store has which: https://docs.rs/distlock).\n\
                   Exit status: COMMAND's own; 75 (or --conflict-exit-code) if the lock is held \
                   by another (--no-wait, or --wait ran out); 69 if the store cannot be reached \
                   or fails; 76 if the lock was lost while COMMAND ran, or --max-hold ran out \
