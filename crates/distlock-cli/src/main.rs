@@ -127,7 +127,11 @@ enum Command {
 
 fn main() -> ExitCode {
     // rediss:// (redis-rs' TLS) uses rustls' process-wide crypto provider, which the library
-    // leaves to the application to choose. Nothing else has installed one this early.
+    // leaves to the application to choose. Nothing else has installed one this early. ring builds
+    // with no C toolchain beyond cc (aws-lc-rs needs cmake on some platforms); rustls 0.23.48
+    // deprecates its provider for lacking post-quantum key exchange, which `cargo install`
+    // (newest rustls, no lock file) would otherwise print as a warning to every user.
+    #[allow(deprecated)]
     let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(

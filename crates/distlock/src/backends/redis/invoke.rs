@@ -40,8 +40,9 @@ fn tls_provider_installed(shown_url: &str) -> Result<()> {
         format!(
             "{shown_url}: TLS needs rustls' process-wide crypto provider, which the application \
              chooses: install one before connecting, e.g. \
-             `rustls::crypto::ring::default_provider().install_default()` (rustls 0.23, feature \
-             \"ring\") or `rustls::crypto::aws_lc_rs::default_provider().install_default()`"
+             `rustls::crypto::aws_lc_rs::default_provider().install_default()` (rustls 0.23, \
+             its default feature) or `rustls::crypto::ring::default_provider().install_default()` \
+             (feature \"ring\", no post-quantum key exchange)"
         ),
     )
     .with_backend(NAME))
