@@ -6,7 +6,7 @@
 //! made outside the step's transaction (`flavour_create.sql`: an `INSERT IGNORE` inside it would
 //! deadlock two steps); lapsed holdings and places are dropped, then the live ones read; a take
 //! leaves the line, draws the token (`LAST_INSERT_ID`) and writes the holding in three. Nothing
-//! notifies: the client's pollers (`poll_watch.rs`) see every change.
+//! notifies: the client's pollers (`backends/poll_watch.rs`) see every change.
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlConnection, MySqlPool};

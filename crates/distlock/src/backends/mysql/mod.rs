@@ -12,15 +12,12 @@
 //!   transaction;
 //! * `inspect.rs`: status and forced release in both lock modes, and the holder columns older
 //!   tables get at connect;
-//! * `poll_watch.rs`: MySQL cannot notify, so one poller per watched synchronizer wakes its
-//!   waiters; other waiters poll with the core's jittered backoff (see `docs.md` for why);
 //! * `session.rs`: session locks on `GET_LOCK`.
 //!
 #![doc = include_str!("docs.md")]
 
 mod flavours;
 mod inspect;
-mod poll_watch;
 mod session;
 mod sync;
 
@@ -31,6 +28,7 @@ use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use crate::backend::{Attempt, LockRequest, Wakeups};
 use crate::backends::client_rules::flavour_rules::Peek;
+use crate::backends::poll_watch::{Pace, PollWatch, Wake};
 use crate::backends::sql_family::{
     Dialect, Picked, Read, SqlResult, Statement, Wants, dialect_statements, sql_store,
 };
@@ -61,7 +59,16 @@ sql_store! {
 
 /// MySQL's dialect; the value is the client's pollers: one per synchronizer its waiters wait
 /// for.
-pub(crate) struct MysqlDialect(poll_watch::PollWatch<Peek>);
+pub(crate) struct MysqlDialect(PollWatch<Peek>);
+
+/// MySQL cannot notify, so one poller per watched synchronizer wakes its waiters (see
+/// `backends/poll_watch.rs`); other waiters poll with the core's jittered backoff (see
+/// `docs.md` for why). A read is one indexed statement: it is repeated within a millisecond
+/// of a change.
+const WATCH_PACE: Pace = Pace {
+    fastest: Duration::from_millis(1),
+    slowest: Duration::from_millis(32),
+};
 
 #[async_trait]
 impl Dialect for MysqlDialect {
@@ -69,7 +76,7 @@ impl Dialect for MysqlDialect {
     type Sessions = session::MySqlSessions;
 
     fn new(_pool: &MySqlPool) -> Self {
-        MysqlDialect(Default::default())
+        MysqlDialect(PollWatch::new(WATCH_PACE, Wake::Each))
     }
 
     fn sessions(pool: MySqlPoolOptions, options: MySqlConnectOptions) -> session::MySqlSessions {
