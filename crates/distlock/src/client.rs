@@ -13,6 +13,7 @@
 //! | `mysql://`, `mariadb://` | MySQL / MariaDB | `mysql` |
 //! | `etcd://`, `etcds://` | an etcd cluster (etcd's own mutex layout, `etcdctl lock` compatible) | `etcd` |
 //! | `memcached://h[:p][,h[:p]…]` | memcached; each lock on one server, chosen by its name | `memcached` |
+//! | `s3://BUCKET[/PREFIX]`, `az://CONTAINER[/PREFIX]` | object storage: Amazon S3 and S3-compatibles (`?endpoint=`), Azure Blob Storage; leases judged by waiters' clocks, no lock server | `object-store` |
 //! | `memory:`, `memory://NAME` | this process's memory, for an application's unit tests (not a distributed lock): `memory:` a store of its own, `memory://NAME` the store every client of the process naming it shares | `memory` |
 //!
 //! The SQL schemes take a lease lock (a row with an expiry, renewed by the watchdog) by default;
@@ -108,7 +109,8 @@ async fn open(url: &str, scheme: Scheme, options: &Options) -> Result<Client> {
         feature = "mysql",
         feature = "etcd",
         feature = "zookeeper",
-        feature = "memcached"
+        feature = "memcached",
+        feature = "object-store"
     )),
     allow(unused_variables)
 )]
@@ -145,6 +147,10 @@ async fn backend_of(url: &str, scheme: Scheme, options: &Options) -> Result<Arc<
         #[cfg(feature = "memcached")]
         Scheme::Memcached => Ok(Arc::new(
             crate::backends::memcached::MemcachedBackend::connect_with(url, options).await?,
+        )),
+        #[cfg(feature = "object-store")]
+        Scheme::ObjectStore => Ok(Arc::new(
+            crate::backends::objectstore::ObjectStoreBackend::connect_with(url, options).await?,
         )),
         #[cfg(feature = "memory")]
         Scheme::Memory => Ok(Arc::new(crate::backends::memory::MemoryBackend::connect(

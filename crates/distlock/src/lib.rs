@@ -22,6 +22,7 @@
 //! | `etcd` | etcd v3 | `etcd://`, `etcds://` | [`backends::etcd`](backends/etcd/index.html) |
 //! | `zookeeper` | ZooKeeper (Curator's layout) | `zk://h1:p1[,…][/chroot]` | [`backends::zookeeper`](backends/zookeeper/index.html) |
 //! | `memcached` | memcached | `memcached://h1:p1[,…]` | [`backends::memcached`](backends/memcached/index.html) |
+//! | `object-store` | object storage: Amazon S3 and S3-compatibles, Azure Blob Storage; no lock server | `s3://BUCKET[/PREFIX]`, `az://CONTAINER[/PREFIX]` | [`backends::objectstore`](backends/objectstore/index.html) |
 //! | `memory` | one process's memory, for your unit tests | `memory:`, `memory://NAME` | [`backends::memory`](backends/memory/index.html) |
 //!
 //! Each store's page (under [`backends`]; the docs of a build have the pages of its features)

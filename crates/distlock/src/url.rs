@@ -30,6 +30,9 @@ pub enum Scheme {
     Memcached,
     /// `memory:`, `memory://NAME`: this process's memory, for unit tests.
     Memory,
+    /// `s3://BUCKET[/PREFIX]`, `az://CONTAINER[/PREFIX]`: object storage (Amazon S3 and
+    /// S3-compatibles, Azure Blob Storage), with no lock server.
+    ObjectStore,
 }
 
 /// Every scheme's spellings.
@@ -49,6 +52,8 @@ const SPELLINGS: &[(&str, Scheme)] = &[
     ("etcds", Scheme::Etcd),
     ("memcached", Scheme::Memcached),
     ("memory", Scheme::Memory),
+    ("s3", Scheme::ObjectStore),
+    ("az", Scheme::ObjectStore),
 ];
 
 impl Scheme {
@@ -92,6 +97,7 @@ impl Scheme {
             Scheme::Etcd => "etcd",
             Scheme::Memcached => "memcached",
             Scheme::Memory => "memory",
+            Scheme::ObjectStore => "objectstore",
         }
     }
 
@@ -99,6 +105,7 @@ impl Scheme {
     pub fn feature(self) -> &'static str {
         match self {
             Scheme::ZooKeeper => "zookeeper",
+            Scheme::ObjectStore => "object-store",
             other => other.backend(),
         }
     }
@@ -117,6 +124,8 @@ const SHOWN_BACKEND_PARAMETERS: &[&str] = &[
     "connect_timeout",
     "response_timeout",
     "prefix",
+    "endpoint",
+    "region",
 ];
 
 /// Drivers' query parameters whose values [`redact`] shows (with [`OWN_PARAMETERS`]): they

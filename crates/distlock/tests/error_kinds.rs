@@ -136,6 +136,8 @@ async fn unsupported_for_a_store_this_build_lacks_naming_its_feature() {
         ("etcd://127.0.0.1:1", "etcd"),
         ("zk://127.0.0.1:1", "zookeeper"),
         ("memcached://127.0.0.1:1", "memcached"),
+        ("s3://bucket", "object-store"),
+        ("az://container", "object-store"),
         ("memory:", "memory"),
     ];
     for (url, feature) in schemes {
@@ -160,6 +162,7 @@ fn built(feature: &str) -> bool {
         "zookeeper" => cfg!(feature = "zookeeper"),
         "memcached" => cfg!(feature = "memcached"),
         "memory" => cfg!(feature = "memory"),
+        "object-store" => cfg!(feature = "object-store"),
         other => panic!("no store feature {other}"),
     }
 }

@@ -121,8 +121,12 @@ impl Ctx {
     /// a clock that ticks once a second, so a 1 s lease is stored as 2 s and ends 1–2 s after
     /// the last renewal), or for a session store the session's expiry when it has one.
     pub fn freed_after_crash_within(&self, lease: Duration) -> Duration {
-        match self.client.backend().capabilities().lease {
-            distlock::backend::LeaseModel::PerLock { granularity } => lease + granularity,
+        let caps = self.client.backend().capabilities();
+        match caps.lease {
+            // Where waiters judge leases (an object store), also the drift allowance.
+            distlock::backend::LeaseModel::PerLock { granularity } => {
+                lease + granularity + caps.drift_margin(lease)
+            }
             _ => self
                 .faults
                 .session_expiry

@@ -110,6 +110,13 @@ pub struct Capabilities {
     /// sessions' expiry is held under a session (or store lease) of its own that ends that
     /// long after its holder stops, instead of being refused. `None`: such a lease is refused.
     pub short_leases: Option<ShortLeases>,
+    /// For a store with no clock that ends a lease (an object store): waiters judge a holding
+    /// ended by their own monotonic clocks, once they have seen it unchanged for its lease and
+    /// this many thousandths of it more, the difference in clock rate tolerated between a
+    /// holder and a waiter. A stopped holder's lock is then free after its lease, this margin
+    /// ([`Capabilities::drift_margin`]) and the granularity. 0 where the store's own clock ends
+    /// leases.
+    pub drift_per_mille: u32,
 }
 
 /// How a session store keeps a lease shorter than its sessions' expiry: under a session (or
@@ -140,6 +147,7 @@ impl Capabilities {
             kinds: Kinds::MUTEX,
             refusal_hint: "",
             short_leases: None,
+            drift_per_mille: 0,
         }
     }
 
@@ -219,6 +227,22 @@ impl Capabilities {
             refusal_hint: hint,
             ..self
         }
+    }
+
+    /// The same, with leases judged by waiters' clocks, tolerating `drift_per_mille`
+    /// thousandths of a lease of clock-rate difference (see
+    /// [`drift_per_mille`](Capabilities::drift_per_mille)).
+    pub fn judged_by_waiters(self, drift_per_mille: u32) -> Self {
+        Capabilities {
+            drift_per_mille,
+            ..self
+        }
+    }
+
+    /// How much longer than `lease` a stopped holder's lock stays taken beyond the store's
+    /// granularity: the drift allowance of a store whose waiters judge leases, zero elsewhere.
+    pub fn drift_margin(&self, lease: Duration) -> Duration {
+        lease * self.drift_per_mille / 1000
     }
 
     /// Whether holdings are leases the watchdog renews.

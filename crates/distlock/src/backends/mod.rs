@@ -11,6 +11,9 @@ pub(crate) mod client_rules;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_family;
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "object-store"))]
+pub(crate) mod poll_watch;
+
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -43,3 +46,6 @@ pub mod memcached;
 
 #[cfg(feature = "memory")]
 pub mod memory;
+
+#[cfg(feature = "object-store")]
+pub mod objectstore;

@@ -10,10 +10,6 @@
 //! Methods taking a [`Conn`] run inside the flow's transaction; those taking the pool run alone;
 //! those answering a [`Statement`] only bind it, and the flow runs it ([`Runs`]).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use sqlx::pool::PoolOptions;
@@ -112,13 +108,7 @@ macro_rules! dialect_statements {
 }
 pub(crate) use dialect_statements;
 
-/// Reads a synchronizer for a poller: what waiters judge, and a fingerprint of it that differs
-/// whenever a waiter's take might now give another answer.
-pub(crate) type Read<T> =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(u64, T)>> + Send>> + Send + Sync>;
-
-/// Whether a waiter's take could succeed, given what a poller read.
-pub(crate) type Wants<T> = Box<dyn Fn(&T) -> bool + Send + Sync>;
+pub(crate) use crate::backends::poll_watch::{Read, Wants};
 
 /// The locks a status shows: the one `name`d, or (when `None`) every one whose name starts with
 /// `prefix` (empty for a name). The statements compare `left(name, length(prefix))`, so a

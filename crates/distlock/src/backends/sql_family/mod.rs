@@ -32,7 +32,7 @@
 //!   for a connection already gone and a column already added.
 //! * **How waiters hear of a change**: PostgreSQL notifies (`LISTEN`/`NOTIFY` on one listening
 //!   connection per client, `postgres/notify.rs`); MySQL cannot, so a poller per watched
-//!   synchronizer reads it (`mysql/poll_watch.rs`), and elections, latches and exclusive locks
+//!   synchronizer reads it (`backends/poll_watch.rs`), and elections, latches and exclusive locks
 //!   are polled by the core.
 //! * **Session locks**: the lock function (`pg_try_advisory_lock` on a 64-bit hash, `GET_LOCK`
 //!   on the name), how the token is drawn, how a dead connection is noticed (PostgreSQL's
