@@ -45,6 +45,8 @@ weight() {
     mysql) echo 196 ;;
     postgres) echo 190 ;;
     secrets) echo 134 ;;
+    objectstore_s3) echo 300 ;;
+    objectstore_az) echo 160 ;;
     redis_cluster) echo 131 ;;
     redis_sentinel) echo 107 ;;
     redis) echo 63 ;;

@@ -5,19 +5,57 @@
 #
 #   scripts/services.sh            all servers
 #   scripts/services.sh redis pg   only these (names: redis, redlock, sentinel, cluster, pg, mysql,
-#                                  etcd, zk, memcached)
+#                                  etcd, zk, memcached, s3, az)
+#   scripts/services.sh url s3     prints the URL of a local server (s3, az) and starts nothing
 #
 # State of servers started here (data dirs, logs, pids) lives under $DISTLOCK_SERVICES_DIR
-# (default /var/tmp/distlock-services).
+# (default /var/tmp/distlock-services); servers that are not Debian packages (RustFS, Azurite)
+# are installed once per machine under $DISTLOCK_TOOLS_DIR (default /var/tmp/distlock-tools).
 set -euo pipefail
 
 D=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
+TOOLS=${DISTLOCK_TOOLS_DIR:-/var/tmp/distlock-tools}
 PG_MAX_CONNECTIONS=400
-mkdir -p "$D"
-want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(redis redlock sentinel cluster pg mysql etcd zk memcached)
 
 log() { printf 'services: %s\n' "$*" >&2; }
+
+# The object stores' fixed test credentials. S3: RustFS takes whatever it is started with.
+# Azure: Azurite's account devstoreaccount1 and its key, both public and documented.
+OBJ_BUCKET=distlock
+S3_PORT=9000
+S3_REGION=us-east-1
+S3_ACCESS_KEY=distlock
+S3_SECRET_KEY=distlock-secret
+AZ_PORT=10000
+AZ_ACCOUNT=devstoreaccount1
+AZ_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
+AZ_ENDPOINT=http://127.0.0.1:$AZ_PORT/$AZ_ACCOUNT
+
+# %-encodes a URL component (the Azure key holds / + =).
+urlenc() {
+  local s=$1 out='' c i
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    case "$c" in
+      [A-Za-z0-9._~-]) out+=$c ;;
+      *) printf -v c '%%%02X' "'$c"; out+=$c ;;
+    esac
+  done
+  printf '%s' "$out"
+}
+
+if [ "${1:-}" = url ]; then
+  case "${2:-}" in
+    s3) echo "s3://$(urlenc "$S3_ACCESS_KEY"):$(urlenc "$S3_SECRET_KEY")@$OBJ_BUCKET?endpoint=http://127.0.0.1:$S3_PORT&region=$S3_REGION" ;;
+    az) echo "az://$(urlenc "$AZ_ACCOUNT"):$(urlenc "$AZ_KEY")@$OBJ_BUCKET?endpoint=$AZ_ENDPOINT" ;;
+    *) log "usage: services.sh url s3|az"; exit 2 ;;
+  esac
+  exit 0
+fi
+
+mkdir -p "$D"
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=(redis redlock sentinel cluster pg mysql etcd zk memcached s3 az)
 
 apt_updated=0
 need_pkg() { # need_pkg COMMAND|/FILE PACKAGE...
@@ -372,6 +410,128 @@ ensure_memcached() {
   wait_for memcached 10 memcached_up 11211
 }
 
+# once NAME FILE FUNCTION: runs FUNCTION, which makes FILE, unless FILE exists; under a flock on
+# $TOOLS/NAME.lock, so that two runs on one machine never install at once (the second waits,
+# then finds FILE). The lock's fd is closed again before any server is started: a daemon that
+# inherited it would hold the lock for its whole life.
+once() {
+  local name=$1 file=$2 fn=$3 lock
+  [ -e "$file" ] && return 0
+  mkdir -p "$TOOLS"
+  exec {lock}>"$TOOLS/$name.lock"
+  if ! flock -n "$lock"; then
+    log "$name is being installed by another process: waiting for it"
+    flock "$lock"
+  fi
+  # (in an `if`, not after `||`: set -e would not apply inside FUNCTION there)
+  if [ ! -e "$file" ]; then "$fn"; fi
+  exec {lock}>&-
+  [ -e "$file" ] || { log "$name: $file is still missing after its install"; return 1; }
+}
+
+# detach DIR NAME COMMAND...: starts COMMAND in the background in its own session (no signal
+# from this script's terminal or process group reaches it), stdin from /dev/null, output to
+# DIR/NAME.log, none of this script's other fds open (a caller reading our output through a
+# pipe would otherwise wait for the server's end), pid in DIR/NAME.pid, working directory DIR
+# (for whatever it writes next to itself).
+detach() {
+  local dir=$1 name=$2 fd
+  shift 2
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] && exec {fd}>&-
+    done
+    setsid "$@" </dev/null >"$dir/$name.log" 2>&1 &
+    echo $! >"$dir/$name.pid"
+  )
+}
+
+# S3 (s3://...): RustFS, an S3-compatible server in Rust with conditional writes (If-None-Match: *
+# and If-Match), on 127.0.0.1:9000, one local volume. It has no Debian package and publishes only
+# its source as a crate, so it is built once per machine (about an hour of 2 cores; 1 h 37 min at nice 19 beside other builds) with the toolchain
+# it needs (rustc >= 1.98.1) into $TOOLS/rustfs-VERSION/bin. opt-level 1 and no debug info
+# shorten the build (the tests need correctness, not its speed); default features off drop its
+# FTPS, WebDAV and GCS front ends, which the tests do not use. The multi-GB target dir is deleted
+# after the install.
+RUSTFS_VERSION=1.0.1
+RUSTFS_TOOLCHAIN=1.98.1
+RUSTFS_BIN=$TOOLS/rustfs-$RUSTFS_VERSION/bin/rustfs
+
+build_rustfs() {
+  command -v rustup >/dev/null || { log "rustfs: rustup is needed to build RustFS"; return 1; }
+  need_pkg cc build-essential
+  local buildlog=$TOOLS/rustfs-$RUSTFS_VERSION.build.log
+  log "building RustFS $RUSTFS_VERSION: a one-time build of about an hour on 2 cores (log: $buildlog)"
+  rustup toolchain install "$RUSTFS_TOOLCHAIN" --profile minimal >"$buildlog" 2>&1
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
+    CARGO_TARGET_DIR="$TOOLS/rustfs-build" nice -n 19 \
+    cargo "+$RUSTFS_TOOLCHAIN" install rustfs --version "$RUSTFS_VERSION" --locked \
+    --no-default-features --root "$TOOLS/rustfs-$RUSTFS_VERSION" >>"$buildlog" 2>&1 ||
+    { log "rustfs: the build failed, see $buildlog"; return 1; }
+  rm -rf "$TOOLS/rustfs-build"
+}
+
+# (RustFS, as S3, wants the payload's hash header, which curl 7.88's --aws-sigv4 does not add:
+# the requests here have no body, so "unsigned" is as good.)
+s3_curl() { # s3_curl CURL-ARGS... (SigV4-signed with the test credentials)
+  curl -sS --max-time 5 --aws-sigv4 "aws:amz:$S3_REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+# An authenticated ListBuckets answers 200: the server is up and has our credentials.
+s3_up() { [ "$(s3_curl -o /dev/null -w '%{http_code}' "http://127.0.0.1:$S3_PORT/" 2>/dev/null)" = 200 ]; }
+
+ensure_s3() {
+  once "rustfs-$RUSTFS_VERSION" "$RUSTFS_BIN" build_rustfs
+  if ! s3_up; then
+    log "starting RustFS on 127.0.0.1:$S3_PORT"
+    mkdir -p "$D/rustfs/data"
+    # The web console (a second port) is off, and so is the check for a newer release (a call
+    # to rustfs.com at each start). With no RUSTFS_OBS_LOG_DIRECTORY it logs to stdout.
+    detach "$D/rustfs" rustfs env RUSTFS_ADDRESS="127.0.0.1:$S3_PORT" RUSTFS_VOLUMES="$D/rustfs/data" \
+      RUSTFS_ACCESS_KEY="$S3_ACCESS_KEY" RUSTFS_SECRET_KEY="$S3_SECRET_KEY" RUSTFS_REGION="$S3_REGION" \
+      RUSTFS_CONSOLE_ENABLE=false RUSTFS_CHECK_UPDATE=false "$RUSTFS_BIN" server
+  fi
+  wait_for "rustfs (s3)" 60 s3_up
+  if [ "$(s3_curl -o /dev/null -w '%{http_code}' -I "http://127.0.0.1:$S3_PORT/$OBJ_BUCKET")" != 200 ]; then
+    log "creating the S3 bucket $OBJ_BUCKET"
+    s3_curl -f -o /dev/null -X PUT "http://127.0.0.1:$S3_PORT/$OBJ_BUCKET"
+  fi
+}
+
+# Azure Blob (az://...): Azurite, Microsoft's emulator, from npm (Node 20), blob service only, on
+# 127.0.0.1:10000. --skipApiVersionCheck: the SDK's x-ms-version may be newer than this Azurite
+# knows; --disableTelemetry: it would otherwise report to Microsoft.
+AZURITE_VERSION=3.37.0
+AZURITE_DIR=$TOOLS/azurite-$AZURITE_VERSION
+AZURITE_BIN=$AZURITE_DIR/node_modules/.bin/azurite-blob
+
+install_azurite() {
+  need_pkg node nodejs
+  need_pkg npm npm
+  log "installing Azurite $AZURITE_VERSION into $AZURITE_DIR"
+  # (its package.json asks for Node >= 22; it serves the blob API on Node 20 all the same)
+  npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel error "azurite@$AZURITE_VERSION" >/dev/null
+}
+
+# Any answer from a server that says it is Azurite's blob service.
+az_up() { curl -s -o /dev/null -D - --max-time 2 "$AZ_ENDPOINT?comp=list" | grep -qi '^server: azurite-blob'; }
+
+ensure_az() {
+  once "azurite-$AZURITE_VERSION" "$AZURITE_BIN" install_azurite
+  if ! az_up; then
+    log "starting Azurite (blob) on 127.0.0.1:$AZ_PORT"
+    mkdir -p "$D/azurite/data"
+    detach "$D/azurite" azurite "$AZURITE_BIN" --blobHost 127.0.0.1 --blobPort "$AZ_PORT" \
+      --location "$D/azurite/data" --skipApiVersionCheck --disableTelemetry --silent
+  fi
+  wait_for "azurite (az)" 30 az_up
+  # A signed request: this also checks the account key.
+  python3 "$(dirname "$0")/azurite-container.py" "$AZ_ENDPOINT" "$AZ_ACCOUNT" "$AZ_KEY" "$OBJ_BUCKET"
+}
+
 for s in "${want[@]}"; do
   case "$s" in
     redis) ensure_redis ;;
@@ -383,6 +543,8 @@ for s in "${want[@]}"; do
     etcd) ensure_etcd ;;
     zk|zookeeper) ensure_zk ;;
     memcached) ensure_memcached ;;
-    *) log "unknown service $s (known: redis, redlock, sentinel, cluster, pg, mysql, etcd, zk, memcached)"; exit 2 ;;
+    s3|rustfs) ensure_s3 ;;
+    az|azurite) ensure_az ;;
+    *) log "unknown service $s (known: redis, redlock, sentinel, cluster, pg, mysql, etcd, zk, memcached, s3, az)"; exit 2 ;;
   esac
 done

@@ -53,7 +53,7 @@ macro_rules! tools {
 const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\nstores: sqlite, redis (rediss, redis-sentinel, redis-cluster), redlock, postgres, mysql, \
-     zk, memcached",
+     zk, memcached, objectstore (s3, az)",
     etcd_store!(),
     "\ntools: ",
     tools!()

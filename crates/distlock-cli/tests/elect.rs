@@ -111,7 +111,8 @@ fn one_runs_at_a_time_and_the_other_takes_over_when_the_first_is_killed() {
 /// The same on every server store that has leader election (ZooKeeper and etcd: within a lease
 /// as long as their session timeout, the shortest they keep; memcached: within its whole-second
 /// lease and a poll);
-/// the others (Redlock) refuse with a usage error (64) saying the backend does not support it,
+/// the others (Redlock, the object stores) refuse with a usage error (64) saying the backend does
+/// not support it,
 /// and run nothing.
 #[test]
 fn elect_on_every_server_store() {

@@ -11,7 +11,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 /// A store to run `distlock` against; an SQLite store lives in a directory removed on drop.
 pub struct Store {
     /// The name `DISTLOCK_SKIP` uses: sqlite, redis, redis-sentinel, redis-cluster, redlock,
-    /// postgres, mysql, etcd, zk, memcached.
+    /// postgres, mysql, etcd, zk, memcached, s3, az.
     pub name: &'static str,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
@@ -58,6 +58,17 @@ const SERVERS: &[(&str, &str, &str)] = &[
         "memcached",
         "DISTLOCK_MEMCACHED_URL",
         "memcached://127.0.0.1:11211",
+    ),
+    // The object stores of scripts/services.sh (`scripts/services.sh url s3|az`).
+    (
+        "s3",
+        "DISTLOCK_S3_URL",
+        "s3://distlock:distlock-secret@distlock/cli?endpoint=http://127.0.0.1:9000&region=us-east-1",
+    ),
+    (
+        "az",
+        "DISTLOCK_AZ_URL",
+        "az://devstoreaccount1:Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq%2FK1SZFPTOtr%2FKBHBeksoGMGw%3D%3D@distlock/cli?endpoint=http://127.0.0.1:10000/devstoreaccount1",
     ),
 ];
 

@@ -84,16 +84,18 @@ pub(crate) struct ServeArgs {
     refresh: Duration,
     /// Most connections open at once; one more takes the place of the connection that has
     /// waited longest for its request (keep it below `ulimit -n`).
-    #[arg(long, default_value_t = 256, value_name = "N",
+    #[arg(long, default_value_t = 256, value_name = "N", env = "DISTLOCK_SERVE_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections: u32,
     /// Close a connection whose request header has not all come this long after its first byte
     /// (at least 500ms).
-    #[arg(long, default_value = "10s", value_parser = at_least::<500>)]
+    #[arg(long, default_value = "10s", env = "DISTLOCK_SERVE_HEADER_TIMEOUT",
+          value_parser = at_least::<500>)]
     header_timeout: Duration,
     /// Close a connection with no request under way for this long: a new one that sends
     /// nothing, or one kept alive after an answer (at least 500ms).
-    #[arg(long, default_value = "30s", value_parser = at_least::<500>)]
+    #[arg(long, default_value = "30s", env = "DISTLOCK_SERVE_IDLE_TIMEOUT",
+          value_parser = at_least::<500>)]
     idle_timeout: Duration,
 }
 

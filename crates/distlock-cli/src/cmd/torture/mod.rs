@@ -556,8 +556,12 @@ async fn run_parent(args: &TortureArgs) -> Result<ExitCode> {
     })
 }
 
-/// The URL's servers, as `host:port`; each must name its port.
+/// The URL's servers, as `host:port`; each must name its port. An object store's server is its
+/// `?endpoint=` (the host of an `s3://` or `az://` URL is the bucket).
 fn servers(url: &str, scheme: Scheme) -> std::result::Result<Vec<String>, String> {
+    if scheme == Scheme::ObjectStore {
+        return endpoint_server(url).map(|(_, server, _)| vec![server]);
+    }
     let authority = distlock::url::authority(url, scheme.backend(), "scheme://host:port")
         .map_err(|e| e.to_string())?;
     authority
@@ -571,6 +575,42 @@ fn servers(url: &str, scheme: Scheme) -> std::result::Result<Vec<String>, String
             )),
         })
         .collect()
+}
+
+/// An object store URL's `?endpoint=` taken apart around its server: what comes before the
+/// `host:port` (up to `://`), the `host:port` itself (the scheme's port when none is written),
+/// and what follows it.
+fn endpoint_server(url: &str) -> std::result::Result<(String, String, String), String> {
+    let no_endpoint = || {
+        format!(
+            "the proxy faults need an ?endpoint=http://host:port to put the proxy in front of ({})",
+            distlock::redact(url)
+        )
+    };
+    let at = url.find("endpoint=").ok_or_else(no_endpoint)? + "endpoint=".len();
+    let value_end = url[at..].find('&').map_or(url.len(), |i| at + i);
+    let value = &url[at..value_end];
+    let (scheme, rest) = value.split_once("://").ok_or_else(no_endpoint)?;
+    let server_len = rest.find('/').unwrap_or(rest.len());
+    let server = &rest[..server_len];
+    let with_port = match (server.rsplit_once(':'), scheme) {
+        (Some((_, port)), _) if port.parse::<u16>().is_ok() => server.to_string(),
+        (_, "https") => format!("{server}:443"),
+        _ => format!("{server}:80"),
+    };
+    let before = format!("{}{scheme}://", &url[..at]);
+    let after = url[at + scheme.len() + 3 + server_len..].to_string();
+    Ok((before, with_port, after))
+}
+
+/// `url` reaching its store through `hosts` instead: the URL's servers replaced, or an object
+/// store's endpoint.
+fn through(url: &str, scheme: Scheme, hosts: &str) -> Result<String> {
+    if scheme == Scheme::ObjectStore {
+        let (before, _, after) = endpoint_server(url).map_err(|why| anyhow!(why))?;
+        return Ok(format!("{before}{hosts}{after}"));
+    }
+    distlock::url::with_hosts(url, hosts).context("the URL has no host to replace")
 }
 
 /// One fault's phase.
@@ -620,10 +660,7 @@ impl Phase<'_> {
                 .iter()
                 .map(|p| format!("127.0.0.1:{}", p.port()))
                 .collect();
-            Some(
-                distlock::url::with_hosts(self.url, &hosts.join(","))
-                    .context("the URL has no host to replace")?,
-            )
+            Some(through(self.url, self.scheme, &hosts.join(","))?)
         };
         let killer = match self.fault {
             FaultKind::SessionKill => {
@@ -781,5 +818,37 @@ impl Phase<'_> {
             waited,
             left_in_store,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_store_url_is_proxied_at_its_endpoint() {
+        let url = "s3://k:s@b/p?endpoint=http://127.0.0.1:9000&region=us-east-1";
+        assert_eq!(
+            servers(url, Scheme::ObjectStore).unwrap(),
+            vec!["127.0.0.1:9000".to_string()]
+        );
+        assert_eq!(
+            through(url, Scheme::ObjectStore, "127.0.0.1:4000").unwrap(),
+            "s3://k:s@b/p?endpoint=http://127.0.0.1:4000&region=us-east-1"
+        );
+        let az = "az://a:k@c?endpoint=http://127.0.0.1:10000/devstoreaccount1";
+        assert_eq!(
+            through(az, Scheme::ObjectStore, "127.0.0.1:4001").unwrap(),
+            "az://a:k@c?endpoint=http://127.0.0.1:4001/devstoreaccount1"
+        );
+        assert!(servers("s3://bucket", Scheme::ObjectStore).is_err());
+        assert_eq!(
+            servers(
+                "s3://bucket?endpoint=https://minio.internal",
+                Scheme::ObjectStore
+            )
+            .unwrap(),
+            vec!["minio.internal:443".to_string()]
+        );
     }
 }
