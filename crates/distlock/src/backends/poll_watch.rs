@@ -39,11 +39,14 @@ pub(crate) type Read<T> =
 pub(crate) type Wants<T> = Box<dyn Fn(&T) -> bool + Send + Sync>;
 
 /// How often a poller reads: `fastest` right after a change, doubling to `slowest` while
-/// nothing changes.
+/// nothing changes; and, with `round_trips` above 0, never sooner than that many times the
+/// last read's round trip (up to `slowest`): a store slowed by load gets fewer reads from each
+/// poller, which leaves it more time for the holders' own steps.
 #[derive(Clone, Copy)]
 pub(crate) struct Pace {
     pub(crate) fastest: Duration,
     pub(crate) slowest: Duration,
+    pub(crate) round_trips: u32,
 }
 
 /// Whom a change wakes, of the waiters it lets in.
@@ -149,6 +152,7 @@ async fn poll<T>(
                 return;
             }
         }
+        let sent = tokio::time::Instant::now();
         match read().await {
             Ok((seen, state)) => {
                 let changed = last != Some(seen);
@@ -158,6 +162,8 @@ async fn poll<T>(
                 } else {
                     pause = (pause * 2).min(pace.slowest);
                 }
+                let round_trip = sent.elapsed();
+                pause = pause.max((round_trip * pace.round_trips).min(pace.slowest));
                 // Waking one, a state that still lets a waiter in is offered to the next: the
                 // one woken may have given up without trying.
                 if changed || wake == Wake::One {
@@ -215,6 +221,7 @@ mod tests {
     const PACE: Pace = Pace {
         fastest: Duration::from_millis(1),
         slowest: Duration::from_millis(32),
+        round_trips: 0,
     };
 
     async fn woken(wakeups: &mut Wakeups) -> bool {
@@ -256,6 +263,7 @@ mod tests {
         let pace = Pace {
             fastest: Duration::from_millis(50),
             slowest: Duration::from_millis(50),
+            round_trips: 0,
         };
         let watch = PollWatch::<u64>::new(pace, Wake::One);
         let state = Arc::new(AtomicU64::new(1));
@@ -280,5 +288,40 @@ mod tests {
             woken.push(w);
         }
         assert_eq!(woken, [0, 1]);
+    }
+
+    /// A slow store gets fewer reads: with `round_trips`, a poller whose reads take 30 ms waits
+    /// 120 ms between them even while what it reads keeps changing.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_read_spaces_the_next_ones() {
+        let reads = Arc::new(AtomicU64::new(0));
+        let read: Read<u64> = {
+            let reads = reads.clone();
+            Arc::new(move || {
+                // Every read sees a change, as on a lock handed over all the time.
+                let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+                Box::pin(async move {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    Ok((n, n))
+                })
+            })
+        };
+        for (round_trips, most, least) in [(0, 40, 25), (4, 7, 6)] {
+            reads.store(0, Ordering::SeqCst);
+            let pace = Pace {
+                fastest: Duration::from_millis(1),
+                slowest: Duration::from_secs(1),
+                round_trips,
+            };
+            let watch = PollWatch::<u64>::new(pace, Wake::Each);
+            let waiter = watch.subscribe("k".into(), read.clone(), Box::new(|_| false));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let n = reads.load(Ordering::SeqCst);
+            assert!(
+                (least..=most).contains(&n),
+                "{n} reads in 1 s with round_trips {round_trips}, expected {least}..={most}"
+            );
+            drop(waiter);
+        }
     }
 }

@@ -68,6 +68,7 @@ pub(crate) struct MysqlDialect(PollWatch<Peek>);
 const WATCH_PACE: Pace = Pace {
     fastest: Duration::from_millis(1),
     slowest: Duration::from_millis(32),
+    round_trips: 0,
 };
 
 #[async_trait]

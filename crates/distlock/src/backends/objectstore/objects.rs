@@ -141,6 +141,9 @@ impl Objects {
                     _ => Ok(Written::Conflict),
                 }
             }
+            // An update of an object removed since (a forced release, a lifecycle rule):
+            // some stores answer 404 where others answer 412. Either way the race is lost.
+            Err(object_store::Error::NotFound { .. }) if over.is_some() => Ok(Written::Conflict),
             Err(e) => Err(self.error("writing a lock object", e)),
         }
     }
