@@ -105,9 +105,13 @@ pub struct ObjectStoreBackend {
     /// writes on it without reading first (one request instead of two).
     written: Mutex<std::collections::HashMap<Path, Written>>,
     /// The free record this client wrote at each of its recent releases, and its version: a
-    /// take soon after (a hand-over to another of its waiters, the usual step of a contended
-    /// lock) writes on it without reading first.
+    /// take soon after by one of its waiters (a hand-over, the usual step of a contended lock)
+    /// writes on it without reading first.
     freed: Mutex<std::collections::HashMap<Path, Written>>,
+    /// This client's takes that found their lock held, by object and owner: its waiters. Only
+    /// they take a release the short way; a new take (the releasing task's next, in a loop)
+    /// reads first, so it does not jump ahead of those who waited.
+    waiting: Mutex<std::collections::HashSet<(Path, String)>>,
     shown_url: String,
 }
 
@@ -167,6 +171,7 @@ impl ObjectStoreBackend {
             latch_pollers: PollWatch::new(WATCH_PACE, Wake::Each),
             written: Mutex::default(),
             freed: Mutex::default(),
+            waiting: Mutex::default(),
             shown_url: shown,
         })
     }
@@ -219,12 +224,30 @@ impl ObjectStoreBackend {
         freed.insert(path.clone(), written);
     }
 
-    /// The free record this client wrote at `path` less than [`FREED_FRESH`] ago, taken out
-    /// (one take tries it; a conflict means it is stale anyway).
-    fn just_freed(&self, path: &Path) -> Option<Written> {
+    /// The free record this client wrote at `path` less than [`FREED_FRESH`] ago, for a take
+    /// by one of its waiters, taken out (one take tries it; a conflict means it is stale).
+    fn just_freed(&self, path: &Path, owner: &str) -> Option<Written> {
+        if !lock(&self.waiting).contains(&(path.clone(), owner.to_string())) {
+            return None;
+        }
         lock(&self.freed)
             .remove(path)
             .filter(|w| w.sent.elapsed() < FREED_FRESH)
+    }
+
+    /// Whether `owner`'s take at `path` is waiting (found the lock held) or not any more.
+    fn note_waiting(&self, path: &Path, owner: &str, waiting: bool) {
+        let key = (path.clone(), owner.to_string());
+        let mut set = lock(&self.waiting);
+        if !waiting {
+            set.remove(&key);
+            return;
+        }
+        // Waiters that gave up leave their entry: the set is emptied past a bound.
+        if set.len() >= FREED_KEPT {
+            set.clear();
+        }
+        set.insert(key);
     }
 
     /// A take right after this client's own release: a write on the version it wrote then,
@@ -235,7 +258,7 @@ impl ObjectStoreBackend {
         req: &LockRequest,
         path: &Path,
     ) -> Result<Option<Attempt>> {
-        let Some(freed) = self.just_freed(path) else {
+        let Some(freed) = self.just_freed(path, req.owner.as_str()) else {
             return Ok(None);
         };
         let next = Self::mine(req, freed.record.token + 1, 0, unix_ms());
@@ -508,16 +531,18 @@ impl Backend for ObjectStoreBackend {
 
     async fn try_take(&self, req: &LockRequest) -> Result<Attempt> {
         let path = self.layout.lock(req.name.as_str());
-        if let Some(attempt) = self.take_after_own_release(req, &path).await? {
-            return Ok(attempt);
-        }
+        let mut attempt = self.take_after_own_release(req, &path).await?;
         for _ in 0..RACE_RETRIES {
-            if let Some(attempt) = self.take_once(req, &path).await? {
-                return Ok(attempt);
+            if attempt.is_some() {
+                break;
             }
+            attempt = self.take_once(req, &path).await?;
         }
         // Lost every race: someone else is writing it right now.
-        Ok(Attempt::Held { retry_after: None })
+        let attempt = attempt.unwrap_or(Attempt::Held { retry_after: None });
+        let waiting = matches!(attempt, Attempt::Held { .. });
+        self.note_waiting(&path, req.owner.as_str(), waiting);
+        Ok(attempt)
     }
 
     async fn extend(&self, req: &LockRequest, token: FencingToken) -> Result<Option<Duration>> {
@@ -823,29 +848,47 @@ mod requests {
         assert_eq!(
             store.take(),
             (0, 1),
-            "a take right after this client's release: one conditional write, no read"
+            "a waiter's take right after this client's release: one conditional write, no read"
         );
         assert_eq!(
             next.get(),
             token.get() + 1,
             "the next take raises the counter by one"
         );
-        // Another client wrote since this one's release: the write on what it knew fails, and
-        // the take reads and writes as usual.
+        // A take that did not wait (the releasing task's next, say) reads first: it does not
+        // jump ahead of this client's waiters.
+        assert!(backend.release(&other, Some(next)).await.unwrap());
+        let fresh = LockRequest::new(
+            req.name.clone(),
+            LockKind::Mutex,
+            OwnerToken::random(),
+            req.lease,
+        );
+        store.take();
+        let Attempt::Acquired { token: mine, .. } = backend.try_take(&fresh).await.unwrap() else {
+            panic!("a released lock was not taken");
+        };
+        assert_eq!(store.take(), (1, 1), "a take that did not wait reads first");
+        // Another client wrote since this one's release: the waiter's write on what it knew
+        // fails, and its take reads and writes as usual.
+        assert!(backend.release(&fresh, Some(mine)).await.unwrap());
+        let elsewhere = ObjectStoreBackend::from_store(store.clone(), "app")
+            .await
+            .unwrap();
         let third = LockRequest::new(
             req.name.clone(),
             LockKind::Mutex,
             OwnerToken::random(),
             req.lease,
         );
-        assert!(backend.release(&other, Some(next)).await.unwrap());
-        let elsewhere = ObjectStoreBackend::from_store(store.clone(), "app")
-            .await
-            .unwrap();
         let Attempt::Acquired { token: theirs, .. } = elsewhere.try_take(&third).await.unwrap()
         else {
             panic!("another client did not take the released lock");
         };
+        assert!(matches!(
+            backend.try_take(&req).await.unwrap(),
+            Attempt::Held { .. }
+        ));
         assert!(elsewhere.release(&third, Some(theirs)).await.unwrap());
         store.take();
         let Attempt::Acquired { token: last, .. } = backend.try_take(&req).await.unwrap() else {
