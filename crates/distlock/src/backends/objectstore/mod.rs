@@ -70,9 +70,9 @@ const DRIFT_PER_MILLE: u32 = 10;
 /// changed, slowing to every 200 ms while it stays the same, and never sooner than four round
 /// trips of its last read. A waiting client costs one read per 200 ms and lock, whatever its
 /// number of waiters, and sees a release within 200 ms. Faster polling costs the holders: on
-/// a contended lock the object changes at every hand-over, and pollers reading 10 ms after
-/// each change took a third of a busy server's requests (3 processes × 8 tasks × 60 takes on
-/// Azurite: 34 s at 10 ms, 21 s at 50 ms).
+/// a contended lock the object changes at every hand-over, and every client's poller then
+/// reads at its fastest (3 processes × 8 tasks × 60 takes on Azurite: 32 s reading 10 ms after
+/// a change, 24–25 s at this pace).
 const WATCH_PACE: Pace = Pace {
     fastest: Duration::from_millis(50),
     slowest: Duration::from_millis(200),
