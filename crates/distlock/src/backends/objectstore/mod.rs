@@ -301,23 +301,33 @@ impl ObjectStoreBackend {
             .await;
         // Dropped before this (a cancelled take), the mark lapses after FREED_FRESH.
         lock(&self.handing_over).remove(path);
-        match written? {
-            Put::Yes(version) => {
-                self.watch.forget(path);
-                let token = FencingToken(next.token);
-                let record = next;
-                self.remember(
-                    path,
-                    Written {
-                        record,
-                        version,
-                        sent,
-                    },
-                );
-                Ok(Some(Attempt::leased(token, req)))
-            }
-            Put::Conflict => Ok(None),
-        }
+        Ok(self.took(req, path, next, written?, sent))
+    }
+
+    /// What a take's write answered: `Some` holding if it landed (its record is this
+    /// client's to renew and release), `None` if another writer came first.
+    fn took(
+        &self,
+        req: &LockRequest,
+        path: &Path,
+        record: LockRecord,
+        put: Put,
+        sent: Instant,
+    ) -> Option<Attempt> {
+        let Put::Yes(version) = put else {
+            return None;
+        };
+        self.watch.forget(path);
+        let token = FencingToken(record.token);
+        self.remember(
+            path,
+            Written {
+                record,
+                version,
+                sent,
+            },
+        );
+        Some(Attempt::leased(token, req))
     }
 
     /// What this client last wrote at `path`, if it held there as `owner`.
@@ -387,24 +397,9 @@ impl ObjectStoreBackend {
             },
         };
         let sent = Instant::now();
-        match self.write_over(path, &read, &next).await? {
-            Put::Yes(version) => {
-                self.watch.forget(path);
-                let token = FencingToken(next.token);
-                let record = next;
-                self.remember(
-                    path,
-                    Written {
-                        record,
-                        version,
-                        sent,
-                    },
-                );
-                Ok(Some(Attempt::leased(token, req)))
-            }
-            // Another writer came first: read again.
-            Put::Conflict => Ok(None),
-        }
+        let put = self.write_over(path, &read, &next).await?;
+        // `None`: another writer came first, and the caller reads again.
+        Ok(self.took(req, path, next, put, sent))
     }
 
     /// Renews or frees the holding `token` names by a write on the version this client last
@@ -761,6 +756,15 @@ mod requests {
     use super::*;
     use crate::types::{Lease, OwnerToken};
 
+    /// The same lock asked by another owner (another task).
+    fn another_owner(req: &LockRequest) -> LockRequest {
+        LockRequest::new(
+            req.name.clone(),
+            LockKind::Mutex,
+            OwnerToken::random(),
+            req.lease,
+        )
+    }
     #[derive(Debug, Default)]
     struct Counted {
         inner: InMemory,
@@ -865,12 +869,7 @@ mod requests {
         );
         assert!(backend.extend(&req, token).await.unwrap().is_some());
         assert_eq!(store.take(), (0, 1), "a renewal: one conditional write");
-        let other = LockRequest::new(
-            req.name.clone(),
-            LockKind::Mutex,
-            OwnerToken::random(),
-            req.lease,
-        );
+        let other = another_owner(&req);
         assert!(matches!(
             backend.try_take(&other).await.unwrap(),
             Attempt::Held {
@@ -911,12 +910,7 @@ mod requests {
         // A take that did not wait (the releasing task's next, say) reads first: it does not
         // jump ahead of this client's waiters.
         assert!(backend.release(&other, Some(next)).await.unwrap());
-        let fresh = LockRequest::new(
-            req.name.clone(),
-            LockKind::Mutex,
-            OwnerToken::random(),
-            req.lease,
-        );
+        let fresh = another_owner(&req);
         store.take();
         let Attempt::Acquired { token: mine, .. } = backend.try_take(&fresh).await.unwrap() else {
             panic!("a released lock was not taken");
@@ -925,12 +919,7 @@ mod requests {
         // Another client wrote since this one's release: the waiter's write on what it knew
         // fails, and its take reads and writes as usual.
         assert!(backend.release(&fresh, Some(mine)).await.unwrap());
-        let third = LockRequest::new(
-            req.name.clone(),
-            LockKind::Mutex,
-            OwnerToken::random(),
-            req.lease,
-        );
+        let third = another_owner(&req);
         let Attempt::Acquired { token: theirs, .. } = elsewhere.try_take(&third).await.unwrap()
         else {
             panic!("another client did not take the released lock");
